@@ -1,0 +1,24 @@
+"""dslaunch: a fast, fail-fast launcher for distributed PyTorch jobs.
+
+Importing this package is cheap: torch is imported on the first
+:func:`engine` call, never before.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from dslaunch.bootstrap.engine import Engine
+
+
+def engine(**kwargs: Any) -> "Engine":
+    """Return this process's engine (initialising torch.distributed on first use)."""
+    from dslaunch.bootstrap.engine import engine as _engine  # noqa: PLC0415
+
+    return _engine(**kwargs)
+
+
+__all__ = ["__version__", "engine"]

@@ -1,0 +1,70 @@
+"""``python -m dslaunch.agent --node-rank N [--plan-b64 B64] [--no-control]``."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import shutil
+import signal
+import sys
+import tempfile
+
+from dslaunch.agent.supervisor import NodeSupervisor, set_parent_death_signal
+from dslaunch.plan import LaunchPlan
+
+
+def _read_line(fd: int) -> tuple[bytes, bytes]:
+    """Read one line from a raw fd without buffering past what we return."""
+    data = b""
+    while b"\n" not in data:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+    line, _, rest = data.partition(b"\n")
+    return line, rest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dslaunch.agent")
+    parser.add_argument("--node-rank", type=int, required=True)
+    parser.add_argument("--plan-b64", help="the plan, base64 JSON (default: first line of stdin)")
+    parser.add_argument("--no-control", action="store_true", help="do not watch stdin for stop/EOF")
+    args = parser.parse_args(argv)
+
+    # The launcher's death (even SIGKILL) must tear this node down.
+    set_parent_death_signal(signal.SIGTERM)
+    if os.getppid() == 1:
+        return 143
+
+    stdin_fd = sys.stdin.fileno()
+    pending = b""
+    if args.plan_b64:
+        text = base64.urlsafe_b64decode(args.plan_b64.encode()).decode()
+    else:
+        line, pending = _read_line(stdin_fd)
+        text = line.decode()
+    plan = LaunchPlan.from_json(text)
+    if not 0 <= args.node_rank < len(plan.nodes):
+        print(f"dslaunch agent: node rank {args.node_rank} is not in 0..{len(plan.nodes) - 1}", file=sys.stderr)
+        return 2
+
+    control = None if args.no_control else sys.stdin.buffer
+    sup = NodeSupervisor(plan, args.node_rank, control=control, out=sys.stdout.buffer, err=sys.stderr.buffer)
+    error_dir = tempfile.mkdtemp(prefix=f"dslaunch-{plan.run_id}-")
+    try:
+        sup.start(error_dir)
+        if b"stop" in pending:
+            sup._teardown(signal.SIGTERM)
+        code = sup.run()
+    finally:
+        shutil.rmtree(error_dir, ignore_errors=True)
+    return code
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # skip interpreter teardown: the launcher is waiting on us

@@ -1,0 +1,76 @@
+"""Pure helpers: the argv and environment of each rank."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from dslaunch.plan import LaunchPlan, NodePlan
+
+# A pure-data copy of the rank-facing contract, so tests can check it by name.
+RANK_ENV_KEYS = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
+    "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "CROSS_RANK", "CROSS_SIZE", "LOCAL_SIZE", "CUDA_VISIBLE_DEVICES", "DSLAUNCH_RUN_ID",
+    "DSLAUNCH_ERROR_FILE", "DSLAUNCH_HOST",
+)
+
+
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def rank_argv(plan: LaunchPlan, local_rank: int) -> list[str]:
+    program = plan.program
+    if program.no_python:
+        argv = [program.target, *program.args]
+    else:
+        argv = [program.python, "-u", "-m", "dslaunch.bootstrap"]
+        argv += ["-m", program.target] if program.module else [program.target]
+        argv += program.args
+    if program.local_rank_arg:
+        argv.append(f"--local_rank={local_rank}")
+    return argv
+
+
+def rank_env(
+    plan: LaunchPlan,
+    node: NodePlan,
+    local_rank: int,
+    base: Mapping[str, str],
+    error_file: str,
+) -> dict[str, str]:
+    rank = node.ranks[local_rank]
+    env = dict(base)
+    env.update(plan.env)
+    env.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(local_rank),
+        WORLD_SIZE=str(plan.world_size),
+        LOCAL_WORLD_SIZE=str(node.nproc),
+        NODE_RANK=str(node.node_rank),
+        GROUP_RANK=str(node.node_rank),
+        GROUP_WORLD_SIZE=str(len(plan.nodes)),
+        ROLE_RANK=str(rank),
+        ROLE_WORLD_SIZE=str(plan.world_size),
+        MASTER_ADDR=plan.master_addr,
+        MASTER_PORT=str(plan.master_port),
+        CROSS_RANK=str(node.node_rank),
+        CROSS_SIZE=str(len(plan.nodes)),
+        LOCAL_SIZE=str(node.nproc),
+        CUDA_VISIBLE_DEVICES=",".join(node.slots),
+        DSLAUNCH_RUN_ID=plan.run_id,
+        DSLAUNCH_ERROR_FILE=error_file,
+        DSLAUNCH_HOST=node.host,
+        PYTHONUNBUFFERED="1",
+    )
+    if plan.master_addr in _LOOPBACK and "GLOO_SOCKET_IFNAME" not in env:
+        env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo otherwise needs this host's name to resolve
+    if node.nproc > 1 and "OMP_NUM_THREADS" not in base and "OMP_NUM_THREADS" not in dict(plan.env):
+        env["OMP_NUM_THREADS"] = "1"  # as torchrun: N ranks x all cores oversubscribes the node
+    return env
+
+
+def output_prefix(plan: LaunchPlan, node: NodePlan, local_rank: int) -> str:
+    rank = node.ranks[local_rank]
+    if len(plan.nodes) == 1:
+        return f"[rank{rank}]: "
+    return f"[{node.host}:rank{rank}]: "

@@ -1,0 +1,44 @@
+"""Run TARGET as __main__ with the right sys.argv and sys.path; record a crash."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+from dslaunch.bootstrap.errorfile import user_traceback, write_error_file
+
+_SKIP = ("runpy.py", os.path.join("dslaunch", "bootstrap", "__main__.py"), "<frozen runpy>")
+
+
+def main(argv: list[str]) -> None:
+    module = bool(argv) and argv[0] == "-m"
+    if module:
+        argv = argv[1:]
+    if not argv:
+        print("usage: python -m dslaunch.bootstrap [-m] TARGET [ARGS...]", file=sys.stderr)
+        raise SystemExit(2)
+    target, args = argv[0], argv[1:]
+    try:
+        if module:
+            sys.argv = [target, *args]
+            sys.path[0] = os.getcwd()
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = [target, *args]
+            sys.path[0] = os.path.dirname(os.path.abspath(target))
+            runpy.run_path(target, run_name="__main__")
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - every crash is recorded, then re-reported
+        text = user_traceback(exc, _SKIP)
+        path = os.environ.get("DSLAUNCH_ERROR_FILE")
+        if path:
+            write_error_file(path, exc, text)
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        raise SystemExit(130 if isinstance(exc, KeyboardInterrupt) else 1) from None
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,100 @@
+"""The engine handed to user code: rank facts plus an initialised torch.distributed.
+
+Built once per process on the first :func:`dslaunch.engine` call. Imports torch
+only here, never at dslaunch import time.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from dslaunch.bootstrap.env import RankInfo, detect
+
+_lock = threading.Lock()
+_engine: Engine | None = None
+
+
+@dataclass
+class Engine:
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    node_rank: int
+    device: Any  # torch.device
+    backend: str
+    process_group: Any
+    info: RankInfo
+    owns_process_group: bool
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def close(self) -> None:
+        import torch.distributed as dist  # noqa: PLC0415
+
+        if self.owns_process_group and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _pg_timeout() -> datetime.timedelta:
+    seconds = float(os.environ.get("DSLAUNCH_PG_TIMEOUT", "600"))
+    return datetime.timedelta(seconds=seconds)
+
+
+def build_engine() -> Engine:
+    import torch  # noqa: PLC0415
+    import torch.distributed as dist  # noqa: PLC0415
+
+    info = detect()
+    cuda = torch.cuda.is_available()
+    if cuda:
+        device = torch.device("cuda", info.local_rank % max(torch.cuda.device_count(), 1))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+
+    owns = False
+    if not dist.is_initialized():
+        backend = "cuda:nccl,cpu:gloo" if cuda else "gloo"
+        if info.world_size == 1 and info.master_addr is None:
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        else:
+            os.environ.setdefault("MASTER_ADDR", info.master_addr or "127.0.0.1")
+            if info.master_port is not None:
+                os.environ.setdefault("MASTER_PORT", str(info.master_port))
+            kwargs: dict[str, Any] = {}
+            if cuda:
+                kwargs["device_id"] = device
+            dist.init_process_group(
+                backend, rank=info.rank, world_size=info.world_size, timeout=_pg_timeout(), **kwargs
+            )
+        owns = True
+    return Engine(
+        rank=dist.get_rank(),
+        local_rank=info.local_rank,
+        world_size=dist.get_world_size(),
+        local_world_size=info.local_world_size,
+        node_rank=info.node_rank,
+        device=device,
+        backend=str(dist.get_backend()),
+        process_group=dist.group.WORLD,
+        info=info,
+        owns_process_group=owns,
+    )
+
+
+def engine() -> Engine:
+    """The process-wide engine, built on first use."""
+    global _engine
+    with _lock:
+        if _engine is None:
+            _engine = build_engine()
+            atexit.register(_engine.close)
+        return _engine

@@ -1,0 +1,145 @@
+"""Core options: where the ranks run (hosts, slots), what they run, and how the job ends."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dslaunch import hostfile
+from dslaunch.cli.draft import PlanDraft
+from dslaunch.plan import Program, assign_ranks
+
+DEFAULT_HOSTFILE = "/job/hostfile"  # DeepSpeed's default, read only if it exists
+
+
+class NprocType(click.ParamType):
+    name = "N|auto"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
+        if isinstance(value, int) or value == "auto":
+            return value  # type: ignore[no-any-return]
+        text = str(value).strip().lower()
+        if text == "auto":
+            return "auto"
+        if text.isdigit() and int(text) > 0:
+            return int(text)
+        self.fail(f"{value!r} is not a positive whole number or 'auto'", param, ctx)
+
+
+PARAMS: list[click.Parameter] = [
+    click.Option(["-H", "--hostfile"], metavar="PATH",
+                 help=f"MPI-style hostfile: '<host> slots=<n>' per line [default: {DEFAULT_HOSTFILE} if it exists, else local]"),
+    click.Option(["-i", "--include"], default="", metavar="SPEC",
+                 help="Use only these hosts/slots, e.g. 'worker-0@worker-1:0,2'."),
+    click.Option(["-e", "--exclude"], default="", metavar="SPEC",
+                 help="Use everything but these hosts/slots, e.g. 'worker-1:0'."),
+    click.Option(["--num-nodes", "num_nodes"], type=click.IntRange(min=1), metavar="N",
+                 help="Use the first N hosts of the hostfile."),
+    click.Option(["--nproc-per-node", "--num-gpus", "nproc_per_node"], type=NprocType(),
+                 help="Ranks per node: a number, or 'auto' (all GPUs, else all CPUs) [default: all GPUs, else 1]."),
+    click.Option(["--launcher"], default="auto", show_default=True, metavar="NAME",
+                 help="How node agents are started: auto, local (more with ssh/pdsh/slurm/mpi)."),
+    click.Option(["--master-addr"], metavar="ADDR", help="Rendezvous address [default: 127.0.0.1 for a local job, else the first node]."),
+    click.Option(["--master-port"], type=click.IntRange(0, 65535), default=29500, show_default=True,
+                 help="Rendezvous port; 0 picks a free one."),
+    click.Option(["-m", "--module"], is_flag=True, help="Run SCRIPT as a module, like 'python -m'."),
+    click.Option(["--no-python"], is_flag=True, help="Run SCRIPT as an executable, without the Python bootstrap."),
+    click.Option(["--log-dir"], type=click.Path(file_okay=False), metavar="DIR",
+                 help="Also write each rank's output (and error file) to DIR/rank<N>.*"),
+    click.Option(["--shutdown-timeout"], type=click.FloatRange(min=0), default=5.0, show_default=True, metavar="SECONDS",
+                 help="Grace between SIGTERM and SIGKILL when the job is torn down."),
+    click.Option(["--run-id"], metavar="ID", help="Job id used to tag every process of the job [default: random]."),
+    click.Option(["--dry-run"], is_flag=True, help="Print the launch plan and start nothing."),
+    click.Option(["--json", "as_json"], is_flag=True, help="With --dry-run: print the plan as one JSON object."),
+]
+
+
+def _gpu_labels(env: dict[str, str]) -> tuple[str, ...]:
+    """Visible GPU ids without importing torch: CUDA_VISIBLE_DEVICES, else the driver's list."""
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return tuple(label.strip() for label in visible.split(",") if label.strip())
+    try:
+        count = len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        count = 0
+    return tuple(str(i) for i in range(count))
+
+
+def _read_hostfile(path: str, explicit: bool) -> hostfile.ResourcePool | None:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if explicit:
+            raise click.BadParameter(f"hostfile {path!r} does not exist", param_hint="'-H/--hostfile'") from None
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(f"cannot read hostfile {path!r}: {exc}", param_hint="'-H/--hostfile'") from None
+    try:
+        return hostfile.parse_hostfile(text, path)
+    except hostfile.HostfileError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def resource_pool(values: dict[str, Any], env: dict[str, str]) -> hostfile.ResourcePool:
+    """Hosts and slots after the hostfile, filters and --num-* options."""
+    explicit = values.get("hostfile") is not None
+    path = values["hostfile"] if explicit else DEFAULT_HOSTFILE
+    pool = _read_hostfile(path, explicit)
+    nproc = values.get("nproc_per_node")
+    num_slots = nproc if isinstance(nproc, int) else None
+    if pool is None:
+        if values.get("num_nodes") not in (None, 1):
+            raise click.UsageError("--num-nodes is more than 1 but there is no hostfile: give one with -H")
+        labels = _gpu_labels(env)
+        if not labels:
+            count = num_slots or ((os.cpu_count() or 1) if nproc == "auto" else 1)
+            labels = tuple(str(i) for i in range(count))
+        pool = {"localhost": labels}
+    try:
+        return hostfile.select(
+            pool,
+            include_spec=values.get("include") or "",
+            exclude_spec=values.get("exclude") or "",
+            num_nodes=values.get("num_nodes"),
+            num_slots=num_slots,
+        )
+    except hostfile.FilterError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
+    if values["module"] and values["no_python"]:
+        raise click.UsageError("--module and --no-python cannot be used together: pick one way to run SCRIPT")
+    pool = resource_pool(values, dict(os.environ))
+    nodes = assign_ranks(pool)
+    if not nodes:
+        raise click.UsageError("no slots left to run on after --include/--exclude")
+    draft.nodes = nodes
+    draft.launcher = values["launcher"].lower()
+    draft.master_port = values["master_port"]
+    if values.get("master_addr"):
+        draft.master_addr = values["master_addr"]
+    elif len(nodes) > 1 or nodes[0].host not in LOCAL_NAMES:
+        draft.master_addr = nodes[0].host.rpartition("@")[2]
+    draft.program = Program(
+        target=values["script"],
+        args=tuple(values["script_args"]),
+        module=values["module"],
+        no_python=values["no_python"],
+        python=sys.executable,
+    )
+    draft.shutdown_timeout = values["shutdown_timeout"]
+    draft.log_dir = os.path.abspath(values["log_dir"]) if values.get("log_dir") else None
+    draft.cwd = os.getcwd()
+    draft.run_id = values.get("run_id") or os.environ.get("DSLAUNCH_RUN_ID") or uuid.uuid4().hex[:12]
+    draft.dry_run = values["dry_run"]
+    draft.json = values["as_json"]
+
+
+LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "localhost.localdomain"})

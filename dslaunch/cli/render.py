@@ -1,0 +1,54 @@
+"""Human-readable plan text and secret masking (pure)."""
+
+from __future__ import annotations
+
+import re
+
+from dslaunch.plan import LaunchPlan
+
+_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|AUTH)", re.I)
+MASK = "****"
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(_SECRET_NAME.search(name))
+
+
+def mask_value(name: str, value: str, secrets: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+    return MASK if is_secret_name(name) or value in secrets else value
+
+
+def mask(text: str, secrets: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+    """Replace known secret values, and values of secret-looking NAME=VALUE pairs."""
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    return re.sub(r"(\b[A-Za-z_][A-Za-z0-9_]*=)('[^']*'|\"[^\"]*\"|\S+)",
+                  lambda m: m.group(1) + MASK if is_secret_name(m.group(1)[:-1]) else m.group(0), text)
+
+
+def _ranges(ranks: tuple[int, ...]) -> str:
+    if not ranks:
+        return "-"
+    return f"{ranks[0]}" if len(ranks) == 1 else f"{ranks[0]}-{ranks[-1]}"
+
+
+def plan_text(plan: LaunchPlan, commands: list[str], secrets: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+    p = plan.program
+    kind = "module" if p.module else "executable" if p.no_python else "script"
+    lines = [
+        f"dslaunch plan (dry run, nothing started): run {plan.run_id}",
+        f"  launcher     {plan.launcher}",
+        f"  world size   {plan.world_size} rank(s) on {len(plan.nodes)} node(s)",
+        f"  rendezvous   {plan.master_addr}:{plan.master_port if plan.master_port else '(free port at launch)'}",
+        f"  {kind:<12} {p.target} {' '.join(p.args)}".rstrip(),
+        "  nodes:",
+    ]
+    width = max(len(n.host) for n in plan.nodes)
+    for n in plan.nodes:
+        lines.append(f"    node {n.node_rank:<3} {n.host:<{width}}  slots {','.join(n.slots):<12} ranks {_ranges(n.ranks)}")
+    if plan.env:
+        lines.append("  rank environment:")
+        lines += [f"    {k}={mask_value(k, v, secrets)}" for k, v in plan.env]
+    lines.append("  commands:")
+    lines += [f"    {mask(c, secrets)}" for c in commands]
+    return "\n".join(lines)

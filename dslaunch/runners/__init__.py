@@ -1,0 +1,37 @@
+"""Runners: each takes a frozen :class:`~dslaunch.plan.LaunchPlan` and starts its node agents.
+
+Runner modules are imported by name, only when chosen, so the CLI never
+pays for paramiko or anything else a runner needs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Protocol
+
+from dslaunch.plan import LaunchPlan
+
+# name -> "module:Class"; helpers of other issues add their runners here.
+RUNNERS: dict[str, str] = {
+    "local": "dslaunch.runners.local:LocalRunner",
+}
+
+
+class Runner(Protocol):
+    name: str
+
+    def describe(self, plan: LaunchPlan) -> list[str]:
+        """The commands this runner would run, secrets masked (for --dry-run)."""
+
+    def run(self, plan: LaunchPlan) -> int:
+        """Start the job, supervise it, and return the launcher's exit code."""
+
+
+def get_runner(name: str) -> Runner:
+    try:
+        spec = RUNNERS[name]
+    except KeyError:
+        raise ValueError(f"unknown launcher {name!r}; known: {', '.join(sorted(RUNNERS))}") from None
+    module_name, _, class_name = spec.partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    return cls()  # type: ignore[no-any-return]

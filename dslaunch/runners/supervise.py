@@ -1,0 +1,199 @@
+"""Launcher-side supervision shared by every runner.
+
+Each runner wraps its transport (a local subprocess, an ssh channel, ...) in
+an :class:`AgentHandle`. :func:`supervise` relays the agents' output, reads
+their events, stops every node as soon as one rank fails or an agent
+vanishes, and turns what happened into one exit code and one summary.
+"""
+
+from __future__ import annotations
+
+import queue
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Protocol
+
+from dslaunch import events
+from dslaunch.events import RankExit
+from dslaunch.plan import LaunchPlan
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_FORWARDED = (signal.SIGUSR1, signal.SIGUSR2)
+
+
+class AgentHandle(Protocol):
+    node_rank: int
+    host: str
+
+    def lines(self) -> Iterator[str]:
+        """The agent's stdout, line by line (newline kept), until it closes."""
+
+    def stop(self) -> None:
+        """Ask the agent to tear its node down (idempotent)."""
+
+    def signal(self, signum: int) -> None:
+        """Forward a signal (SIGUSR1/SIGUSR2) to the agent's ranks."""
+
+    def kill(self) -> None:
+        """Hard-stop the agent's transport."""
+
+    def wait(self, timeout: float | None) -> int | None:
+        """The agent's exit status, or None if still running after ``timeout``."""
+
+
+@dataclass
+class Outcome:
+    code: int
+    root_cause: RankExit | None = None
+    lost_node: tuple[int, str, int | None] | None = None  # node_rank, host, status
+    signal: int | None = None
+    exits: list[RankExit] = field(default_factory=list)
+
+
+def supervise(plan: LaunchPlan, handles: Sequence[AgentHandle], out: IO[str] | None = None) -> Outcome:
+    out = out or sys.stdout
+    inbox: queue.Queue[tuple[int, str | None]] = queue.Queue()
+    caught: list[int] = []
+
+    def pump(index: int, handle: AgentHandle) -> None:
+        try:
+            for line in handle.lines():
+                inbox.put((index, line))
+        finally:
+            inbox.put((index, None))
+
+    threads = [threading.Thread(target=pump, args=(i, h), daemon=True) for i, h in enumerate(handles)]
+    previous = {s: signal.signal(s, lambda signum, _f: caught.append(signum)) for s in (*_SIGNALS, *_FORWARDED)}
+    try:
+        for t in threads:
+            t.start()
+        return _loop(plan, handles, inbox, caught, out)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _loop(
+    plan: LaunchPlan,
+    handles: Sequence[AgentHandle],
+    inbox: queue.Queue[tuple[int, str | None]],
+    caught: list[int],
+    out: IO[str],
+) -> Outcome:
+    outcome = Outcome(code=0)
+    done: dict[int, int] = {}
+    open_streams = len(handles)
+    stopping_since: float | None = None
+    killed = False
+
+    def stop_all() -> None:
+        nonlocal stopping_since
+        if stopping_since is None:
+            stopping_since = time.monotonic()
+            for h in handles:
+                h.stop()
+
+    while open_streams:
+        while caught:
+            signum = caught.pop(0)
+            if signum in _FORWARDED:
+                for h in handles:
+                    h.signal(signum)
+                continue
+            if outcome.signal is not None and not killed:
+                killed = True  # a second Ctrl-C: stop waiting for the grace period
+                for h in handles:
+                    h.kill()
+            outcome.signal = outcome.signal or signum
+            stop_all()
+        if stopping_since is not None and not killed:
+            if time.monotonic() - stopping_since > plan.shutdown_timeout + 3.0:
+                killed = True
+                for h in handles:
+                    h.kill()
+        try:
+            index, line = inbox.get(timeout=0.05)
+        except queue.Empty:
+            continue
+        handle = handles[index]
+        if line is None:
+            open_streams -= 1
+            if index not in done:
+                status = handle.wait(1.0)
+                if outcome.root_cause is None and outcome.lost_node is None and outcome.signal is None:
+                    outcome.lost_node = (handle.node_rank, handle.host, status)
+                stop_all()
+            continue
+        event = events.decode(line)
+        if event is None:
+            out.write(line)
+            out.flush()
+            continue
+        kind = event["ev"]
+        if kind == "exit":
+            result = events.rank_exit_from(event)
+            outcome.exits.append(result)
+            if result.failed and not result.by_agent:
+                if outcome.root_cause is None or result.ts < outcome.root_cause.ts:
+                    outcome.root_cause = result
+                stop_all()
+        elif kind == "done":
+            done[index] = int(event["code"])
+            if done[index] != 0:
+                stop_all()
+
+    for h in handles:
+        if h.wait(plan.shutdown_timeout + 3.0) is None:
+            h.kill()
+            h.wait(5.0)
+    outcome.code = _final_code(outcome, done)
+    return outcome
+
+
+def _final_code(outcome: Outcome, done: dict[int, int]) -> int:
+    if outcome.signal is not None:
+        return 128 + outcome.signal
+    if outcome.root_cause is not None:
+        return outcome.root_cause.code
+    if outcome.lost_node is not None:
+        status = outcome.lost_node[2]
+        return status if status else 1
+    return next((code for code in done.values() if code), 0)
+
+
+def format_summary(outcome: Outcome, plan: LaunchPlan) -> str | None:
+    """A short, human summary of a failed run for stderr; None on success."""
+    if outcome.code == 0:
+        return None
+    lines: list[str] = []
+    if outcome.signal is not None:
+        name = signal.Signals(outcome.signal).name
+        lines.append(f"dslaunch: received {name}; stopped all {plan.world_size} ranks (exit {outcome.code})")
+    cause = outcome.root_cause
+    if cause is not None:
+        how = f"was killed by {cause.signal}" if cause.signal else f"exited with code {cause.code}"
+        lines.append(
+            f"dslaunch: job failed: rank {cause.rank} (local_rank {cause.local_rank}, node {cause.node_rank}) "
+            f"on host {cause.host} {how} [root cause: first failure]"
+        )
+        detail = (cause.error or "").rstrip("\n").splitlines() or list(cause.stderr_tail)
+        if detail:
+            label = "traceback" if cause.error else "last stderr lines"
+            lines.append(f"  {label}:")
+            lines.extend(f"  | {text}" for text in detail[-20:])
+        others = sum(1 for e in outcome.exits if e.by_agent)
+        if others:
+            lines.append(f"dslaunch: {others} other rank(s) were stopped because of it")
+    elif outcome.lost_node is not None:
+        node_rank, host, status = outcome.lost_node
+        lines.append(
+            f"dslaunch: node {node_rank} ({host}) disappeared: its agent ended (status {status}) "
+            "without reporting; all other nodes were stopped"
+        )
+    elif outcome.signal is None:
+        lines.append(f"dslaunch: job failed with exit code {outcome.code}")
+    return "\n".join(lines)
