@@ -1,0 +1,63 @@
+"""Shared test helpers: run the real CLI in a subprocess, find leftover job processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+
+import psutil
+
+DSLAUNCH = [sys.executable, "-m", "dslaunch"]
+
+
+def run_cli(
+    args: Sequence[str],
+    *,
+    timeout: float = 60,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``dslaunch ARGS`` to completion and capture its output as text."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [*DSLAUNCH, *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd
+    )
+
+
+def job_processes(run_id: str) -> list[psutil.Process]:
+    """Every live process whose environment carries DSLAUNCH_RUN_ID=run_id, or whose argv names it."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if proc.pid == os.getpid():
+                continue
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            env = proc.environ()
+            if env.get("DSLAUNCH_RUN_ID") == run_id or any(run_id in part for part in proc.info["cmdline"] or ()):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def wait_until_gone(run_id: str, timeout: float) -> list[psutil.Process]:
+    """Poll until no process of the job is left; return what is still alive at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = job_processes(run_id)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+def wait_for_file(path: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            return True
+        time.sleep(0.05)
+    return False
