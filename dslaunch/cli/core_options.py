@@ -12,6 +12,7 @@ import click
 
 from dslaunch import hostfile
 from dslaunch.cli.draft import PlanDraft
+from dslaunch.config import ConfigError, load_config
 from dslaunch.plan import Program, assign_ranks
 
 DEFAULT_HOSTFILE = "/job/hostfile"  # DeepSpeed's default, read only if it exists
@@ -53,6 +54,8 @@ PARAMS: list[click.Parameter] = [
                  help="Also write each rank's output (and error file) to DIR/rank<N>.*"),
     click.Option(["--shutdown-timeout"], type=click.FloatRange(min=0), default=5.0, show_default=True, metavar="SECONDS",
                  help="Grace between SIGTERM and SIGKILL when the job is torn down."),
+    click.Option(["--config"], type=click.Path(dir_okay=False), metavar="JSON",
+                 help="DeepSpeed-style JSON config; its launcher, logging and mesh keys reach every rank."),
     click.Option(["--run-id"], metavar="ID", help="Job id used to tag every process of the job [default: random]."),
     click.Option(["--dry-run"], is_flag=True, help="Print the launch plan and start nothing."),
     click.Option(["--json", "as_json"], is_flag=True, help="With --dry-run: print the plan as one JSON object."),
@@ -138,6 +141,13 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
     draft.log_dir = os.path.abspath(values["log_dir"]) if values.get("log_dir") else None
     draft.cwd = os.getcwd()
     draft.run_id = values.get("run_id") or os.environ.get("DSLAUNCH_RUN_ID") or uuid.uuid4().hex[:12]
+    if values.get("config"):
+        path = os.path.abspath(values["config"])
+        try:
+            draft.config = load_config(path)
+        except ConfigError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--config'") from None
+        draft.env["DSLAUNCH_CONFIG"] = path
     draft.dry_run = values["dry_run"]
     draft.json = values["as_json"]
 

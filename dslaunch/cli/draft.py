@@ -23,6 +23,8 @@ class PlanDraft:
     runner_options: dict[str, Any] = field(default_factory=dict)
     dry_run: bool = False
     json: bool = False
+    # The parsed --config file (empty without one), for areas that read its keys.
+    config: dict[str, Any] = field(default_factory=dict)
     # Secret values to mask wherever a command or env is printed.
     secrets: set[str] = field(default_factory=set)
 
