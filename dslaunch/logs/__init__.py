@@ -1,0 +1,38 @@
+"""One logging system for the launcher, the node agents and every rank: ``dslaunch.<module>``.
+
+Imports only the standard library here; structlog is loaded with the first
+enabled JSON record. Nothing is configured at import time. See docs/logging.md.
+
+    log = dslaunch.get_logger("engine")     # or get_logger("user.trainer") for your own code
+    log.info("step done", step=3, loss=0.1)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dslaunch.logs.spec import (
+    DEBUG, INFO, WARNING, ERROR, CRITICAL, OFF, MODULES, LogSpec, RankFilter, SpecError,
+    parse_spec, parse_ranks, help_text,
+)
+
+_LAZY = {
+    "Logger": "_core", "get_logger": "_core", "configure": "_core", "configure_from_env": "_core",
+    "set_levels": "_core", "level_of": "_core", "shutdown": "_core",
+    "comm_record": "channels", "comm_enabled": "channels", "flush_comm_summary": "channels",
+    "timers_report": "channels", "timers_enabled": "channels",
+    "setup_rank": "routing", "route_torch": "routing", "route_warnings": "routing",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dslaunch.logs' has no attribute {name!r}")
+    import importlib  # noqa: PLC0415
+
+    return getattr(importlib.import_module(f"dslaunch.logs.{module}"), name)
+
+
+__all__ = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "OFF", "MODULES", "LogSpec", "RankFilter",
+           "SpecError", "parse_spec", "parse_ranks", "help_text", *_LAZY]

@@ -1,0 +1,378 @@
+"""Module loggers, process set-up and the two sinks (console, per-process JSON file).
+
+A disabled call costs one class-attribute compare: every module has its own
+``Logger`` subclass whose ``_level`` is set by :func:`configure`, and ``bind()``
+children share it. Enabled records run a structlog processor chain (imported on
+the first enabled record) and go to stderr and, with a log dir, a JSON-lines file.
+dslaunch never calls ``structlog.configure()`` and never touches the root logger.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from typing import IO, Any
+
+from dslaunch.logs import spec as S
+
+_RESERVED = ("ts", "level", "logger", "event", "rank", "local_rank", "node_rank", "world_size", "host", "pid", "run_id")
+_LETTER = {S.DEBUG: "D", S.INFO: "I", S.WARNING: "W", S.ERROR: "E", S.CRITICAL: "C"}
+_COLOR = {S.DEBUG: "\x1b[2m", S.INFO: "\x1b[32m", S.WARNING: "\x1b[33m", S.ERROR: "\x1b[31m", S.CRITICAL: "\x1b[1;31m"}
+_RESET, _DIM = "\x1b[0m", "\x1b[2m"
+
+
+class Logger:
+    """A dslaunch module logger; structlog-style: ``log.info("event", key=value)``."""
+
+    __slots__ = ("_context",)
+    name = ""
+    _level = S.WARNING
+
+    def __init__(self, context: Mapping[str, Any] | None = None) -> None:
+        self._context = dict(context or {})
+
+    def bind(self, **kw: Any) -> Logger:
+        return self.__class__({**self._context, **kw})
+
+    def unbind(self, *keys: str) -> Logger:
+        return self.__class__({k: v for k, v in self._context.items() if k not in keys})
+
+    def new(self, **kw: Any) -> Logger:
+        return self.__class__(kw)
+
+    def is_enabled_for(self, level: int) -> bool:
+        return level >= self._level
+
+    isEnabledFor = is_enabled_for  # noqa: N815 - stdlib spelling, for code written against logging.Logger
+
+    def debug(self, event: str, *args: Any, **kw: Any) -> None:
+        if self._level > 10:
+            return None
+        _emit(self, 10, event, args, kw)
+
+    def info(self, event: str, *args: Any, **kw: Any) -> None:
+        if self._level > 20:
+            return None
+        _emit(self, 20, event, args, kw)
+
+    def warning(self, event: str, *args: Any, **kw: Any) -> None:
+        if self._level > 30:
+            return None
+        _emit(self, 30, event, args, kw)
+
+    warn = warning
+
+    def error(self, event: str, *args: Any, **kw: Any) -> None:
+        if self._level > 40:
+            return None
+        _emit(self, 40, event, args, kw)
+
+    def critical(self, event: str, *args: Any, **kw: Any) -> None:
+        if self._level > 50:
+            return None
+        _emit(self, 50, event, args, kw)
+
+    def exception(self, event: str, *args: Any, **kw: Any) -> None:
+        kw.setdefault("exc_info", True)
+        self.error(event, *args, **kw)
+
+    def log(self, level: int, event: str, *args: Any, **kw: Any) -> None:
+        if level >= self._level:
+            _emit(self, level, event, args, kw)
+
+    def __repr__(self) -> str:
+        return f"<dslaunch logger {self.name} level={S.LEVEL_NAMES.get(self._level, self._level)}>"
+
+
+class _State:
+    """Process-global logging state (filled once by configure)."""
+
+    def __init__(self) -> None:
+        self.configured = False
+        self.spec = S.LogSpec()
+        self.channels_on: frozenset[str] = frozenset()
+        self.json_console = False
+        self.color = False
+        self.console_all_levels = True  # False: this rank is outside --log-ranks
+        self.static: dict[str, Any] = {}
+        self.file: IO[str] | None = None
+        self.lock = threading.Lock()
+        self.json_dumps: Any = None
+        self.exc_to_dict: Any = None
+
+
+_STATE = _State()
+_CLASSES: dict[str, type[Logger]] = {}
+_LOGGERS: dict[str, Logger] = {}
+
+
+def _check_name(name: str) -> str:
+    if name.startswith("py:"):
+        raise ValueError(f"{name!r}: py: names are stdlib loggers; use logging.getLogger({name[3:]!r})")
+    try:
+        return S.check_module(name, name)
+    except S.SpecError as exc:
+        raise ValueError(f"{exc}; your own code can use get_logger('user.NAME')") from None
+
+
+def get_logger(module: str) -> Logger:
+    """The logger ``dslaunch.<module>``, e.g. ``get_logger("engine")`` or ``get_logger("user.trainer")``."""
+    found = _LOGGERS.get(module)
+    if found is not None:
+        return found
+    name = _check_name(module)
+    if not _STATE.configured:
+        configure_from_env(os.environ, role="process")
+    cls = _CLASSES.get(name)
+    if cls is None:
+        cls = type(f"Logger_{name.replace('.', '_')}", (Logger,), {"__slots__": (), "name": name})
+        cls._level = _STATE.spec.level_for(name, _STATE.channels_on)
+        _CLASSES[name] = cls
+    _LOGGERS[module] = _LOGGERS[name] = logger = cls()
+    return logger
+
+
+def level_of(module: str) -> int:
+    """The effective level of a module under the current configuration."""
+    return _STATE.spec.level_for(module, _STATE.channels_on)
+
+
+def _bool(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def configure(
+    spec: S.LogSpec | str = "warning",
+    *,
+    role: str = "process",
+    fmt: str = "console",
+    color: bool = False,
+    ranks: S.RankFilter | str = "0",
+    log_dir: str | None = None,
+    channels: frozenset[str] | set[str] = frozenset(),
+    facts: Mapping[str, Any] | None = None,
+) -> None:
+    """Set levels, format and sinks for this process. ``role`` is launcher, agent, rank or process."""
+    st = _STATE
+    st.spec = S.parse_spec(spec) if isinstance(spec, str) else spec
+    st.channels_on = frozenset(channels)
+    st.json_console = fmt == "json"
+    st.color = color
+    facts = dict(facts or {})
+    st.static = {
+        "rank": facts.get("rank"),
+        "local_rank": facts.get("local_rank"),
+        "node_rank": facts.get("node_rank"),
+        "world_size": facts.get("world_size"),
+        "host": facts.get("host") or socket.gethostname(),
+        "pid": os.getpid(),
+        "run_id": facts.get("run_id"),
+    }
+    filt = S.parse_ranks(ranks) if isinstance(ranks, str) else ranks
+    st.console_all_levels = role != "rank" or st.static["rank"] is None or filt.selects(int(st.static["rank"]))
+    st.who = _who(role, st.static, facts)
+    if st.file is not None:
+        st.file.close()
+        st.file = None
+    if log_dir:
+        os.makedirs(log_dir, exist_ok=True)
+        st.file = open(os.path.join(log_dir, _file_name(role, st.static)), "a", encoding="utf-8", buffering=1 << 16)  # noqa: SIM115
+    for name, cls in _CLASSES.items():
+        cls._level = st.spec.level_for(name, st.channels_on)
+    if not st.configured:
+        atexit.register(shutdown)
+    st.configured = True
+    _apply_stdlib_levels()
+
+
+def _who(role: str, static: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
+    host = static["host"]
+    if role == "rank" and static["rank"] is not None:
+        return f"{host}:{static['rank']}"
+    if role == "agent":
+        return f"{host}:agent{facts.get('node_rank', '')}"
+    return f"{host}:{role}"
+
+
+def _file_name(role: str, static: Mapping[str, Any]) -> str:
+    if role == "rank" and static["rank"] is not None:
+        return f"rank{static['rank']}.jsonl"
+    if role == "agent":
+        return f"agent{static['node_rank'] or 0}.jsonl"
+    return f"{role}.{static['pid']}.jsonl" if role == "process" else f"{role}.jsonl"
+
+
+def configure_from_env(env: Mapping[str, str], *, role: str = "rank", strict: bool = False) -> None:
+    """Configure from DSLAUNCH_LOG_* (set by the launcher). A bad spec raises ValueError if ``strict``."""
+    text = env.get("DSLAUNCH_LOG_LEVEL", "").strip() or "warning"
+    try:
+        spec = S.parse_spec(text)
+    except S.SpecError as exc:
+        if strict:
+            raise ValueError(f"DSLAUNCH_LOG_LEVEL={text!r}: {exc}") from None
+        spec = S.LogSpec()
+        print(f"dslaunch: ignoring DSLAUNCH_LOG_LEVEL: {exc}", file=sys.stderr)
+    try:
+        ranks = S.parse_ranks(env.get("DSLAUNCH_LOG_RANKS", "0"))
+    except S.SpecError:
+        ranks = S.RankFilter(ranges=((0, 0),))
+    channels = {ch for ch, switch in S.CHANNELS.items() if _bool(env.get(f"DSLAUNCH_{switch.upper()}"))}
+    facts: dict[str, Any] = {"host": env.get("DSLAUNCH_HOST"), "run_id": env.get("DSLAUNCH_RUN_ID")}
+    if "RANK" in env:
+        for key in ("rank", "local_rank", "node_rank", "world_size"):
+            value = env.get(key.upper())
+            facts[key] = int(value) if value and value.isdigit() else None
+    elif role == "agent":
+        facts["node_rank"] = int(env["NODE_RANK"]) if env.get("NODE_RANK", "").isdigit() else None
+    configure(spec, role=role, fmt=env.get("DSLAUNCH_LOG_FORMAT", "console"), color=_bool(env.get("DSLAUNCH_LOG_COLOR")),
+              ranks=ranks, log_dir=env.get("DSLAUNCH_LOG_DIR") or None, channels=channels, facts=facts)
+
+
+def set_levels(text: str) -> None:
+    """Change levels at run time with the same grammar; unnamed modules keep their levels."""
+    _STATE.spec = S.parse_spec(text).merged_over(_STATE.spec)
+    for name, cls in _CLASSES.items():
+        cls._level = _STATE.spec.level_for(name, _STATE.channels_on)
+    _apply_stdlib_levels()
+
+
+# ---- emitting ------------------------------------------------------------------
+
+def _emit(logger: Logger, level: int, event: str, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
+    if args:
+        try:
+            event = event % args
+        except (TypeError, ValueError):
+            event = f"{event} {args!r}"
+    ed: dict[str, Any] = {"ts": time.time(), "level": level, "logger": logger.name, "event": event}
+    ed.update(_STATE.static)
+    for source in (logger._context, kw):
+        for key, value in source.items():
+            ed[f"_{key}" if key in ed and key != "exc_info" else key] = value
+    write(level, ed)
+
+
+def write(level: int, ed: dict[str, Any]) -> None:
+    """Send one record (reserved keys first) to the console and the file sinks."""
+    st = _STATE
+    exc = ed.pop("exc_info", None)
+    to_console = level >= S.WARNING or st.console_all_levels
+    if not to_console and st.file is None:
+        return
+    if exc:
+        ed = _exception(ed, exc)
+    json_line = _json(ed) if (st.file is not None or st.json_console) else ""
+    with st.lock:
+        if to_console:
+            stream = sys.stderr
+            stream.write(json_line if st.json_console else _console(ed, st.color))
+            stream.flush()
+        if st.file is not None:
+            st.file.write(json_line)
+            if level >= S.WARNING:
+                st.file.flush()
+
+
+def _exception(ed: dict[str, Any], exc: Any) -> dict[str, Any]:
+    if exc is True:
+        exc = sys.exc_info()
+    elif isinstance(exc, BaseException):
+        exc = (type(exc), exc, exc.__traceback__)
+    if not isinstance(exc, tuple) or exc[0] is None:
+        return ed
+    if _STATE.exc_to_dict is None:
+        from structlog.tracebacks import ExceptionDictTransformer  # noqa: PLC0415
+
+        _STATE.exc_to_dict = ExceptionDictTransformer(show_locals=False)
+    import traceback  # noqa: PLC0415
+
+    ed["exception"] = _STATE.exc_to_dict(exc)
+    ed["_exc_text"] = "".join(traceback.format_exception(*exc)).rstrip()
+    return ed
+
+
+def _iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1e6):06d}Z"
+
+
+def _json(ed: dict[str, Any]) -> str:
+    if _STATE.json_dumps is None:
+        _STATE.json_dumps = _serializer()
+    out = dict(ed)
+    out["ts"] = _iso(ed["ts"])
+    out["level"] = S.LEVEL_NAMES.get(ed["level"], str(ed["level"]))
+    out.pop("_exc_text", None)
+    return _STATE.json_dumps(out) + "\n"
+
+
+def _serializer() -> Any:
+    """structlog's JSONRenderer over orjson when installed (about 2x faster), else json.dumps."""
+    from structlog.processors import JSONRenderer  # noqa: PLC0415
+
+    try:
+        import orjson  # noqa: PLC0415
+
+        opts = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+
+        def dumps(obj: Any, default: Any = repr) -> str:
+            return orjson.dumps(obj, default=default, option=opts).decode()
+
+        renderer = JSONRenderer(serializer=dumps)
+    except ImportError:
+        renderer = JSONRenderer(ensure_ascii=False)
+    return lambda ed: renderer(None, "", ed)
+
+
+def _console(ed: dict[str, Any], color: bool) -> str:
+    level = ed["level"]
+    ts = ed["ts"]
+    stamp = time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int(ts % 1 * 1000):03d}"
+    letter = _LETTER.get(level, "?")
+    who = _STATE.who
+    extras = " ".join(f"{k}={_value(v)}" for k, v in ed.items()
+                      if k not in _RESERVED and k not in ("exception", "_exc_text"))
+    if color:
+        head = f"{_DIM}{stamp}{_RESET} {_COLOR.get(level, '')}{letter}{_RESET} [{who}] {_DIM}{ed['logger']}:{_RESET} "
+    else:
+        head = f"{stamp} {letter} [{who}] {ed['logger']}: "
+    line = head + str(ed["event"]) + (" " + extras if extras else "")
+    text = ed.get("_exc_text")
+    return line + ("\n" + text if text else "") + "\n"
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, str):
+        return v if v and " " not in v and "=" not in v else repr(v)
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def shutdown() -> None:
+    """Print the comm summary (if enabled) and flush the file sink; runs at exit."""
+    from dslaunch.logs import channels  # noqa: PLC0415
+
+    channels.flush_comm_summary()
+    if _STATE.file is not None:
+        try:
+            _STATE.file.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _apply_stdlib_levels() -> None:
+    from dslaunch.logs import routing  # noqa: PLC0415
+
+    routing.apply_levels()
+
+
+def state() -> _State:
+    return _STATE
+
+
+_ = S  # re-exported names live in dslaunch.logs

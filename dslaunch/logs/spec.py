@@ -1,0 +1,214 @@
+"""The ``--log-level`` grammar, the ``--log-ranks`` filter and the colour choice (pure, stdlib only).
+
+    spec := item ("," item)*           whitespace around items is ignored
+    item := LEVEL                       default for every module          info
+          | MODULE "=" LEVEL            a module and everything under it  comm=debug
+          | "+" MODULE | "-" MODULE     debug / error (TORCH_LOGS habit)  +comm,-builder
+    MODULE := ALIAS ("." ident)*  |  "py:" QNAME   (any other stdlib logger)
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+DEBUG, INFO, WARNING, ERROR, CRITICAL, OFF = 10, 20, 30, 40, 50, 100
+LEVELS: dict[str, int] = {"debug": DEBUG, "info": INFO, "warning": WARNING, "error": ERROR,
+                          "critical": CRITICAL, "off": OFF}
+_ALIASES = {"warn": "warning", "fatal": "critical"}
+LEVEL_NAMES: dict[int, str] = {v: k for k, v in LEVELS.items()}
+DEFAULT_LEVEL = WARNING
+
+MODULES: dict[str, str] = {
+    "launcher": "the dslaunch CLI: options, hosts chosen, commands run, teardown",
+    "runner": "transports that start node agents (runner.local, runner.ssh, ...)",
+    "agent": "the per-node agent: spawning ranks, signals, exit codes",
+    "bootstrap": "per-rank start-up: env, logging, rendezvous",
+    "mesh": "device-mesh construction and rank coordinates",
+    "comm": "collectives through dslaunch's comm layer (debug: one record per call)",
+    "comm.summary": "per-op collective summary at exit (on by default with comms_logger)",
+    "engine": "the per-rank runtime (engine.zero, engine.ckpt, ...)",
+    "timers": "wall-clock breakdown (on by default with --wall-clock-breakdown)",
+    "builder": "op compatibility probing and JIT builds",
+    "user": "your own code: dslaunch.get_logger('user') or get_logger('user.NAME')",
+    "torch": "torch's own stdlib loggers (unless TORCH_LOGS is set)",
+    "py:NAME": "any other stdlib logger, e.g. py:urllib3 or py:warnings (Python warnings)",
+}
+TOP_MODULES = tuple(m for m in MODULES if "." not in m and ":" not in m)
+# Data channels print at info when their switch is on, whatever the default level.
+CHANNELS: dict[str, str] = {"timers": "wall_clock_breakdown", "comm.summary": "comms_logger"}
+
+_IDENT = re.compile(r"[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*")
+_QNAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_HINT = "(run `dslaunch --log-level help`; any stdlib logger: py:NAME=LEVEL)"
+
+
+class SpecError(ValueError):
+    """A bad logging spec; the message names the bad item and what is valid."""
+
+
+@dataclass(frozen=True)
+class LogSpec:
+    default: int | None = None  # None: not set here (falls back to a lower source, then warning)
+    modules: tuple[tuple[str, int], ...] = ()  # sorted by module name
+
+    def merged_over(self, lower: LogSpec) -> LogSpec:
+        """This spec's settings win key by key; ``lower`` fills what this one leaves unset."""
+        mods = dict(lower.modules)
+        mods.update(self.modules)
+        return LogSpec(self.default if self.default is not None else lower.default, tuple(sorted(mods.items())))
+
+    def canonical(self) -> str:
+        items = [LEVEL_NAMES[self.default if self.default is not None else DEFAULT_LEVEL]]
+        return ",".join(items + [f"{m}={LEVEL_NAMES[lv]}" for m, lv in self.modules])
+
+    def level_for(self, module: str, channels_on: frozenset[str] = frozenset()) -> int:
+        """The effective level: longest explicitly set prefix, else an active channel's info, else the default."""
+        mods = dict(self.modules)
+        name = module
+        while True:
+            if name in mods:
+                return mods[name]
+            if name in channels_on:
+                return INFO
+            if "." not in name:
+                break
+            name = name.rpartition(".")[0]
+        return self.default if self.default is not None else DEFAULT_LEVEL
+
+
+def parse_level(text: str, item: str) -> int:
+    word = text.strip().lower()
+    word = _ALIASES.get(word, word)
+    if word not in LEVELS:
+        raise SpecError(f"unknown level {text.strip()!r} in {item!r} (levels: {', '.join(LEVELS)})")
+    return LEVELS[word]
+
+
+def check_module(name: str, item: str) -> str:
+    """Canonical module name, or SpecError with a close-match suggestion."""
+    if name.startswith("py:"):
+        qname = name[3:]
+        if not _QNAME.fullmatch(qname):
+            raise SpecError(f"bad stdlib logger name {qname!r} in {item!r} (expected e.g. py:urllib3.connectionpool)")
+        return name
+    low = name.lower()
+    if not _IDENT.fullmatch(low):
+        raise SpecError(f"bad module name {name!r} in {item!r} (expected e.g. comm or engine.zero) {_HINT}")
+    top = low.partition(".")[0]
+    if top not in TOP_MODULES:
+        close = difflib.get_close_matches(top, TOP_MODULES, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; modules: {', '.join(TOP_MODULES)}"
+        raise SpecError(f"unknown module {top!r} in {item!r}{hint} {_HINT}")
+    return low
+
+
+def _parse_item(item: str) -> tuple[str | None, int]:
+    if item[0] in "+-":
+        body = item[1:].strip()
+        if "=" in body:
+            raise SpecError(f"{item!r}: use either '{item[0]}{body.partition('=')[0]}' or "
+                            f"'{body}', not both")
+        if not body:
+            raise SpecError(f"missing module after {item[0]!r} in {item!r}")
+        return check_module(body, item), DEBUG if item[0] == "+" else ERROR
+    if "=" in item:
+        name, _, level = item.partition("=")
+        if not name.strip():
+            raise SpecError(f"missing module before '=' in {item!r}")
+        if not level.strip():
+            raise SpecError(f"missing level after '=' in {item!r} (levels: {', '.join(LEVELS)})")
+        return check_module(name.strip(), item), parse_level(level, item)
+    word = item.lower()
+    if _ALIASES.get(word, word) in LEVELS:
+        return None, LEVELS[_ALIASES.get(word, word)]
+    if word in TOP_MODULES or word.startswith("py:"):
+        raise SpecError(f"{item!r} has no level; write '{item}=info' or '+{item}' (debug)")
+    close = difflib.get_close_matches(word, [*LEVELS, *TOP_MODULES], n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise SpecError(f"cannot parse item {item!r}{hint} (an item is LEVEL, MODULE=LEVEL, +MODULE or -MODULE; "
+                    f"levels: {', '.join(LEVELS)})")
+
+
+def parse_spec(text: str) -> LogSpec:
+    """Parse a spec; raise SpecError naming the bad item and what is valid."""
+    if not text.strip():
+        raise SpecError(f"empty log spec (e.g. 'info' or 'warning,comm=debug'; levels: {', '.join(LEVELS)})")
+    default: int | None = None
+    default_word = ""
+    mods: dict[str, int] = {}
+    for index, raw in enumerate(text.split(","), 1):
+        item = raw.strip()
+        if not item:
+            raise SpecError(f"empty item #{index} in {text!r} (stray comma?)")
+        module, level = _parse_item(item)
+        if module is None:
+            if default is not None:
+                raise SpecError(f"default level given twice ({default_word!r} and {item!r}) in {text!r}")
+            default, default_word = level, item
+        elif module in mods:
+            raise SpecError(f"module {module!r} set twice in {text!r}")
+        else:
+            mods[module] = level
+    return LogSpec(default, tuple(sorted(mods.items())))
+
+
+def help_text() -> str:
+    width = max(len(m) for m in MODULES)
+    lines = ["dslaunch --log-level SPEC: a comma list of LEVEL, MODULE=LEVEL, +MODULE (debug), -MODULE (error).",
+             f"Levels: {', '.join(LEVELS)} (default: warning). The most specific setting wins;",
+             "--log-level beats DSLAUNCH_LOG_LEVEL, which beats log_level in the --config file.",
+             "Examples: info | comm=debug | warning,comm=debug,launcher=info | +comm,-builder | timers=off",
+             "", "Modules:"]
+    lines += [f"  {m:<{width}}  {d}" for m, d in MODULES.items()]
+    return "\n".join(lines)
+
+
+# ---- --log-ranks -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class RankFilter:
+    everyone: bool = False
+    ranges: tuple[tuple[int, int], ...] = ()  # inclusive
+
+    def selects(self, rank: int) -> bool:
+        return self.everyone or any(lo <= rank <= hi for lo, hi in self.ranges)
+
+    def canonical(self) -> str:
+        if self.everyone:
+            return "all"
+        if not self.ranges:
+            return "none"
+        return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in self.ranges)
+
+
+def parse_ranks(text: str) -> RankFilter:
+    word = text.strip().lower()
+    if word == "all":
+        return RankFilter(everyone=True)
+    if word == "none":
+        return RankFilter()
+    ranges = []
+    for raw in word.split(","):
+        item = raw.strip()
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", item)
+        if not m:
+            raise SpecError(f"bad rank item {item!r} in {text!r} (expected 'all', 'none' or ranks and ranges like 0,8-15)")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
+            raise SpecError(f"empty rank range {item!r} in {text!r} (write low-high)")
+        ranges.append((lo, hi))
+    return RankFilter(ranges=tuple(sorted(ranges)))
+
+
+def decide_color(choice: str, isatty: bool, env: Mapping[str, str]) -> bool:
+    """auto: colour on a terminal; NO_COLOR turns it off and wins over FORCE_COLOR."""
+    if choice in ("always", "never"):
+        return choice == "always"
+    if env.get("NO_COLOR"):
+        return False
+    if env.get("FORCE_COLOR"):
+        return True
+    return isatty
