@@ -21,7 +21,10 @@ from dslaunch.plan import LaunchPlan
 
 # Option areas, in the order they contribute to the plan.
 AREAS: tuple[str, ...] = (
+    "dslaunch.cli.ds_compat",
     "dslaunch.cli.core_options",
+    "dslaunch.cli.remote_options",
+    "dslaunch.cli.parity_options",
 )
 
 
@@ -40,8 +43,10 @@ def choose_launcher(draft: PlanDraft) -> str:
     if name == "auto":
         if len(draft.nodes) == 1 and draft.nodes[0].host in LOCAL_NAMES:
             return "local"
-        for candidate in ("pdsh", "ssh"):
-            if candidate in RUNNERS:
+        from shutil import which  # noqa: PLC0415
+
+        for candidate in ("pdsh", "ssh"):  # pdsh only when installed
+            if candidate in RUNNERS and (candidate != "pdsh" or which("pdsh")):
                 return candidate
         raise click.UsageError(
             f"the plan has remote hosts ({', '.join(n.host for n in draft.nodes)}) but no remote launcher "
@@ -54,16 +59,19 @@ def choose_launcher(draft: PlanDraft) -> str:
 
 
 def _run(**values: Any) -> None:
+    if values.get("script") is None and not values.get("preflight"):
+        raise click.UsageError("Missing argument 'SCRIPT'.")
     draft = PlanDraft()
     for area in AREAS:
         importlib.import_module(area).contribute(values, draft)
     draft.launcher = choose_launcher(draft)
-    if draft.launcher == "local" and not draft.dry_run:
-        _check_target(draft)
-        if draft.master_port == 0:
-            from dslaunch.runners.local import free_port  # noqa: PLC0415
-
-            draft.master_port = free_port(draft.master_addr)
+    if draft.launcher == "local":
+        if not values.get("master_addr"):
+            draft.master_addr = "127.0.0.1"  # every agent of a local run is on this machine
+        if not draft.dry_run:
+            _check_target(draft)
+            if draft.master_port == 0:
+                draft.master_port = _free_port(draft.master_addr)
     plan = draft.freeze()
     from dslaunch.runners import get_runner  # noqa: PLC0415
 
@@ -74,6 +82,15 @@ def _run(**values: Any) -> None:
     code = runner.run(plan)
     sys.stdout.flush()
     click.get_current_context().exit(code)
+
+
+def _free_port(addr: str) -> int:
+    from dslaunch.runners.local import free_port  # noqa: PLC0415
+
+    try:
+        return free_port(addr)
+    except OSError as exc:
+        raise click.BadParameter(f"cannot pick a free port on {addr!r}: {exc}", param_hint="'--master-addr'") from None
 
 
 def _check_target(draft: PlanDraft) -> None:
@@ -104,7 +121,7 @@ def build_command() -> click.Command:
     for area in AREAS:
         params.extend(importlib.import_module(area).PARAMS)
     params += [
-        click.Argument(["script"], metavar="SCRIPT"),
+        click.Argument(["script"], metavar="SCRIPT", required=False),  # optional only for --preflight
         click.Argument(["script_args"], nargs=-1, type=click.UNPROCESSED, metavar="[SCRIPT_ARGS]..."),
     ]
     return click.Command(

@@ -45,7 +45,7 @@ def test_dry_run_text_names_every_node() -> None:
     assert "world size   5 rank(s) on 2 node(s)" in result.stdout
     assert "node 0   worker-0  slots 1" in result.stdout
     assert "ranks 1-4" in result.stdout
-    assert "rendezvous   worker-0:29500" in result.stdout
+    assert "rendezvous   127.0.0.1:29500" in result.stdout  # a local run keeps rendezvous local
 
 
 def test_local_default_is_one_rank_on_localhost() -> None:
@@ -92,6 +92,8 @@ def test_script_args_are_not_options() -> None:
         (["/no/such/script.py"], "script '/no/such/script.py' does not exist"),
         ([], "Missing argument 'SCRIPT'"),
         (["--config", "hostfiles/uneven.txt", "t.py"], "is not valid JSON"),
+        (["--master-addr", "no-such-host.invalid", "--master-port", "0", "tests/core/scripts/touch_env.py"],
+         "cannot pick a free port on 'no-such-host.invalid'"),
     ],
 )
 def test_bad_input_exits_2_with_a_clear_message(args: list[str], message: str) -> None:
