@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from dslaunch import binding
 from dslaunch.plan import LaunchPlan, NodePlan
 
 # A pure-data copy of the rank-facing contract, so tests can check it by name.
@@ -18,7 +19,7 @@ RANK_ENV_KEYS = (
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
-def rank_argv(plan: LaunchPlan, local_rank: int) -> list[str]:
+def rank_argv(plan: LaunchPlan, local_rank: int, node: NodePlan | None = None) -> list[str]:
     program = plan.program
     if program.no_python:
         argv = [program.target, *program.args]
@@ -28,7 +29,8 @@ def rank_argv(plan: LaunchPlan, local_rank: int) -> list[str]:
         argv += program.args
     if program.local_rank_arg:
         argv.append(f"--local_rank={local_rank}")
-    return argv
+    cores = binding.cores_for(plan.option("bind_cores"), (node or plan.nodes[0]).nproc, local_rank)
+    return argv if cores is None else [*binding.numactl_argv(cores), *argv]
 
 
 def rank_env(
@@ -66,6 +68,9 @@ def rank_env(
         env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo otherwise needs this host's name to resolve
     if node.nproc > 1 and "OMP_NUM_THREADS" not in base and "OMP_NUM_THREADS" not in dict(plan.env):
         env["OMP_NUM_THREADS"] = "1"  # as torchrun: N ranks x all cores oversubscribes the node
+    cores = binding.cores_for(plan.option("bind_cores"), node.nproc, local_rank)
+    if cores is not None and "OMP_NUM_THREADS" not in base and "OMP_NUM_THREADS" not in dict(plan.env):
+        env["OMP_NUM_THREADS"] = str(len(cores))  # one thread per bound core, as DeepSpeed
     return env
 
 

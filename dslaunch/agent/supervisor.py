@@ -90,7 +90,7 @@ class NodeSupervisor:
             except FileNotFoundError:
                 pass
             env = rankspec.rank_env(self.plan, self.node, local_rank, os.environ, error_file)
-            argv = rankspec.rank_argv(self.plan, local_rank)
+            argv = rankspec.rank_argv(self.plan, local_rank, self.node)
             proc = subprocess.Popen(
                 argv,
                 env=env,

@@ -1,0 +1,164 @@
+"""DeepSpeed launcher spellings (``deepspeed`` 0.19.8), mapped through one table to the v1 options.
+
+This area runs first: it rewrites ``values`` to the v1 names, so later areas
+only ever see v1 values, and it warns once per DeepSpeed flag used, naming
+the v1 spelling. Flags with no v1 meaning are a warned no-op or rejected.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from dslaunch.cli.draft import PlanDraft
+
+UNSET = object()  # a converter's answer for DeepSpeed's "use the default" values (-1, "", "None")
+
+
+@dataclass(frozen=True)
+class DsFlag:
+    names: tuple[str, ...]  # DeepSpeed's spellings
+    dest: str  # click parameter name of the hidden option
+    v1: str  # the v1 spelling shown in the warning ("" when there is none)
+    target: str | None = None  # values key it sets; None: no-op or rejected
+    is_flag: bool = False
+    type: Any = click.STRING
+    convert: Callable[[Any], Any] = staticmethod(lambda value: value)  # type: ignore[assignment]
+    reject: bool = False
+    note: str = ""  # behaviour change, or why it has no meaning
+    external: bool = False  # the v1 option itself also accepts this spelling (no hidden option, no warning)
+
+
+def _minus_one(value: int) -> Any:
+    return UNSET if value == -1 else value
+
+
+def _none_string(value: str) -> Any:
+    return UNSET if value in ("", "None") else value
+
+
+def _pid_path(_value: bool) -> str:
+    return f"/tmp/{os.getpid()}.deepspeed"  # DeepSpeed's name, so scripts that look for it find it
+
+
+_ELASTIC = "elastic training was removed in DeepSpeed 0.19.8 and dslaunch has none: a failing rank stops the job"
+
+TABLE: tuple[DsFlag, ...] = (
+    DsFlag(("--num_nodes",), "ds_num_nodes", "--num-nodes", "num_nodes", type=click.INT, convert=_minus_one),
+    DsFlag(("--num_gpus",), "ds_num_gpus", "--nproc-per-node", "nproc_per_node", type=click.INT,
+           convert=_minus_one, note="checked against the hostfile's slots"),
+    DsFlag(("--num_accelerators",), "ds_num_accelerators", "--nproc-per-node", "nproc_per_node", type=click.INT,
+           convert=_minus_one, note="checked against the hostfile's slots"),
+    DsFlag(("--master_addr",), "ds_master_addr", "--master-addr", "master_addr", convert=_none_string),
+    DsFlag(("--master_port",), "ds_master_port", "--master-port", "master_port", type=click.IntRange(0, 65535)),
+    DsFlag(("--node_rank",), "ds_node_rank", "--node-rank", "node_rank", type=click.INT, convert=_minus_one),
+    DsFlag(("--launcher_args",), "ds_launcher_args", "--launcher-args", "launcher_args"),
+    DsFlag(("--no_python",), "ds_no_python", "--no-python", "no_python", is_flag=True),
+    DsFlag(("--no_local_rank",), "ds_no_local_rank", "(the default; --local-rank-arg turns it on)",
+           "local_rank_arg", is_flag=True, convert=lambda _v: False,
+           note="dslaunch appends --local_rank=N only with --local-rank-arg"),
+    DsFlag(("--no_ssh",), "ds_no_ssh", "--node-rank N", is_flag=True,
+           note="--node-rank N alone starts only this node's agent and never opens ssh"),
+    DsFlag(("--no_ssh_check",), "ds_no_ssh_check", "", is_flag=True,
+           note="it has no effect: dslaunch runs no separate ssh check"),
+    DsFlag(("--force_multi",), "ds_force_multi", "--force-multi", "force_multi", is_flag=True),
+    DsFlag(("--save_pid",), "ds_save_pid", "--save-pid PATH", "save_pid", is_flag=True, convert=_pid_path,
+           note="the launcher's pid goes to /tmp/<launcher pid>.deepspeed, removed when the job ends"),
+    DsFlag(("--enable_each_rank_log",), "ds_enable_each_rank_log", "--log-dir", "log_dir", convert=_none_string,
+           note="files are DIR/rank<N>.stdout.log and DIR/rank<N>.stderr.log"),
+    DsFlag(("--bind_cores_to_rank",), "ds_bind_cores_to_rank", "--bind-cores-to-rank", "bind_cores_to_rank",
+           is_flag=True, note="the default core list is the node's usable cores (CPU affinity)"),
+    DsFlag(("--bind_core_list",), "ds_bind_core_list", "--bind-core-list", "bind_core_list"),
+    DsFlag(("--ssh_port",), "ds_ssh_port", "--ssh-port", "ssh_port", external=True),
+    DsFlag(("--venv_script",), "ds_venv_script", "--venv-script", "venv_script", external=True),
+    DsFlag(("--log_level",), "ds_log_level", "--log-level", "log_level",
+           note="the default is warning, and the level reaches every rank on every node"),
+    DsFlag(("-q", "--quiet"), "ds_quiet", "--log-level error", "log_level", is_flag=True,
+           convert=lambda _v: "error"),
+    DsFlag(("--autotuning",), "ds_autotuning", "", type=click.Choice(["tune", "run"]), reject=True,
+           note="the autotuner is part of DeepSpeed: run it with `deepspeed --autotuning ...`"),
+    DsFlag(("--elastic_training",), "ds_elastic_training", "", is_flag=True, note=_ELASTIC),
+    DsFlag(("--min_elastic_nodes",), "ds_min_elastic_nodes", "", type=click.INT, note=_ELASTIC),
+    DsFlag(("--max_elastic_nodes",), "ds_max_elastic_nodes", "", type=click.INT, note=_ELASTIC),
+)
+
+# DeepSpeed flags whose spelling is also the v1 one: the v1 option accepts them as they are.
+SAME_SPELLING: tuple[str, ...] = ("-H", "--hostfile", "-i", "--include", "-e", "--exclude", "--launcher", "--module")
+
+ACCEPTED: tuple[str, ...] = tuple(sorted({*SAME_SPELLING, *(name for f in TABLE for name in f.names)}))
+
+PARAMS: list[click.Parameter] = [
+    click.Option([*f.names, f.dest], is_flag=f.is_flag, default=None if not f.is_flag else False,
+                 type=None if f.is_flag else f.type, hidden=True, expose_value=True)
+    for f in TABLE
+    if not f.external
+]
+
+
+def _spelling(flag: DsFlag) -> str:
+    return "/".join(flag.names)
+
+
+def message(flag: DsFlag) -> str:
+    """The one warning (or error) shown when ``flag`` is used."""
+    name = _spelling(flag)
+    if flag.reject:
+        return f"{name} is not supported by dslaunch: {flag.note}"
+    if not flag.v1:
+        return f"warning: {name} (DeepSpeed) is ignored: {flag.note}"
+    text = f"warning: {name} is DeepSpeed's spelling; use {flag.v1}"
+    return f"{text} ({flag.note})" if flag.note else text
+
+
+def _given_on_cli(name: str) -> bool:
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return False
+    try:
+        source = ctx.get_parameter_source(name)
+    except (KeyError, TypeError):
+        return False
+    return source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+
+
+def _used(flag: DsFlag, values: dict[str, Any]) -> bool:
+    value = values.get(flag.dest)
+    return bool(value) if flag.is_flag else value is not None
+
+
+def _apply(flag: DsFlag, values: dict[str, Any], applied: dict[str, DsFlag]) -> None:
+    assert flag.target is not None
+    value = flag.convert(values[flag.dest])
+    if value is UNSET:
+        return
+    if flag.target not in values:
+        raise click.UsageError(f"{_spelling(flag)} needs dslaunch's {flag.v1}, which this build does not have yet")
+    earlier = applied.get(flag.target)
+    if earlier is not None and values[flag.target] != value:
+        raise click.UsageError(f"{_spelling(earlier)} and {_spelling(flag)} disagree: give only {flag.v1}")
+    if _given_on_cli(flag.target) and values[flag.target] != value:
+        raise click.UsageError(f"{_spelling(flag)} and {flag.v1.split()[0]} disagree: give only {flag.v1}")
+    values[flag.target] = value
+    applied[flag.target] = flag
+
+
+def contribute(values: dict[str, Any], draft: PlanDraft) -> None:  # noqa: ARG001 - area signature
+    applied: dict[str, DsFlag] = {}
+    for flag in TABLE:
+        if flag.external or not _used(flag, values):
+            continue
+        if flag.reject:
+            raise click.UsageError(message(flag))
+        click.echo(f"dslaunch: {message(flag)}", err=True)
+        if flag.target is not None:
+            _apply(flag, values, applied)
+    if _used(_BY_DEST["ds_no_ssh"], values) and values.get("node_rank") is None:
+        raise click.UsageError("--no_ssh needs --node_rank N (in dslaunch: --node-rank N): the rank of this node")
+
+
+_BY_DEST = {f.dest: f for f in TABLE}

@@ -1,0 +1,150 @@
+"""DeepSpeed 0.19.8 spellings: the frozen list, one warning per flag, and clear refusals."""
+
+from __future__ import annotations
+
+import os
+
+import click
+import pytest
+
+from dslaunch.cli import ds_compat
+from tests.compat.plans import comparable, plan_of
+
+# Every `deepspeed` 0.19.8 launcher flag (deepspeed-launcher.md §1.5.1) plus the removed elastic ones.
+# Changing this list is a compatibility decision: update the migration guide with it.
+FROZEN_SPELLINGS = (
+    "--autotuning", "--bind_core_list", "--bind_cores_to_rank", "--elastic_training", "--enable_each_rank_log",
+    "--exclude", "--force_multi", "--hostfile", "--include", "--launcher", "--launcher_args", "--log_level",
+    "--master_addr", "--master_port", "--max_elastic_nodes", "--min_elastic_nodes", "--module", "--no_local_rank",
+    "--no_python", "--no_ssh", "--no_ssh_check", "--node_rank", "--num_accelerators", "--num_gpus", "--num_nodes",
+    "--quiet", "--save_pid", "--ssh_port", "--venv_script", "-H", "-e", "-i", "-q",
+)
+
+# One command-line use of each flag that warns, and what the same job looks like in v1 spelling.
+WARNED_USES: dict[str, tuple[list[str], list[str]]] = {
+    "ds_num_nodes": (["--num_nodes", "1"], ["--num-nodes", "1"]),
+    "ds_num_gpus": (["--num_gpus", "2"], ["--nproc-per-node", "2"]),
+    "ds_num_accelerators": (["--num_accelerators=2"], ["--nproc-per-node", "2"]),
+    "ds_master_addr": (["--master_addr", "10.1.2.3"], ["--master-addr", "10.1.2.3"]),
+    "ds_master_port": (["--master_port=29600"], ["--master-port", "29600"]),
+    "ds_node_rank": (["--node_rank", "0"], ["--node-rank", "0"]),
+    "ds_launcher_args": (["--launcher_args", "--mca btl ^openib"], ["--launcher-args", "--mca btl ^openib"]),
+    "ds_no_python": (["--no_python"], ["--no-python"]),
+    "ds_no_local_rank": (["--no_local_rank"], []),
+    "ds_no_ssh": (["--no_ssh", "--node_rank", "0"], ["--node-rank", "0"]),
+    "ds_no_ssh_check": (["--no_ssh_check"], []),
+    "ds_force_multi": (["--force_multi", "--launcher", "local"], ["--force-multi", "--launcher", "local"]),
+    "ds_save_pid": (["--save_pid"], []),  # dry run: nothing written
+    "ds_enable_each_rank_log": (["--enable_each_rank_log", "/tmp/ds-logs"], ["--log-dir", "/tmp/ds-logs"]),
+    "ds_bind_cores_to_rank": (["--bind_cores_to_rank"], ["--bind-cores-to-rank"]),
+    "ds_bind_core_list": (["--bind_cores_to_rank", "--bind_core_list", "0-1"],
+                          ["--bind-cores-to-rank", "--bind-core-list", "0-1"]),
+    "ds_log_level": (["--log_level", "info"], ["--log-level", "info"]),
+    "ds_quiet": (["-q"], ["--log-level", "error"]),
+    "ds_elastic_training": (["--elastic_training"], []),
+    "ds_min_elastic_nodes": (["--min_elastic_nodes", "1"], []),
+    "ds_max_elastic_nodes": (["--max_elastic_nodes", "2"], []),
+}
+
+BASE = ["--dry-run", "--run-id", "compat", "--launcher", "local"]
+ENV = {"CUDA_VISIBLE_DEVICES": "0,1"}
+
+
+@pytest.fixture(autouse=True)
+def _two_local_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+
+
+def _has_option(dest: str) -> bool:
+    from dslaunch.cli import command  # noqa: PLC0415
+
+    return any(p.name == dest for p in command.build_command().params)
+
+
+def test_accepted_spellings_are_frozen() -> None:
+    assert ds_compat.ACCEPTED == tuple(sorted(FROZEN_SPELLINGS))
+
+
+def test_every_accepted_spelling_is_an_option_of_the_command() -> None:
+    from dslaunch.cli import command  # noqa: PLC0415
+
+    names = {opt for p in command.build_command().params for opt in getattr(p, "opts", ())}
+    names |= {opt for p in command.build_command().params for opt in getattr(p, "secondary_opts", ())}
+    assert set(FROZEN_SPELLINGS) <= names, set(FROZEN_SPELLINGS) - names
+
+
+def test_every_table_entry_has_a_warned_use() -> None:
+    warned = {f.dest for f in ds_compat.TABLE if not f.reject and not f.external}
+    assert warned == set(WARNED_USES)
+
+
+@pytest.mark.parametrize("dest", sorted(WARNED_USES))
+def test_flag_warns_exactly_once_and_maps_to_v1(dest: str, capsys: pytest.CaptureFixture[str]) -> None:
+    flag = next(f for f in ds_compat.TABLE if f.dest == dest)
+    ds_args, v1_args = WARNED_USES[dest]
+    if flag.target and flag.target not in ("local_rank_arg",) and not _has_option(flag.target):
+        pytest.skip(f"the v1 option for {flag.names[0]} ({flag.v1}) has not landed")
+    if "ds_no_ssh" == dest and not _has_option("node_rank"):
+        pytest.skip("--node-rank has not landed")
+    ds_plan = plan_of([*BASE, *ds_args, *(ds_args if flag.is_flag else []), "train.py", "--x", "1"])
+    err = capsys.readouterr().err
+    assert err.count(ds_compat.message(flag)) == 1, err
+    assert err.count("dslaunch: warning:") == (2 if dest in ("ds_bind_core_list", "ds_no_ssh") else 1), err
+    v1_plan = plan_of([*BASE, *v1_args, "train.py", "--x", "1"])
+    assert capsys.readouterr().err == ""
+    assert comparable(ds_plan) == comparable(v1_plan)
+
+
+def test_warning_names_the_v1_spelling() -> None:
+    flag = next(f for f in ds_compat.TABLE if f.dest == "ds_num_gpus")
+    assert ds_compat.message(flag).startswith("warning: --num_gpus is DeepSpeed's spelling; use --nproc-per-node")
+    elastic = next(f for f in ds_compat.TABLE if f.dest == "ds_elastic_training")
+    assert "ignored" in ds_compat.message(elastic) and "elastic" in ds_compat.message(elastic)
+
+
+def test_minus_one_means_default(capsys: pytest.CaptureFixture[str]) -> None:
+    plan = plan_of([*BASE, "--num_gpus", "-1", "--num_nodes", "-1", "--node_rank", "-1", "train.py"])
+    assert comparable(plan) == comparable(plan_of([*BASE, "train.py"]))
+    assert capsys.readouterr().err.count("warning:") == 3
+
+
+def test_enable_each_rank_log_none_string_means_off() -> None:
+    plan = plan_of([*BASE, "--enable_each_rank_log", "None", "train.py"])
+    assert plan.log_dir is None
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--autotuning", "tune"], "--autotuning is not supported by dslaunch"),
+        (["--num_gpus", "1", "--nproc-per-node", "2"], "--num_gpus and --nproc-per-node disagree"),
+        (["--num_gpus", "1", "--num_accelerators", "2"], "--num_gpus and --num_accelerators disagree"),
+        (["--no_local_rank", "--local-rank-arg"], "disagree"),
+        (["--no_ssh"], "--no_ssh needs --node_rank N"),
+        (["--master_port", "70000"], "70000"),
+        (["--bind_cores_to_rank", "--bind_core_list", "3-1"], "runs backwards"),
+        (["--bind_core_list", "0-3"], "--bind-core-list needs --bind-cores-to-rank"),
+    ],
+)
+def test_bad_compat_use_is_a_usage_error(args: list[str], needle: str) -> None:
+    with pytest.raises(click.ClickException) as info:
+        plan_of([*BASE, *args, "train.py"])
+    assert info.value.exit_code == 2
+    assert needle in info.value.format_message()
+
+
+def test_same_value_under_both_spellings_is_fine() -> None:
+    plan = plan_of([*BASE, "--num_gpus", "2", "--nproc-per-node", "2", "train.py"])
+    assert plan.world_size == 2
+
+
+def test_dslaunch_parses_no_ds_flag_after_the_script() -> None:
+    plan = plan_of([*BASE, "train.py", "--num_gpus", "4", "--local_rank=0"])
+    assert plan.program.args == ("--num_gpus", "4", "--local_rank=0")
+    assert plan.world_size == 2
+
+
+def test_save_pid_points_at_deepspeeds_file_name() -> None:
+    flag = next(f for f in ds_compat.TABLE if f.dest == "ds_save_pid")
+    assert flag.convert(True) == f"/tmp/{os.getpid()}.deepspeed"
