@@ -22,9 +22,10 @@ def dry_json(*args: str, env: dict[str, str] | None = None) -> dict:  # type: ig
 
 
 def normalise(plan: dict) -> dict:  # type: ignore[type-arg]
-    """Drop what depends on the machine (interpreter path, cwd)."""
+    """Drop what depends on the machine (interpreter path, cwd) and the caller's exported environment."""
     plan = dict(plan)
     plan.pop("commands")
+    plan.pop("env", None)
     return plan
 
 
