@@ -19,6 +19,7 @@ def main(argv: list[str]) -> None:
         print("usage: python -m dslaunch.bootstrap [-m] TARGET [ARGS...]", file=sys.stderr)
         raise SystemExit(2)
     target, args = argv[0], argv[1:]
+    _setup_logging()
     try:
         if module:
             sys.argv = [target, *args]
@@ -38,6 +39,17 @@ def main(argv: list[str]) -> None:
         sys.stderr.write(text)
         sys.stderr.flush()
         raise SystemExit(130 if isinstance(exc, KeyboardInterrupt) else 1) from None
+
+
+def _setup_logging() -> None:
+    """Configure this rank's logging from the launcher's DSLAUNCH_LOG_* before the user script runs."""
+    from dslaunch.logs.routing import setup_rank  # noqa: PLC0415
+
+    try:
+        setup_rank()
+    except ValueError as exc:
+        print(f"dslaunch: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

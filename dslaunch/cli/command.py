@@ -23,6 +23,7 @@ from dslaunch.plan import LaunchPlan
 AREAS: tuple[str, ...] = (
     "dslaunch.cli.ds_compat",
     "dslaunch.cli.core_options",
+    "dslaunch.cli.log_options",
     "dslaunch.cli.remote_options",
     "dslaunch.cli.parity_options",
 )
@@ -79,6 +80,9 @@ def _run(**values: Any) -> None:
     if draft.dry_run:
         _dry_run(plan, runner.describe(plan), draft)
         return
+    from dslaunch.cli.log_options import log_launch  # noqa: PLC0415
+
+    log_launch(plan.launcher, runner.describe(plan), plan.env, draft.secrets)
     code = runner.run(plan)
     sys.stdout.flush()
     click.get_current_context().exit(code)
