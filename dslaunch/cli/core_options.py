@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +139,7 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
     draft.shutdown_timeout = values["shutdown_timeout"]
     draft.log_dir = os.path.abspath(values["log_dir"]) if values.get("log_dir") else None
     draft.cwd = os.getcwd()
-    draft.run_id = values.get("run_id") or os.environ.get("DSLAUNCH_RUN_ID") or uuid.uuid4().hex[:12]
+    draft.run_id = values.get("run_id") or os.environ.get("DSLAUNCH_RUN_ID") or os.urandom(6).hex()
     if values.get("config"):
         path = os.path.abspath(values["config"])
         try:

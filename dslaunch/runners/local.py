@@ -12,7 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
-from dslaunch.agent.supervisor import set_parent_death_signal
+from dslaunch import _prctl
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.supervise import format_summary, supervise
 
@@ -22,7 +22,7 @@ def agent_argv(node_rank: int, python: str = sys.executable) -> list[str]:
 
 
 def _agent_preexec() -> None:
-    set_parent_death_signal(signal.SIGTERM)
+    _prctl.set_parent_death_signal(signal.SIGTERM)
 
 
 class LocalAgent:
@@ -87,6 +87,7 @@ class LocalRunner:
 
     def run(self, plan: LaunchPlan) -> int:
         handles = []
+        _prctl.load()
         try:
             for node in plan.nodes:
                 handles.append(LocalAgent(plan, node.node_rank))
