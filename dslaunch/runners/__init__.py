@@ -14,6 +14,11 @@ from dslaunch.plan import LaunchPlan
 # name -> "module:Class"; helpers of other issues add their runners here.
 RUNNERS: dict[str, str] = {
     "local": "dslaunch.runners.local:LocalRunner",
+    "openmpi": "dslaunch.runners.mpi:OpenMpiRunner",
+    "mpich": "dslaunch.runners.mpi:MpichRunner",
+    "ssh": "dslaunch.runners.ssh:SshRunner",
+    "pdsh": "dslaunch.runners.pdsh:PdshRunner",
+    "node": "dslaunch.remote.manual:NodeRunner",
 }
 
 

@@ -1,0 +1,66 @@
+"""The shell command that starts a node agent on a remote host (pure).
+
+The only values that reach the remote shell are paths, the run id, the node
+rank and base64; each is quoted with :func:`shlex.quote`. Script arguments and
+the rank environment travel inside the plan (stdin or base64), never as shell.
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from dslaunch.plan import LaunchPlan
+
+PLAN_PLACEHOLDER = "<plan:base64>"
+# Exported variables the agent process itself needs (to import dslaunch, say), not only its ranks.
+AGENT_ENV_NAMES = ("PYTHONPATH",)
+
+
+@dataclass(frozen=True)
+class RemoteSettings:
+    """The runner options of the ssh and pdsh launchers (``plan.option('remote')``)."""
+
+    fanout: int = 32
+    venv_script: str | None = None
+    ssh_config: str | None = None
+    ssh_port: int | None = None
+    accept_new_hosts: bool = False
+    connect_timeout: float = 10.0
+
+    @staticmethod
+    def of(plan: LaunchPlan) -> RemoteSettings:
+        return RemoteSettings(**(plan.option("remote") or {}))
+
+
+def plan_b64(plan: LaunchPlan) -> str:
+    return base64.urlsafe_b64encode(plan.to_json().encode()).decode()
+
+
+def agent_command(
+    plan: LaunchPlan,
+    node_rank: int | str,
+    *,
+    venv_script: str | None = None,
+    inline_plan: str | None = None,
+) -> str:
+    """``cd CWD && [. VENV &&] exec env DSLAUNCH_RUN_ID=.. PYTHON -u -m dslaunch.agent --node-rank N``.
+
+    ``inline_plan`` (base64) goes on the command line for transports without a
+    usable stdin; otherwise the plan is the first line the agent reads.
+    """
+    parts: list[str] = []
+    if plan.cwd:
+        parts.append(f"cd {shlex.quote(plan.cwd)}")
+    if venv_script:
+        parts.append(f". {shlex.quote(venv_script)}")
+    env: Mapping[str, str] = dict(plan.env)
+    assignments = [f"DSLAUNCH_RUN_ID={plan.run_id}"]
+    assignments += [f"{name}={env[name]}" for name in AGENT_ENV_NAMES if name in env]
+    argv = ["env", *assignments, plan.program.python, "-u", "-m", "dslaunch.agent", "--node-rank", str(node_rank)]
+    if inline_plan is not None:
+        argv += ["--plan-b64", inline_plan]
+    parts.append("exec " + shlex.join(argv))
+    return " && ".join(parts)

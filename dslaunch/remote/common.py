@@ -1,0 +1,52 @@
+"""Pieces both remote runners share: supervision with a summary, a free-port probe, stderr relay."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import threading
+from collections.abc import Iterable, Sequence
+
+from dslaunch.plan import LaunchPlan
+from dslaunch.runners.supervise import AgentHandle, format_summary, supervise
+
+_err_lock = threading.Lock()
+CONNECT_FAILED = 255  # what ssh itself exits with when it cannot run the remote command
+
+
+def write_err(data: bytes) -> None:
+    with _err_lock:
+        sys.stderr.buffer.write(data)
+        sys.stderr.buffer.flush()
+
+
+def relay_lines(lines: Iterable[bytes]) -> None:
+    """Copy a remote stderr stream to ours, one whole line at a time."""
+    for line in lines:
+        write_err(line if line.endswith(b"\n") else line + b"\n")
+
+
+def port_probe_command(python: str) -> str:
+    code = "import socket;s=socket.socket();s.bind(('',0));print(s.getsockname()[1])"
+    return shlex.join([python, "-c", code])
+
+
+def parse_port(output: str) -> int | None:
+    text = output.strip().splitlines()[-1:] if output.strip() else []
+    return int(text[0]) if text and text[0].isdigit() and 0 < int(text[0]) < 65536 else None
+
+
+def supervise_and_report(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> int:
+    outcome = supervise(plan, handles)
+    summary = format_summary(outcome, plan)
+    if summary:
+        sys.stdout.flush()
+        write_err(summary.encode() + b"\n")
+    return outcome.code
+
+
+def report_start_failures(failures: dict[str, str]) -> int:
+    for host, why in failures.items():
+        write_err(f"dslaunch: cannot start the node agent on {host}: {why}\n".encode())
+    write_err(b"dslaunch: nothing was started (or what was started has been stopped)\n")
+    return CONNECT_FAILED

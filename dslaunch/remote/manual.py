@@ -1,0 +1,21 @@
+"""Manual multi-node mode (``--node-rank N``): run only node N's agent here, with no ssh at all."""
+
+from __future__ import annotations
+
+import shlex
+
+from dslaunch.plan import LaunchPlan
+from dslaunch.remote.common import supervise_and_report
+from dslaunch.runners.local import LocalAgent, agent_argv
+
+
+class NodeRunner:
+    name = "node"
+
+    def describe(self, plan: LaunchPlan) -> list[str]:
+        node_rank = int(plan.option("node_rank", 0))
+        return [shlex.join(agent_argv(node_rank)) + "  < plan on stdin  (this node only)"]
+
+    def run(self, plan: LaunchPlan) -> int:
+        node_rank = int(plan.option("node_rank", 0))
+        return supervise_and_report(plan, [LocalAgent(plan, node_rank)])

@@ -1,0 +1,59 @@
+"""Resolve a hostfile host to where and how to connect, as OpenSSH would from ssh_config."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+from dataclasses import dataclass
+
+DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
+# A host name, IPv4/IPv6 address or alias, optionally "user@": nothing a shell or ssh option parser could act on.
+_HOST = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.+-]*@)?(?:[A-Za-z0-9_][A-Za-z0-9_.-]*|\[?[0-9A-Fa-f:.]+(?:%[A-Za-z0-9_.-]+)?\]?)$")
+
+
+def valid_host(host: str) -> bool:
+    return bool(_HOST.match(host)) and len(host) <= 255
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    alias: str  # the name in the hostfile (without user@)
+    hostname: str
+    port: int
+    user: str
+    identity_files: tuple[str, ...]
+    known_hosts_files: tuple[str, ...]
+    strict_host_key_checking: str  # yes | ask | accept-new | no | off
+    proxy_jump: str | None = None
+
+    @property
+    def known_hosts_key(self) -> str:
+        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
+
+
+def default_config_path() -> str | None:
+    path = os.path.expanduser("~/.ssh/config")
+    return path if os.path.isfile(path) else None
+
+
+def resolve(host: str, config_path: str | None, port: int | None = None) -> SshTarget:
+    """Resolve ``[user@]host`` with ``config_path`` (None: no config); ``port`` overrides the config."""
+    import paramiko  # noqa: PLC0415 - never at CLI start-up
+
+    user, _, alias = host.rpartition("@")
+    config = paramiko.SSHConfig.from_path(config_path) if config_path else paramiko.SSHConfig()
+    found = config.lookup(alias)
+    known = found.get("userknownhostsfile")
+    known_files = tuple(os.path.expanduser(p) for p in known.split()) if known else tuple(
+        os.path.expanduser(p) for p in DEFAULT_KNOWN_HOSTS)
+    return SshTarget(
+        alias=alias,
+        hostname=found.get("hostname", alias),
+        port=port or int(found.get("port", 22)),
+        user=user or found.get("user") or getpass.getuser(),
+        identity_files=tuple(os.path.expanduser(p) for p in found.get("identityfile", ())),
+        known_hosts_files=known_files,
+        strict_host_key_checking=str(found.get("stricthostkeychecking", "ask")).lower(),
+        proxy_jump=found.get("proxyjump") if found.get("proxyjump", "none").lower() != "none" else None,
+    )

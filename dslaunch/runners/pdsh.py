@@ -1,0 +1,222 @@
+"""pdsh runner: one ``pdsh -S -R ssh`` for all nodes, its output split back per host.
+
+pdsh cannot carry stdin, so the plan travels base64 on the command line and
+``%n`` (pdsh's index of the host in ``-w``) gives each agent its node rank.
+The agent still watches stdin: pdsh keeps each ssh client's stdin open, so a
+node is stopped by ending its ssh client (EOF on the remote agent's stdin),
+and a launcher killed with SIGKILL takes pdsh with it (parent-death signal),
+which closes every ssh client's stdin.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import shlex
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+from dslaunch import events
+from dslaunch.agent.supervisor import set_parent_death_signal
+from dslaunch.plan import LaunchPlan
+from dslaunch.remote import common
+from dslaunch.remote.command import PLAN_PLACEHOLDER, RemoteSettings, agent_command, plan_b64
+from dslaunch.remote.sshconfig import default_config_path
+
+_SSH_EXIT = re.compile(r"^pdsh@[^:]*: (?P<host>[^:]+): ssh exited with exit code (?P<code>\d+)")
+
+
+def ssh_args(settings: RemoteSettings) -> list[str]:
+    """Options for every ssh client pdsh starts, after the user's own PDSH_SSH_ARGS_APPEND."""
+    args = ["-o", "BatchMode=yes"]
+    if settings.ssh_config and settings.ssh_config != default_config_path():
+        args += ["-F", settings.ssh_config]
+    if settings.ssh_port:
+        args += ["-p", str(settings.ssh_port)]
+    if settings.accept_new_hosts:
+        args += ["-o", "StrictHostKeyChecking=accept-new"]
+    return args
+
+
+def pdsh_argv(plan: LaunchPlan, settings: RemoteSettings, inline_plan: str) -> list[str]:
+    # A single host gets its rank literally: some pdsh builds leave %n alone then (DeepSpeed #1523).
+    rank = "0" if len(plan.nodes) == 1 else "%n"
+    token = f"DSLRANK{uuid.uuid4().hex}"  # stands in for the rank while '%' is escaped for pdsh
+    command = agent_command(plan, token, venv_script=settings.venv_script, inline_plan=inline_plan)
+    command = command.replace("%", "%%").replace(token, rank)
+    return [
+        "pdsh", "-S", "-R", "ssh", "-f", str(max(settings.fanout, len(plan.nodes))),
+        "-t", str(max(1, round(settings.connect_timeout))),
+        "-w", ",".join(n.host for n in plan.nodes), command,
+    ]
+
+
+def pdsh_env(settings: RemoteSettings, base: dict[str, str]) -> dict[str, str]:
+    env = dict(base)
+    if any(c.isspace() for c in settings.ssh_config or ""):
+        raise ValueError(f"pdsh cannot pass an ssh config path with spaces: {settings.ssh_config!r}")
+    env["PDSH_SSH_ARGS_APPEND"] = " ".join(filter(None, [base.get("PDSH_SSH_ARGS_APPEND", ""), *ssh_args(settings)]))
+    env.pop("PDSH_SSH_ARGS", None)  # our own -F/-p/-o must not be replaced by a custom template
+    return env
+
+
+def _host_of(name: str) -> str:
+    return name.rpartition("@")[2]
+
+
+class _Demux:
+    """Reads pdsh's stdout/stderr and hands each host its own line stream and status."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], hosts: list[str]) -> None:
+        self.proc = proc
+        self.queues = {h: queue.Queue[str | None]() for h in hosts}
+        self.status: dict[str, int] = {}
+        self.closed: set[str] = set()
+        self.lock = threading.Lock()
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+
+    def _close(self, host: str, code: int | None) -> None:
+        with self.lock:
+            if code is not None:
+                self.status.setdefault(host, code)
+            if host in self.closed:
+                return
+            self.closed.add(host)
+        self.queues[host].put(None)
+
+    def _read_stdout(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            host, sep, rest = raw.decode("utf-8", "replace").partition(": ")
+            if not sep or host not in self.queues:
+                common.write_err(raw)
+                continue
+            if host in self.closed:
+                continue
+            self.queues[host].put(rest)
+            event = events.decode(rest)
+            if event is not None and event.get("ev") == "done":
+                self._close(host, int(event["code"]))
+        code = self.proc.wait()
+        for host in self.queues:
+            self._close(host, code if code else common.CONNECT_FAILED)
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            line = raw.decode("utf-8", "replace")
+            match = _SSH_EXIT.match(line)
+            if match and match["host"] in self.queues:
+                self._close(match["host"], int(match["code"]))
+            host, sep, rest = line.partition(": ")
+            common.write_err((rest if sep and host in self.queues and rest.startswith("[") else line).encode())
+
+    def ssh_client(self, host: str) -> int | None:
+        """The pid of the ssh client pdsh runs for ``host`` (pdsh puts each in its own session)."""
+        import psutil  # noqa: PLC0415
+
+        try:
+            for child in psutil.Process(self.proc.pid).children():
+                cmdline = child.cmdline()
+                if cmdline and os.path.basename(cmdline[0]) == "ssh" and host in cmdline:
+                    return child.pid
+        except psutil.Error:
+            pass
+        return None
+
+
+class PdshNode:
+    def __init__(self, node_rank: int, host: str, demux: _Demux) -> None:
+        self.node_rank = node_rank
+        self.host = host
+        self.key = _host_of(host)
+        self.demux = demux
+
+    def lines(self) -> Iterator[str]:
+        q = self.demux.queues[self.key]
+        while (line := q.get()) is not None:
+            yield line
+
+    def _signal_client(self, signum: int) -> None:
+        pid = self.demux.ssh_client(self.key)
+        if pid is not None:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def stop(self) -> None:
+        # Ending the ssh client is EOF on the remote agent's stdin: it tears its node down.
+        self._signal_client(signal.SIGTERM)
+
+    def signal(self, signum: int) -> None:
+        pass  # no channel for it over pdsh
+
+    def kill(self) -> None:
+        self._signal_client(signal.SIGKILL)
+
+    def wait(self, timeout: float | None) -> int | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.key not in self.demux.status:
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            time.sleep(0.02)
+        return self.demux.status[self.key]
+
+
+class PdshRunner:
+    name = "pdsh"
+
+    def describe(self, plan: LaunchPlan) -> list[str]:
+        settings = RemoteSettings.of(plan)
+        argv = pdsh_argv(plan, settings, PLAN_PLACEHOLDER)
+        return [f"PDSH_SSH_ARGS_APPEND={shlex.quote(' '.join(ssh_args(settings)))} {shlex.join(argv)}"]
+
+    def run(self, plan: LaunchPlan) -> int:
+        settings = RemoteSettings.of(plan)
+        try:
+            env = pdsh_env(settings, dict(os.environ))
+        except ValueError as exc:
+            return common.report_start_failures({"(all)": str(exc)})
+        if plan.master_port == 0:
+            port = self._pick_port(plan, settings, env)
+            if port is None:
+                return common.CONNECT_FAILED
+            plan = plan.with_port(port)
+        try:
+            proc = subprocess.Popen(
+                pdsh_argv(plan, settings, plan_b64(plan)), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, env=env, preexec_fn=lambda: set_parent_death_signal(signal.SIGKILL),
+            )
+        except OSError as exc:
+            return common.report_start_failures({"(all)": f"cannot run pdsh: {exc}"})
+        demux = _Demux(proc, [_host_of(n.host) for n in plan.nodes])
+        handles = [PdshNode(n.node_rank, n.host, demux) for n in plan.nodes]
+        try:
+            return common.supervise_and_report(plan, handles)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+    @staticmethod
+    def _pick_port(plan: LaunchPlan, settings: RemoteSettings, env: dict[str, str]) -> int | None:
+        host = plan.nodes[0].host
+        argv = ["pdsh", "-S", "-R", "ssh", "-N", "-t", str(max(1, round(settings.connect_timeout))), "-w", host,
+                common.port_probe_command(plan.program.python).replace("%", "%%")]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, env=env,
+                                  timeout=settings.connect_timeout + 30, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            common.report_start_failures({host: f"cannot pick a free master port there: {exc}"})
+            return None
+        port = common.parse_port(done.stdout)
+        if done.returncode != 0 or port is None:
+            common.report_start_failures({host: f"cannot pick a free master port there: {done.stderr.strip()}"})
+        return port if done.returncode == 0 else None

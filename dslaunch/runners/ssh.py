@@ -1,0 +1,145 @@
+"""ssh runner (paramiko): one connection and one node agent per host, opened in parallel.
+
+The plan is the first line of the agent's stdin and the rest of stdin is its
+control channel, so nothing relies on sshd's AcceptEnv, and a dropped
+connection (or a launcher killed with SIGKILL) is EOF on the agent's stdin,
+which tears that node down.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from dslaunch.plan import LaunchPlan
+from dslaunch.remote import common
+from dslaunch.remote.command import RemoteSettings, agent_command
+
+
+class SshAgent:
+    def __init__(self, node_rank: int, host: str, conn: Any, command: str, plan_json: str) -> None:
+        self.node_rank = node_rank
+        self.host = host
+        self.conn = conn
+        transport = conn.client.get_transport()
+        self.channel = transport.open_session()
+        self.channel.exec_command(command)
+        self.channel.sendall(plan_json.encode() + b"\n")
+        self._stdout = self.channel.makefile("rb")
+        self._stopped = False
+        self._relay = threading.Thread(target=common.relay_lines, args=(self.channel.makefile_stderr("rb"),),
+                                       daemon=True)
+        self._relay.start()
+
+    def lines(self) -> Iterator[str]:
+        for raw in self._stdout:
+            yield raw.decode("utf-8", "replace")
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            self.channel.sendall(b"stop\n")
+            self.channel.shutdown_write()
+        except (OSError, EOFError, Exception):  # noqa: BLE001 - a dead channel is already stopped
+            pass
+
+    def signal(self, signum: int) -> None:
+        # sshd refuses the "signal" channel request for root sessions; the agent has no such control line.
+        pass
+
+    def kill(self) -> None:
+        # Dropping the connection is EOF on the agent's stdin: the node tears itself down.
+        self.conn.close()
+
+    def wait(self, timeout: float | None) -> int | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.channel.exit_status_ready():
+            transport = self.channel.get_transport()
+            if self.channel.closed or transport is None or not transport.is_active():
+                return common.CONNECT_FAILED
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            time.sleep(0.02)
+        status = self.channel.recv_exit_status()
+        return common.CONNECT_FAILED if status == -1 else status
+
+
+def connect_all(plan: LaunchPlan, settings: RemoteSettings) -> tuple[dict[int, Any], dict[str, str]]:
+    """Connect to every node, at most ``fanout`` handshakes at a time; return connections and failures."""
+    from dslaunch.remote.paramiko_conn import ConnectError, connect  # noqa: PLC0415
+
+    def one(host: str) -> Any:
+        return connect(host, settings.ssh_config, settings.ssh_port, settings.accept_new_hosts,
+                       settings.connect_timeout)
+
+    conns: dict[int, Any] = {}
+    failures: dict[str, str] = {}
+    with ThreadPoolExecutor(max_workers=max(1, min(settings.fanout, len(plan.nodes)))) as pool:
+        futures = {node.node_rank: pool.submit(one, node.host) for node in plan.nodes}
+        for node_rank, future in futures.items():
+            try:
+                conns[node_rank] = future.result()
+            except ConnectError as exc:
+                failures[plan.node(node_rank).host] = str(exc)
+    return conns, failures
+
+
+def run_on(conn: Any, command: str, timeout: float) -> tuple[int, str, str]:
+    """Run one command over an open connection; (status, stdout, stderr)."""
+    channel = conn.client.get_transport().open_session(timeout=timeout)
+    channel.settimeout(timeout)
+    channel.exec_command(command)
+    channel.shutdown_write()
+    out = channel.makefile("rb").read().decode("utf-8", "replace")
+    err = channel.makefile_stderr("rb").read().decode("utf-8", "replace")
+    return channel.recv_exit_status(), out, err
+
+
+class SshRunner:
+    name = "ssh"
+
+    def describe(self, plan: LaunchPlan) -> list[str]:
+        settings = RemoteSettings.of(plan)
+        return [
+            f"ssh {n.host}  {agent_command(plan, n.node_rank, venv_script=settings.venv_script)}  < plan on stdin"
+            for n in plan.nodes
+        ]
+
+    def run(self, plan: LaunchPlan) -> int:
+        settings = RemoteSettings.of(plan)
+        conns, failures = connect_all(plan, settings)
+        handles: list[SshAgent] = []
+        try:
+            if not failures and plan.master_port == 0:
+                plan = self._pick_port(plan, conns[0], settings, failures)
+            if failures:
+                return common.report_start_failures(failures)
+            plan_json = plan.to_json()
+            for node in plan.nodes:
+                command = agent_command(plan, node.node_rank, venv_script=settings.venv_script)
+                handles.append(SshAgent(node.node_rank, node.host, conns[node.node_rank], command, plan_json))
+            return common.supervise_and_report(plan, handles)
+        except Exception as exc:  # noqa: BLE001 - a channel that failed to open: stop what started
+            for h in handles:
+                h.stop()
+            return common.report_start_failures({"?": f"{type(exc).__name__}: {exc}"})
+        finally:
+            for h in handles:
+                if h.wait(0) is None:
+                    h.kill()
+            for conn in conns.values():
+                conn.close()
+
+    @staticmethod
+    def _pick_port(plan: LaunchPlan, conn: Any, settings: RemoteSettings, failures: dict[str, str]) -> LaunchPlan:
+        status, out, err = run_on(conn, common.port_probe_command(plan.program.python), settings.connect_timeout)
+        port = common.parse_port(out)
+        if status != 0 or port is None:
+            failures[plan.nodes[0].host] = f"cannot pick a free master port there (status {status}): {err.strip()}"
+            return plan
+        return plan.with_port(port)
