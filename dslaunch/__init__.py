@@ -21,4 +21,11 @@ def engine(**kwargs: Any) -> "Engine":
     return _engine(**kwargs)
 
 
-__all__ = ["__version__", "engine"]
+def get_logger(module: str) -> Any:
+    """The dslaunch logger ``dslaunch.<module>`` (e.g. "engine", or "user.NAME" for your own code)."""
+    from dslaunch.logs import get_logger as _get_logger  # noqa: PLC0415
+
+    return _get_logger(module)
+
+
+__all__ = ["__version__", "engine", "get_logger"]

@@ -67,15 +67,14 @@ class LogSpec:
     def level_for(self, module: str, channels_on: frozenset[str] = frozenset()) -> int:
         """The effective level: longest explicitly set prefix, else an active channel's info, else the default."""
         mods = dict(self.modules)
-        name = module
-        while True:
+        names = [module]
+        while "." in names[-1]:
+            names.append(names[-1].rpartition(".")[0])
+        for name in names:
             if name in mods:
                 return mods[name]
-            if name in channels_on:
-                return INFO
-            if "." not in name:
-                break
-            name = name.rpartition(".")[0]
+        if any(name in channels_on for name in names):
+            return INFO
         return self.default if self.default is not None else DEFAULT_LEVEL
 
 

@@ -1,0 +1,180 @@
+"""Real launches (trivial non-torch ranks): the spec reaches every rank and shapes its output."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import run_cli
+
+EMIT = str(Path(__file__).parent / "scripts" / "emit.py")
+BASE = ["--nproc-per-node", "2", "--master-port", "0"]
+CLEAN = {"DSLAUNCH_LOG_LEVEL": "", "DSLAUNCH_LOG_RANKS": "", "DSLAUNCH_LOG_FORMAT": "", "NO_COLOR": "",
+         "FORCE_COLOR": ""}
+
+
+def launch(*args: str, env: dict[str, str] | None = None) -> tuple[str, str]:
+    proc = run_cli([*BASE, *args, EMIT], timeout=60, env={**CLEAN, **(env or {})})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("emit-done") == 2, proc.stdout
+    return proc.stdout, proc.stderr
+
+
+def records(err: str, event: str) -> list[str]:
+    return [line for line in err.splitlines() if f" {event}" in line or f'"{event}"' in line]
+
+
+def test_default_shows_warnings_only_from_every_rank() -> None:
+    _, err = launch()
+    assert len(records(err, "engine-warning")) == 2
+    assert len(records(err, "engine-exception")) == 2
+    assert not records(err, "engine-info") and not records(err, "engine-debug")
+    assert not records(err, "collective") and not records(err, "wall clock breakdown")
+    line = records(err, "engine-warning")[0]
+    assert re.search(r"\[rank(\d)\]: \d\d:\d\d:\d\d\.\d{3} W \[[^:\]]+:\1\] engine: engine-warning rank_seen=\1", line), line
+
+
+def test_engine_info_shows_info_on_rank_zero_by_default() -> None:
+    _, err = launch("--log-level", "engine=info")
+    info = records(err, "engine-info")
+    assert len(info) == 1 and info[0].startswith("[rank0]: ")
+    assert not records(err, "engine-debug")
+
+
+def test_log_ranks_all_shows_every_rank() -> None:
+    _, err = launch("--log-level", "info", "--log-ranks", "all")
+    assert sorted(line[:8] for line in records(err, "engine-info")) == ["[rank0]:", "[rank1]:"]
+
+
+def test_comm_debug_shows_each_collective_and_the_summary() -> None:
+    _, err = launch("--log-level", "comm=debug", "--log-ranks", "0-1")
+    coll = records(err, "collective")
+    assert len(coll) == 2
+    assert all("op=all_reduce" in c and "bytes=4096" in c and "dim=dp" in c and "group_size=2" in c for c in coll)
+    assert len(records(err, "comm summary")) == 2
+    assert not records(err, "engine-info")
+
+
+def test_timers_print_at_the_default_level_and_off_silences_them(tmp_path: Path) -> None:
+    _, err = launch("--wall-clock-breakdown")
+    timers = records(err, "wall clock breakdown")
+    assert len(timers) == 1 and "step=7" in timers[0] and "fwd_ms=250" in timers[0] and "bwd_ms=500" in timers[0]
+    _, err = launch("--wall-clock-breakdown", "--log-level", "timers=off")
+    assert not records(err, "wall clock breakdown")
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"wall_clock_breakdown": True, "comms_logger": {"enabled": True}}))
+    _, err = launch("--config", str(config))
+    assert len(records(err, "wall clock breakdown")) == 1
+    assert len(records(err, "comm summary")) == 1  # rank 0 only: the summary is info
+
+
+def test_json_console_and_per_rank_files(tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    _, err = launch("--log-format", "json", "--log-dir", str(log_dir), "--log-level", "debug", "--run-id", "logtest1")
+    console = [json.loads(line.split("]: ", 1)[1]) for line in err.splitlines() if "]: {" in line]
+    assert {r["rank"] for r in console if r["level"] == "debug"} == {0}
+    for rank in (0, 1):
+        lines = (log_dir / f"rank{rank}.jsonl").read_text().splitlines()
+        recs = [json.loads(line) for line in lines]
+        by_event = {r["event"]: r for r in recs}
+        assert {"engine-debug", "engine-info", "engine-warning", "collective"} <= set(by_event)
+        rec = by_event["engine-info"]
+        assert list(rec)[:11] == ["ts", "level", "logger", "event", "rank", "local_rank", "node_rank", "world_size",
+                                   "host", "pid", "run_id"]
+        assert (rec["rank"], rec["local_rank"], rec["node_rank"], rec["world_size"]) == (rank, rank, 0, 2)
+        assert rec["run_id"] == "logtest1" and rec["host"] == "localhost" and rec["logger"] == "engine"
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", rec["ts"])
+        exc = by_event["engine-exception"]
+        assert exc["level"] == "error" and exc["step"] == 3
+        assert exc["exception"][0]["exc_type"] == "KeyError"
+        assert exc["exception"][0]["frames"][-1]["filename"].endswith("emit.py")
+    assert (log_dir / "launcher.jsonl").exists()
+
+
+def test_colour_follows_force_and_no_color() -> None:
+    _, err = launch(env={"FORCE_COLOR": "1"})
+    assert "\x1b[33mW\x1b[0m" in records(err, "engine-warning")[0]
+    _, err = launch(env={"FORCE_COLOR": "1", "NO_COLOR": "1"})
+    assert "\x1b[" not in err
+
+
+def test_users_root_logging_is_left_alone() -> None:
+    proc = run_cli([*BASE, "--log-level", "info", EMIT, "--basic-config"], timeout=60, env=CLEAN)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("ROOT user-root-info") == 2
+
+
+def test_environment_spec_reaches_ranks_and_cli_wins() -> None:
+    _, err = launch(env={"DSLAUNCH_LOG_LEVEL": "engine=info"})
+    assert len(records(err, "engine-info")) == 1
+    _, err = launch("--log-level", "engine=error", env={"DSLAUNCH_LOG_LEVEL": "engine=info"})
+    assert not records(err, "engine-info") and not records(err, "engine-warning")
+
+
+def test_launcher_records_show_hosts_and_commands() -> None:
+    _, err = launch("--log-level", "launcher=info,runner=debug")
+    assert "nodes=['localhost:0,1']" in records(err, "hosts chosen")[0]
+    assert "dslaunch.agent" in records(err, "command")[0]
+    assert "DSLAUNCH_LOG_LEVEL" in records(err, "rank environment")[0]
+
+
+def test_launcher_records_mask_secrets(capsys: pytest.CaptureFixture[str]) -> None:
+    from dslaunch.cli.log_options import log_launch
+    from dslaunch.logs import _core
+
+    saved = _core.state().spec
+    _core.configure("runner=debug", role="launcher")
+    try:
+        log_launch("ssh", ["ssh host 'MY_API_KEY=k-111 DB_PASSWORD=p-222 run' --flag tok-333"],
+                   [("HF_TOKEN", "t-444"), ("AWS_SECRET_ACCESS_KEY", "a-555"), ("GH_CREDENTIALS", "c-666"),
+                    ("SSH_KEY", "k-777"), ("PLAIN", "visible-888")], {"tok-333"})
+    finally:
+        _core.configure(saved, role="process")
+    err = capsys.readouterr().err
+    for secret in ("k-111", "p-222", "tok-333", "t-444", "a-555", "c-666", "k-777"):
+        assert secret not in err
+    assert "visible-888" in err and "****" in err
+
+
+@pytest.mark.parametrize(("args", "needles"), [
+    (["--log-level", "com=debug"], ["unknown module 'com'", "did you mean 'comm'"]),
+    (["--log-level", "comm=loud"], ["unknown level 'loud'", "debug, info, warning, error, critical, off"]),
+    (["--log-level", "debug,,comm=info"], ["empty item #2"]),
+    (["--log-level", "comm=debug,comm=info"], ["module 'comm' set twice"]),
+    (["--log-ranks", "1-x"], ["bad rank item"]),
+])
+def test_bad_input_exits_2_before_anything_starts(args: list[str], needles: list[str], tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    script = tmp_path / "s.py"
+    script.write_text(f"open({str(marker)!r}, 'w')\n")
+    proc = run_cli([*args, str(script)], timeout=30, env=CLEAN)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    for needle in needles:
+        assert needle in proc.stderr
+    assert not marker.exists()
+
+
+def test_bad_env_spec_exits_2() -> None:
+    proc = run_cli([EMIT], timeout=30, env={**CLEAN, "DSLAUNCH_LOG_LEVEL": "comm=shout"})
+    assert proc.returncode == 2 and "DSLAUNCH_LOG_LEVEL" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_help_lists_modules_without_a_script() -> None:
+    proc = run_cli(["--log-level", "help"], timeout=30, env=CLEAN)
+    assert proc.returncode == 0
+    for module in ("launcher", "comm", "timers", "torch", "py:NAME"):
+        assert module in proc.stdout
+
+
+def test_rank_rejects_a_hand_set_bad_spec() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "dslaunch.bootstrap", EMIT], capture_output=True, text=True,
+                          timeout=30, env={**os.environ, "DSLAUNCH_LOG_LEVEL": "comm=shout"})
+    assert proc.returncode == 2 and "DSLAUNCH_LOG_LEVEL" in proc.stderr and "emit-done" not in proc.stdout
