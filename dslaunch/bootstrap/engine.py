@@ -31,10 +31,36 @@ class Engine:
     process_group: Any
     info: RankInfo
     owns_process_group: bool
+    built_mesh: Any = None  # dslaunch.mesh_build.BuiltMesh
+    comm: Any = None  # dslaunch.comm.Comm
+    timers: Any = None  # dslaunch.timers.Timers
+    log: Any = None  # the "user" logger
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    @property
+    def mesh(self) -> Any:
+        """The torch DeviceMesh over the dims larger than 1 (canonical order)."""
+        return self.built_mesh.root
+
+    @property
+    def mesh_layout(self) -> Any:
+        return self.built_mesh.layout
+
+    def size(self, name: str) -> int:
+        """Size of a dim or view (``tp``, ``dp``, ``dp_cp``, ``mp``...); 1 when absent."""
+        return int(self.built_mesh.size(name))
+
+    def group(self, name: str) -> Any:
+        """Process group of a dim or view."""
+        return self.built_mesh.group(name)
+
+    @property
+    def coordinate(self) -> dict[str, int]:
+        """This rank's index along every dim and view."""
+        return dict(self.built_mesh.coordinate())
 
     def close(self) -> None:
         import torch.distributed as dist  # noqa: PLC0415
@@ -48,7 +74,7 @@ def _pg_timeout() -> datetime.timedelta:
     return datetime.timedelta(seconds=seconds)
 
 
-def build_engine() -> Engine:
+def build_engine(mesh: Any = None) -> Engine:
     import torch  # noqa: PLC0415
     import torch.distributed as dist  # noqa: PLC0415
 
@@ -76,7 +102,17 @@ def build_engine() -> Engine:
                 backend, rank=info.rank, world_size=info.world_size, timeout=_pg_timeout(), **kwargs
             )
         owns = True
+    from dslaunch.comm import Comm  # noqa: PLC0415
+    from dslaunch.logs import get_logger  # noqa: PLC0415
+    from dslaunch.mesh_build import bootstrap  # noqa: PLC0415
+    from dslaunch.timers import Timers  # noqa: PLC0415
+
+    built = bootstrap(mesh, info.local_world_size, "cuda" if cuda else "cpu")
     return Engine(
+        built_mesh=built,
+        comm=Comm(built),
+        timers=Timers(),
+        log=get_logger("user"),
         rank=dist.get_rank(),
         local_rank=info.local_rank,
         world_size=dist.get_world_size(),
@@ -90,11 +126,17 @@ def build_engine() -> Engine:
     )
 
 
-def engine() -> Engine:
-    """The process-wide engine, built on first use."""
+def engine(mesh: Any = None) -> Engine:
+    """The process-wide engine, built on first use; ``mesh`` overrides --mesh/DSLAUNCH_MESH/config."""
     global _engine
     with _lock:
         if _engine is None:
-            _engine = build_engine()
+            _engine = build_engine(mesh=mesh)
             atexit.register(_engine.close)
+        elif mesh is not None:
+            from dslaunch.mesh import MeshConfigError, as_spec  # noqa: PLC0415
+
+            if as_spec(mesh).text() != _engine.built_mesh.requested:
+                raise MeshConfigError(f"the engine already exists with {_engine.mesh_layout.summary()}; "
+                                      f"it cannot be rebuilt with mesh={mesh!r}")
         return _engine

@@ -1,0 +1,127 @@
+"""Collectives over a mesh dim or view, as thin calls to torch.distributed c10d ops.
+
+``engine.comm.all_reduce(t, dim="dp")`` picks the process group of ``dp`` and calls the
+c10d op; nothing here implements a collective. Each call is reported to the ``comm``
+logger at debug level (op, dim, group size, dtype, bytes, seconds). Timings are host
+wall time: on CUDA they measure the launch unless the op synchronises.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import dslaunch.logs as logs
+
+_OPS = ("sum", "avg", "product", "min", "max")
+
+
+def _c10d(name: str, old: str) -> Callable[..., Any]:
+    import torch.distributed as dist  # noqa: PLC0415
+
+    # torch 2.13 renamed the *_tensor collectives to *_single; older torch has only the old names.
+    return getattr(dist, name, None) or getattr(dist, old)  # type: ignore[no-any-return]
+
+
+def _reduce_op(op: str) -> Any:
+    import torch.distributed as dist  # noqa: PLC0415
+
+    if op not in _OPS:
+        raise ValueError(f"unknown reduce op {op!r}; valid: {', '.join(_OPS)}")
+    return getattr(dist.ReduceOp, op.upper())
+
+
+class Comm:
+    """Collectives addressed by mesh dim or view name (``tp``, ``dp``, ``dp_cp``, ``world``...)."""
+
+    def __init__(self, mesh: Any) -> None:
+        self._mesh = mesh  # dslaunch.mesh_build.BuiltMesh
+        self._record = getattr(logs, "comm_record", None)
+        self._enabled = getattr(logs, "comm_enabled", None)
+        self._log = logs.get_logger("comm")
+
+    def _report(self, op: str, dim: str, tensor: Any, start: float) -> None:
+        seconds = time.perf_counter() - start
+        enabled = self._enabled() if self._enabled else self._log.isEnabledFor(logging.DEBUG)
+        if not enabled:
+            return
+        nbytes = tensor.numel() * tensor.element_size() if tensor is not None else 0
+        dtype = str(tensor.dtype).removeprefix("torch.") if tensor is not None else "-"
+        size = self._mesh.size(dim)
+        if self._record is not None:
+            self._record(op=op, dim=dim, group_size=size, dtype=dtype, nbytes=nbytes, duration_s=seconds)
+        else:
+            self._log.debug(f"{op} dim={dim} group_size={size} dtype={dtype} bytes={nbytes} seconds={seconds:.6f}")
+
+    def all_reduce(self, tensor: Any, dim: str = "world", op: str = "sum") -> Any:
+        """Reduce ``tensor`` in place over ``dim``; returns it."""
+        import torch.distributed as dist  # noqa: PLC0415
+
+        start = time.perf_counter()
+        red = _reduce_op(op)
+        if op == "avg" and dist.get_backend(self._mesh.group(dim)) == "gloo":
+            # gloo has no AVG: sum, then divide by the group size.
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self._mesh.group(dim))
+            tensor.div_(self._mesh.size(dim))
+        else:
+            dist.all_reduce(tensor, op=red, group=self._mesh.group(dim))
+        self._report("all_reduce", dim, tensor, start)
+        return tensor
+
+    def all_gather(self, tensor: Any, dim: str = "world") -> Any:
+        """Concatenate every group member's ``tensor`` along tensor dim 0, in group-rank order."""
+        import torch  # noqa: PLC0415
+
+        start = time.perf_counter()
+        size = self._mesh.size(dim)
+        out = torch.empty((size * tensor.shape[0], *tensor.shape[1:]) if tensor.dim() else (size,),
+                          dtype=tensor.dtype, device=tensor.device)
+        _c10d("all_gather_single", "all_gather_into_tensor")(out, tensor.contiguous(), group=self._mesh.group(dim))
+        self._report("all_gather", dim, tensor, start)
+        return out
+
+    def reduce_scatter(self, tensor: Any, dim: str = "world", op: str = "sum") -> Any:
+        """Reduce over ``dim`` and keep this rank's chunk of tensor dim 0 (which must divide evenly)."""
+        import torch  # noqa: PLC0415
+
+        start = time.perf_counter()
+        size = self._mesh.size(dim)
+        if tensor.shape[0] % size:
+            raise ValueError(f"reduce_scatter over {dim}: tensor dim 0 ({tensor.shape[0]}) is not divisible by {size}")
+        out = torch.empty((tensor.shape[0] // size, *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
+        _c10d("reduce_scatter_single", "reduce_scatter_tensor")(
+            out, tensor.contiguous(), op=_reduce_op(op), group=self._mesh.group(dim))
+        self._report("reduce_scatter", dim, tensor, start)
+        return out
+
+    def broadcast(self, tensor: Any, dim: str = "world", src: int = 0) -> Any:
+        """Copy the tensor of group rank ``src`` (index inside the group) to every member, in place."""
+        import torch.distributed as dist  # noqa: PLC0415
+
+        start = time.perf_counter()
+        dist.broadcast(tensor, group=self._mesh.group(dim), group_src=src)
+        self._report("broadcast", dim, tensor, start)
+        return tensor
+
+    def all_to_all(self, tensor: Any, dim: str = "world") -> Any:
+        """Split tensor dim 0 into equal chunks, send chunk i to group rank i, return what arrives."""
+        import torch  # noqa: PLC0415
+        import torch.distributed as dist  # noqa: PLC0415
+
+        start = time.perf_counter()
+        size = self._mesh.size(dim)
+        if tensor.shape[0] % size:
+            raise ValueError(f"all_to_all over {dim}: tensor dim 0 ({tensor.shape[0]}) is not divisible by {size}")
+        out = torch.empty_like(tensor)
+        dist.all_to_all_single(out, tensor.contiguous(), group=self._mesh.group(dim))
+        self._report("all_to_all", dim, tensor, start)
+        return out
+
+    def barrier(self, dim: str = "world") -> None:
+        import torch.distributed as dist  # noqa: PLC0415
+
+        start = time.perf_counter()
+        dist.barrier(group=self._mesh.group(dim))
+        self._report("barrier", dim, None, start)

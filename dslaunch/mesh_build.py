@@ -1,0 +1,165 @@
+"""Build the torch DeviceMesh for a resolved layout (torch imported inside functions only).
+
+Order matters: group creation is a collective that every rank must run in the same
+sequence, so the consistency guard runs first and everything after it follows one
+fixed code path (root mesh, then views in ``VIEWS`` order, then the expert view).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dslaunch.mesh import (
+    EXPERT_VIEWS,
+    ORDER,
+    VIEWS,
+    MeshConfigError,
+    MeshLayout,
+    MeshSpec,
+    as_spec,
+    locality_warnings,
+    resolve,
+    spec_from_config,
+)
+
+
+def requested_spec(arg: Any = None, env: Mapping[str, str] | None = None) -> tuple[MeshSpec, str]:
+    """The spec this rank was asked for and where it came from (argument > env > config > default)."""
+    env = os.environ if env is None else env
+    if arg is not None:
+        return as_spec(arg), "engine(mesh=...)"
+    if env.get("DSLAUNCH_MESH"):
+        return as_spec(env["DSLAUNCH_MESH"]), "DSLAUNCH_MESH"
+    path = env.get("DSLAUNCH_CONFIG")
+    if path:
+        from dslaunch.config import ConfigError, load_config  # noqa: PLC0415
+
+        try:
+            spec = spec_from_config(load_config(path))
+        except ConfigError as exc:
+            raise MeshConfigError(str(exc)) from None
+        if spec is not None:
+            return spec, f"config {path}"
+    return MeshSpec(), "default"
+
+
+def agree(text: str) -> None:
+    """Fail on every rank, naming the difference, if ranks hold different texts (one collective)."""
+    import torch.distributed as dist  # noqa: PLC0415
+
+    digest = hashlib.sha1(text.encode()).hexdigest()[:16]
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, (digest, text))
+    first = gathered[0]
+    odd = [r for r, item in enumerate(gathered) if item[0] != first[0]]
+    if odd:
+        sample = odd[0]
+        raise MeshConfigError(
+            f"mesh: ranks disagree on the mesh spec: rank 0 has {first[1]!r} but rank {sample} has "
+            f"{gathered[sample][1]!r} ({len(odd)} rank(s) differ from rank 0: {odd[:8]}); "
+            "give every rank the same --mesh / DSLAUNCH_MESH / config"
+        )
+
+
+@dataclass
+class BuiltMesh:
+    """The root DeviceMesh plus a 1-D mesh for every dim or view larger than 1."""
+
+    layout: MeshLayout
+    rank: int
+    root: Any  # torch DeviceMesh over layout.active
+    meshes: dict[str, Any]  # name -> 1-D DeviceMesh
+    requested: str = ""  # the spec text asked for, before -1 was filled
+    _singleton: Any = field(default=None, repr=False)
+
+    def size(self, name: str) -> int:
+        return self.layout.size(name)
+
+    def submesh(self, name: str) -> Any | None:
+        self.layout.size(name)  # validates the name
+        return self.meshes.get(name)
+
+    def group(self, name: str) -> Any:
+        """Process group of a dim or view; size-1 names share one lazily made singleton group."""
+        import torch.distributed as dist  # noqa: PLC0415
+
+        if name == "world":
+            return dist.group.WORLD
+        if name in self.meshes:
+            return self.meshes[name].get_group()
+        if self.layout.size(name) != 1:
+            raise MeshConfigError(f"mesh: {name} has no process group on this mesh")
+        if self.layout.world_size == 1:
+            return dist.group.WORLD
+        if self._singleton is None:
+            # Only this rank takes part: no world-wide barrier, no W groups per size-1 dim.
+            self._singleton = dist.new_group([self.rank], use_local_synchronization=True)
+        return self._singleton
+
+    def coordinate(self) -> dict[str, int]:
+        return {n: self.layout.local_rank(n, self.rank) for n in (*ORDER, *VIEWS, *EXPERT_VIEWS)}
+
+
+def build(layout: MeshLayout, device_type: str, rank: int) -> BuiltMesh:
+    from torch.distributed.device_mesh import init_device_mesh  # noqa: PLC0415
+
+    active = layout.active or ("dp_shard",)
+    shape = tuple(layout.size(n) for n in active)
+    root = init_device_mesh(device_type, shape, mesh_dim_names=active)
+    meshes: dict[str, Any] = {n: root[n] for n in active}
+    by_members: dict[tuple[str, ...], Any] = {(n,): meshes[n] for n in active}
+    for view, on in layout.view_sources().items():
+        if on not in by_members:
+            by_members[on] = root[on]._flatten(view)
+        meshes[view] = by_members[on]
+    if layout.ep > 1:
+        meshes.update(_expert(layout, root, meshes))
+    return BuiltMesh(layout=layout, rank=rank, root=root, meshes=meshes)
+
+
+def _expert(layout: MeshLayout, root: Any, meshes: dict[str, Any]) -> dict[str, Any]:
+    """Reshape the dense region (dp_shard, cp|sp, tp) into (efsdp, ep), ep innermost."""
+    dense = tuple(n for n in ("dp_shard", "cp", "sp", "tp") if n in layout.active)
+    efsdp = layout.size("efsdp")
+    if efsdp == 1:
+        return {"ep": meshes[dense[0]] if len(dense) == 1 else root[dense]._flatten("ep")}
+    base = root[dense[0]] if len(dense) == 1 else root[dense]._flatten("_dense")
+    sparse = base._unflatten(0, (efsdp, layout.ep), ("efsdp", "ep"))
+    return {"efsdp": sparse["efsdp"], "ep": sparse["ep"]}
+
+
+def bootstrap(arg: Any, local_world_size: int, device_type: str) -> BuiltMesh:
+    """Resolve, agree across ranks, then build; every rank raises the same MeshConfigError on a bad spec.
+
+    The spec is resolved before the guard but any error is raised only after it, so a
+    rank with a different (or broken) spec cannot leave the others waiting in a collective.
+    """
+    import torch.distributed as dist  # noqa: PLC0415
+
+    from dslaunch.logs import get_logger  # noqa: PLC0415
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    error: MeshConfigError | None = None
+    try:
+        spec, source = requested_spec(arg)
+        layout = resolve(spec, world)
+        text = spec.text()
+    except MeshConfigError as exc:
+        error, text, source = exc, f"<invalid: {exc}>", ""
+    if world > 1:
+        agree(text)
+    if error is not None:
+        raise error
+    log = get_logger("mesh")
+    if rank == 0:
+        for warning in locality_warnings(layout, local_world_size):
+            log.warning(warning)
+    built = build(layout, device_type, rank)
+    built.requested = text
+    if rank == 0:
+        log.info(f"{layout.summary()} | new groups={layout.new_group_count()} | from {source}")
+    return built
