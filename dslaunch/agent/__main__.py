@@ -10,6 +10,7 @@ import signal
 import sys
 import tempfile
 
+from dslaunch import mpi_env
 from dslaunch.agent.supervisor import NodeSupervisor, set_parent_death_signal
 from dslaunch.plan import LaunchPlan
 
@@ -28,10 +29,18 @@ def _read_line(fd: int) -> tuple[bytes, bytes]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dslaunch.agent")
-    parser.add_argument("--node-rank", type=int, required=True)
-    parser.add_argument("--plan-b64", help="the plan, base64 JSON (default: first line of stdin)")
+    parser.add_argument("--node-rank", required=True, help="N, or 'mpi': this process's rank under mpirun/mpiexec")
+    parser.add_argument("--plan-b64", default=os.environ.pop(mpi_env.PLAN_VAR, None),
+                        help=f"the plan, base64 JSON (default: ${mpi_env.PLAN_VAR}, else first line of stdin)")
     parser.add_argument("--no-control", action="store_true", help="do not watch stdin for stop/EOF")
     args = parser.parse_args(argv)
+    try:
+        if args.node_rank == "mpi":
+            args.node_rank = mpi_env.node_rank(os.environ)
+            mpi_env.scrub(os.environ)
+        args.node_rank = int(args.node_rank)
+    except (ValueError, mpi_env.MpiEnvError) as exc:
+        parser.error(f"--node-rank: {exc}")
 
     # The launcher's death (even SIGKILL) must tear this node down.
     set_parent_death_signal(signal.SIGTERM)

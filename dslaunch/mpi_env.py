@@ -1,0 +1,32 @@
+"""What a node agent started by ``mpirun``/``mpiexec`` reads from its MPI environment (stdlib only)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping
+
+# The process's rank in the MPI job = its node rank (one agent per host): Open MPI, PMIx, MPICH/Hydra.
+RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
+# MPI's idea of rank and size describes the agents, not the job's ranks: user code must not see it.
+IDENTITY_PREFIXES = ("OMPI_COMM_WORLD_", "OMPI_UNIVERSE_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE",
+                     "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
+PLAN_VAR = "DSLAUNCH_PLAN_B64"  # the plan travels in the environment, not in a visible argv
+
+
+class MpiEnvError(ValueError):
+    pass
+
+
+def node_rank(env: Mapping[str, str]) -> int:
+    for name in RANK_VARS:
+        value = env.get(name)
+        if value is not None:
+            if not value.isdigit():
+                raise MpiEnvError(f"{name}={value!r} is not a rank")
+            return int(value)
+    raise MpiEnvError(f"--node-rank mpi: none of {', '.join(RANK_VARS)} is set: start the agent with mpirun/mpiexec")
+
+
+def scrub(env: MutableMapping[str, str]) -> None:
+    """Drop the MPI rank identity so ranks see only dslaunch's RANK/WORLD_SIZE."""
+    for name in [n for n in env if n.startswith(IDENTITY_PREFIXES)]:
+        del env[name]

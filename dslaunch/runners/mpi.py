@@ -1,0 +1,229 @@
+"""MPI runners: ``--launcher openmpi`` and ``--launcher mpich``.
+
+``mpirun``/``mpiexec`` starts one node agent per host (``--node-rank mpi``:
+each agent's MPI rank is its node rank) from a per-job hostfile with one slot
+per node; the agents spawn the ranks as on every other runner. The plan goes
+in the environment (``DSLAUNCH_PLAN_B64``, exported by name, so no secret shows
+in any argv). One handle wraps the whole ``mpirun``: the agents' event lines
+come through its stdout, so exit codes are the ranks' own, never MPI's.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from dslaunch import events, mpi_env
+from dslaunch.agent.supervisor import set_parent_death_signal
+from dslaunch.plan import LaunchPlan
+from dslaunch.runners.supervise import format_summary, supervise
+
+HOSTFILE_TOKEN = "{hostfile}"  # replaced by the per-job hostfile's path
+
+
+@dataclass(frozen=True)
+class Flavour:
+    name: str
+    programs: tuple[str, ...]  # tried in order on PATH
+    install_hint: str
+
+
+OPENMPI = Flavour("openmpi", ("mpirun.openmpi", "mpirun"), "apt-get install openmpi-bin")
+MPICH = Flavour("mpich", ("mpiexec.hydra", "mpiexec.mpich", "mpirun.mpich"), "apt-get install mpich")
+
+
+class MpiError(RuntimeError):
+    pass
+
+
+def _check_hosts(plan: LaunchPlan) -> None:
+    users = [n.host for n in plan.nodes if "@" in n.host]
+    if users:
+        raise MpiError(f"MPI hostfiles have no user@host form ({users[0]!r}): put the user in ~/.ssh/config instead")
+
+
+def hostfile_text(plan: LaunchPlan, flavour: Flavour) -> str:
+    """One slot per node, in node-rank order, so MPI rank i lands on node i."""
+    _check_hosts(plan)
+    line = "{host} slots=1\n" if flavour is OPENMPI else "{host}:1\n"
+    return "".join(line.format(host=n.host) for n in plan.nodes)
+
+
+def agent_command(python: str) -> list[str]:
+    return [python, "-m", "dslaunch.agent", "--node-rank", "mpi", "--no-control"]
+
+
+def _exports(plan: LaunchPlan) -> list[str]:
+    """Variables the agents need from the launcher's environment, by name."""
+    names = [mpi_env.PLAN_VAR]
+    names += [n for n in ("PYTHONPATH", "VIRTUAL_ENV") if n in os.environ]
+    return names
+
+
+def mpi_argv(plan: LaunchPlan, flavour: Flavour, program: str, hostfile: str, python: str = sys.executable) -> list[str]:
+    """The full mpirun/mpiexec command line (pure, apart from the exported names)."""
+    nodes = str(len(plan.nodes))
+    extra = list(plan.option("launcher_args", []))
+    exports = _exports(plan)
+    if flavour is OPENMPI:
+        argv = [program, "-n", nodes, "--hostfile", hostfile, "--map-by", "slot", "--bind-to", "none"]
+        port = (plan.option("remote") or {}).get("ssh_port")
+        if port:
+            argv += ["--mca", "plm_rsh_args", f"-p {port}"]
+        for name in exports:
+            argv += ["-x", name]
+        if plan.cwd:
+            argv += ["--wdir", plan.cwd]
+    else:
+        argv = [program, "-n", nodes, "-ppn", "1", "-f", hostfile, "-genvlist", ",".join(exports)]
+        if plan.cwd:
+            argv += ["-wdir", plan.cwd]
+    return [*argv, *extra, *agent_command(python)]
+
+
+def find_program(flavour: Flavour) -> str:
+    for name in flavour.programs:
+        path = shutil.which(name)
+        if path:
+            return path
+    raise MpiError(f"--launcher {flavour.name} needs one of {', '.join(flavour.programs)} on PATH ({flavour.install_hint})")
+
+
+def mpi_env_for(plan: LaunchPlan, base: dict[str, str]) -> dict[str, str]:
+    env = dict(base)
+    env[mpi_env.PLAN_VAR] = base64.urlsafe_b64encode(plan.to_json().encode()).decode()
+    if os.geteuid() == 0:  # Open MPI refuses root unless told twice
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    return env
+
+
+def _with_port(plan: LaunchPlan) -> LaunchPlan:
+    """Resolve ``--master-port 0``: only possible when the master is this machine."""
+    if plan.master_port != 0:
+        return plan
+    if plan.master_addr not in _LOOPBACK:
+        raise MpiError(f"--master-port 0 needs the master on this machine, not {plan.master_addr!r}: "
+                       "give a fixed --master-port")
+    from dslaunch.runners.local import free_port  # noqa: PLC0415
+
+    return plan.with_port(free_port(plan.master_addr))
+
+
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def _preexec() -> None:
+    os.setsid()  # a terminal's Ctrl-C reaches dslaunch only; it stops mpirun in order
+    set_parent_death_signal(signal.SIGTERM)
+
+
+class MpiJob:
+    """The ``mpirun`` process, as one agent handle for all nodes."""
+
+    def __init__(self, plan: LaunchPlan, argv: list[str], env: dict[str, str]) -> None:
+        self.node_rank = 0
+        self.nodes = len(plan.nodes)
+        self.host = f"{argv[0].rsplit('/', 1)[-1]} ({len(plan.nodes)} node(s))"
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env,
+                                     cwd=plan.cwd or None, preexec_fn=_preexec)
+        self._stopped = False
+
+    def lines(self) -> Iterator[str]:
+        """mpirun's stdout; the agents' ``done`` events become one, sent only if every node reported."""
+        assert self.proc.stdout is not None
+        done: dict[int, int] = {}
+        for raw in self.proc.stdout:
+            line = raw.decode("utf-8", "replace")
+            event = events.decode(line)
+            if event is not None and event["ev"] == "done":
+                done[int(event["node_rank"])] = int(event["code"])
+                continue
+            yield line
+        if len(done) == self.nodes:  # else supervise() sees a lost node and names mpirun's status
+            code = next((c for _, c in sorted(done.items()) if c), 0)
+            yield events.encode("done", node_rank=0, code=code)
+
+    def stop(self) -> None:
+        if not self._stopped:
+            self._stopped = True
+            self.signal(signal.SIGTERM)  # mpirun forwards it to every agent, which tears its node down
+
+    def signal(self, signum: int) -> None:
+        try:
+            self.proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    def kill(self) -> None:
+        # agents have a parent-death signal; remote ones lose their orted/ssh and go too
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def wait(self, timeout: float | None) -> int | None:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+class _MpiRunner:
+    flavour: Flavour
+    name: str
+
+    def describe(self, plan: LaunchPlan) -> list[str]:
+        try:
+            program = find_program(self.flavour)
+        except MpiError:
+            program = self.flavour.programs[-1]
+        hostfile = hostfile_text(plan, self.flavour).strip().replace("\n", ", ")
+        argv = mpi_argv(plan, self.flavour, program, HOSTFILE_TOKEN)
+        return [shlex.join(argv) + f"  # {HOSTFILE_TOKEN}: {hostfile}; plan in ${mpi_env.PLAN_VAR}"]
+
+    def run(self, plan: LaunchPlan) -> int:
+        try:
+            program = find_program(self.flavour)
+            text = hostfile_text(plan, self.flavour)
+            plan = _with_port(plan)
+        except MpiError as exc:
+            print(f"dslaunch: {exc}", file=sys.stderr)
+            return 2
+        with tempfile.TemporaryDirectory(prefix=f"dslaunch-{plan.run_id}-mpi-") as tmp:
+            hostfile = os.path.join(tmp, "hostfile")
+            with open(hostfile, "w", encoding="utf-8") as f:
+                f.write(text)
+            argv = mpi_argv(plan, self.flavour, program, hostfile)
+            try:
+                job = MpiJob(plan, argv, mpi_env_for(plan, dict(os.environ)))
+            except OSError as exc:
+                print(f"dslaunch: cannot start {program}: {exc}", file=sys.stderr)
+                return 1
+            outcome = supervise(plan, [job])
+        summary = format_summary(outcome, plan)
+        if summary:
+            sys.stdout.flush()
+            print(summary, file=sys.stderr, flush=True)
+        return outcome.code
+
+
+class OpenMpiRunner(_MpiRunner):
+    flavour = OPENMPI
+    name = "openmpi"
+
+
+class MpichRunner(_MpiRunner):
+    flavour = MPICH
+    name = "mpich"
+
+
+__all__ = ["OpenMpiRunner", "MpichRunner", "mpi_argv", "hostfile_text"]
