@@ -92,7 +92,7 @@ def test_flag_warns_exactly_once_and_maps_to_v1(dest: str, capsys: pytest.Captur
     assert err.count(ds_compat.message(flag)) == 1, err
     assert err.count("dslaunch: warning:") == (2 if dest in ("ds_bind_core_list", "ds_no_ssh") else 1), err
     v1_plan = plan_of([*BASE, *v1_args, "train.py", "--x", "1"])
-    assert capsys.readouterr().err == ""
+    assert "DeepSpeed" not in capsys.readouterr().err
     assert comparable(ds_plan) == comparable(v1_plan)
 
 
