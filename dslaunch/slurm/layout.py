@@ -1,0 +1,155 @@
+"""Where this process sits in Slurm: allocation, step, task layout (pure, from an env mapping)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from dslaunch.slurm import hostlist
+
+# MASTER_PORT derived from the job and step id lies in [PORT_BASE, PORT_BASE + PORT_SPAN):
+# above the usual service ports and below Linux's ephemeral range (32768+).
+PORT_BASE = 20000
+PORT_SPAN = 12000
+_STEPS_PER_JOB = 16
+
+
+class SlurmLayoutError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class SlurmStep:
+    """The facts a task of a running step reads from ``SLURM_*``."""
+
+    job_id: int
+    step_id: int
+    procid: int
+    localid: int
+    nodeid: int
+    ntasks: int
+    hosts: tuple[str, ...]  # the step's nodes, in Slurm's node order
+    tasks_per_node: tuple[int, ...]  # one count per node of the step
+    nodename: str | None
+
+    @property
+    def nnodes(self) -> int:
+        return len(self.hosts)
+
+    @property
+    def uniform_tasks(self) -> int | None:
+        """Tasks per node when every node has the same count, else None."""
+        return self.tasks_per_node[0] if len(set(self.tasks_per_node)) == 1 else None
+
+
+def in_allocation(env: Mapping[str, str]) -> bool:
+    return bool(env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"))
+
+
+def in_step(env: Mapping[str, str]) -> bool:
+    """Inside a task of an srun step (a batch script has SLURM_PROCID but no step id)."""
+    return in_allocation(env) and "SLURM_PROCID" in env and _step_id_text(env) is not None
+
+
+def _step_id_text(env: Mapping[str, str]) -> str | None:
+    return env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")
+
+
+def _int(env: Mapping[str, str], *names: str) -> int:
+    for name in names:
+        value = env.get(name)
+        if value:
+            try:
+                return int(value)
+            except ValueError:
+                raise SlurmLayoutError(f"{name}={value!r} is not a whole number") from None
+    raise SlurmLayoutError(f"{names[0]} is not set: is this really inside a Slurm step?")
+
+
+_TPN = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
+
+
+def parse_tasks_per_node(text: str) -> tuple[int, ...]:
+    """``2(x3),1`` -> (2, 2, 2, 1): Slurm's compressed per-node task counts."""
+    counts: list[int] = []
+    for item in text.split(","):
+        match = _TPN.match(item.strip())
+        if match is None:
+            raise SlurmLayoutError(f"cannot read tasks per node {text!r} (expected e.g. '2(x3),1')")
+        counts.extend([int(match.group(1))] * int(match.group(2) or 1))
+    return tuple(counts)
+
+
+def job_hosts(env: Mapping[str, str]) -> tuple[str, ...]:
+    text = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+    if not text:
+        raise SlurmLayoutError("SLURM_JOB_NODELIST is not set: is this inside a Slurm allocation?")
+    return _expand(text, "SLURM_JOB_NODELIST")
+
+
+def _expand(text: str, name: str) -> tuple[str, ...]:
+    try:
+        return hostlist.expand(text)
+    except hostlist.HostlistError as exc:
+        raise SlurmLayoutError(f"{name}: {exc}") from None
+
+
+def read_step(env: Mapping[str, str]) -> SlurmStep:
+    step_text = _step_id_text(env) or "0"
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+    hosts = _expand(nodelist, "SLURM_STEP_NODELIST") if nodelist else ()
+    if not hosts:
+        raise SlurmLayoutError("SLURM_STEP_NODELIST is not set: is this really inside a Slurm step?")
+    tpn_text = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+    ntasks = _int(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
+    tasks_per_node = parse_tasks_per_node(tpn_text) if tpn_text else (ntasks // len(hosts),) * len(hosts)
+    if len(tasks_per_node) != len(hosts) or sum(tasks_per_node) != ntasks:
+        raise SlurmLayoutError(
+            f"Slurm's layout does not add up: {len(hosts)} nodes ({nodelist}), tasks per node {tpn_text}, "
+            f"{ntasks} tasks"
+        )
+    step = SlurmStep(
+        job_id=_int(env, "SLURM_JOB_ID", "SLURM_JOBID"),
+        step_id=int(step_text) if step_text.isdigit() else 0,
+        procid=_int(env, "SLURM_PROCID"),
+        localid=_int(env, "SLURM_LOCALID"),
+        nodeid=_int(env, "SLURM_NODEID"),
+        ntasks=ntasks,
+        hosts=hosts,
+        tasks_per_node=tasks_per_node,
+        nodename=env.get("SLURMD_NODENAME"),
+    )
+    if not 0 <= step.nodeid < step.nnodes or not 0 <= step.procid < ntasks:
+        raise SlurmLayoutError(f"SLURM_NODEID={step.nodeid}/SLURM_PROCID={step.procid} lie outside the step")
+    return step
+
+
+def derive_port(job_id: int, step_id: int = 0) -> int:
+    """A port every task of one step computes alike; distinct for 750 consecutive job ids x 16 steps."""
+    return PORT_BASE + (job_id * _STEPS_PER_JOB + step_id % _STEPS_PER_JOB) % PORT_SPAN
+
+
+def step_mode(step: SlurmStep, nproc: int | str | None) -> str:
+    """``"node"`` (this task is its node's agent) or ``"rank"`` (this task is one rank).
+
+    Refuses layouts that would start ranks twice or leave the rank count ambiguous.
+    """
+    tasks = step.uniform_tasks
+    if tasks is None:
+        counts = ",".join(str(c) for c in step.tasks_per_node)
+        raise SlurmLayoutError(
+            f"srun started a different number of tasks on each node ({counts}), so dslaunch cannot tell whether "
+            "each task is a node or a rank. Use 'srun --ntasks-per-node=1 dslaunch --nproc-per-node N ...' "
+            "(dslaunch starts the ranks) or 'srun --ntasks-per-node=N dslaunch ...' (each task is a rank)."
+        )
+    if tasks == 1:
+        return "node"
+    if nproc is not None and nproc != 1:
+        raise SlurmLayoutError(
+            f"srun started {tasks} tasks per node and --nproc-per-node {nproc} would start {nproc} ranks in each "
+            f"of them ({tasks} x {nproc} processes per node: a double spawn). Use either "
+            f"'srun --ntasks-per-node=1 dslaunch --nproc-per-node {nproc} ...' (dslaunch starts the ranks) or "
+            f"'srun --ntasks-per-node={tasks} dslaunch ...' without --nproc-per-node (each task is a rank)."
+        )
+    return "rank"

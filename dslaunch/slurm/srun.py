@@ -1,0 +1,48 @@
+"""The srun line of ``--launcher slurm`` (pure)."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+
+from dslaunch.plan import LaunchPlan
+
+# srun options dslaunch sets itself; passing them in --launcher-args would contradict the plan.
+_OWNED = ("--nodes", "-N", "--ntasks-per-node", "--ntasks", "-n", "--nodelist", "-w")
+
+
+def step_argv(plan: LaunchPlan) -> list[str]:
+    """What each srun task runs: the in-step entry point with the whole plan."""
+    blob = base64.urlsafe_b64encode(plan.to_json().encode()).decode()
+    return [plan.program.python, "-m", "dslaunch.slurm", "--plan-b64", blob]
+
+
+def srun_argv(
+    plan: LaunchPlan,
+    *,
+    exclude: Sequence[str] = (),
+    launcher_args: Sequence[str] = (),
+    srun: str = "srun",
+) -> list[str]:
+    """One task per node of the plan; Slurm kills the step when any task fails."""
+    hosts = [node.host for node in plan.nodes]
+    argv = [
+        srun,
+        f"--nodes={len(hosts)}",
+        "--ntasks-per-node=1",
+        f"--nodelist={','.join(hosts)}",
+        "--kill-on-bad-exit=1",
+    ]
+    if exclude:
+        argv.append(f"--exclude={','.join(exclude)}")
+    argv += list(launcher_args)
+    return argv + step_argv(plan)
+
+
+def owned_option(launcher_args: Sequence[str]) -> str | None:
+    """The first srun option in ``launcher_args`` that dslaunch sets itself, if any."""
+    for arg in launcher_args:
+        name = arg.split("=", 1)[0]
+        if name in _OWNED or (not name.startswith("--") and name[:2] in _OWNED):
+            return arg
+    return None

@@ -1,0 +1,121 @@
+"""Running inside an srun task: as the node agent of this task's node, or as one rank.
+
+Node mode spawns the node agent for this node only and supervises it like
+any runner. A failing node tells the other tasks of the step at once with
+``scancel --signal=URG`` (ignored by default in every process, so only the
+dslaunch tasks react); they stop their ranks and exit 1, so srun, which
+reports the highest task code, ends the step with the failing rank's code.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+
+from dslaunch.plan import LaunchPlan, NodePlan
+from dslaunch.slurm import layout
+
+PEER_FAILED = signal.SIGURG
+PEER_STOPPED_CODE = 1
+
+
+def node_rank_of(plan: LaunchPlan, env: Mapping[str, str]) -> int:
+    """This task's node in the plan: by Slurm node name, else by SLURM_NODEID."""
+    name = env.get("SLURMD_NODENAME")
+    for node in plan.nodes:
+        if name and node.host == name:
+            return node.node_rank
+    nodeid = int(env.get("SLURM_NODEID", "-1"))
+    if 0 <= nodeid < len(plan.nodes):
+        return nodeid
+    raise layout.SlurmLayoutError(f"this node ({name or 'unknown'}) is not one of the plan's nodes")
+
+
+def resolve_port(plan: LaunchPlan, env: Mapping[str, str]) -> LaunchPlan:
+    """Port 0 in a Slurm plan means: derive it from the job and step id, alike on every node."""
+    if plan.master_port:
+        return plan
+    step = layout.read_step(env)
+    return plan.with_port(layout.derive_port(step.job_id, step.step_id))
+
+
+def run_node(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> int:
+    """Be the node agent for this task's node; return the task's exit code."""
+    from dslaunch.runners.local import LocalAgent  # noqa: PLC0415
+    from dslaunch.runners.supervise import format_summary, supervise  # noqa: PLC0415
+
+    env = os.environ if env is None else env
+    plan = resolve_port(plan, env)
+    node_rank = node_rank_of(plan, env)
+    peer_failed: list[int] = []
+    handle: LocalAgent | None = None
+
+    def on_peer_failure(_signum: int, _frame: object) -> None:
+        peer_failed.append(1)
+        if handle is not None:
+            handle.stop()
+
+    previous = signal.signal(PEER_FAILED, on_peer_failure)
+    try:
+        handle = LocalAgent(plan, node_rank)
+        outcome = supervise(plan, [handle])
+    finally:
+        signal.signal(PEER_FAILED, previous)
+    if peer_failed and outcome.code:
+        print(f"dslaunch: node {node_rank} ({plan.node(node_rank).host}) stopped: another node of the "
+              "Slurm step failed (its log names the root cause)", file=sys.stderr, flush=True)
+        return PEER_STOPPED_CODE
+    if outcome.code and outcome.root_cause is not None and len(plan.nodes) > 1:
+        _tell_peers(env)
+    summary = format_summary(outcome, plan)
+    if summary:
+        sys.stdout.flush()
+        print(summary, file=sys.stderr, flush=True)
+    return outcome.code
+
+
+def _tell_peers(env: Mapping[str, str]) -> None:
+    scancel = shutil.which("scancel")
+    job, step = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"), env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")
+    if scancel is None or not job or step is None:
+        return
+    try:
+        subprocess.run([scancel, "--quiet", f"--signal={PEER_FAILED.name[3:]}", f"{job}.{step}"],
+                       timeout=10, check=False, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+
+
+def exec_rank(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> None:
+    """Become the rank this task stands for (never returns)."""
+    from dslaunch.agent import ranks as rankspec  # noqa: PLC0415
+
+    env = os.environ if env is None else env
+    plan = resolve_port(plan, env)
+    step = layout.read_step(env)
+    node = plan.node(step.nodeid)
+    local = step.localid
+    error_file = os.path.join(plan.log_dir, f"rank{node.ranks[local]}.error.json") if plan.log_dir else ""
+    rank_environ = rankspec.rank_env(plan, node, local, env, error_file)
+    if not error_file:
+        rank_environ.pop("DSLAUNCH_ERROR_FILE", None)
+    if "CUDA_VISIBLE_DEVICES" in env:
+        rank_environ["CUDA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"]  # Slurm's GPU binding wins
+    else:
+        rank_environ.pop("CUDA_VISIBLE_DEVICES", None)
+    argv = rankspec.rank_argv(plan, local)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if plan.cwd:
+        os.chdir(plan.cwd)
+    os.execvpe(argv[0], argv, rank_environ)
+
+
+def rank_nodes(hosts: tuple[str, ...], slots: tuple[str, ...]) -> tuple[NodePlan, ...]:
+    """Every host gets the same slots; ranks are numbered node by node."""
+    n = len(slots)
+    return tuple(NodePlan(h, i, slots, tuple(range(i * n, (i + 1) * n))) for i, h in enumerate(hosts))
