@@ -22,7 +22,9 @@ from dslaunch.plan import LaunchPlan
 # Option areas, in the order they contribute to the plan.
 AREAS: tuple[str, ...] = (
     "dslaunch.cli.ds_compat",
+    "dslaunch.cli.slurm_early",
     "dslaunch.cli.core_options",
+    "dslaunch.cli.slurm_options",
     "dslaunch.cli.log_options",
     "dslaunch.cli.remote_options",
     "dslaunch.cli.parity_options",

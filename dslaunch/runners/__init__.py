@@ -14,6 +14,7 @@ from dslaunch.plan import LaunchPlan
 # name -> "module:Class"; helpers of other issues add their runners here.
 RUNNERS: dict[str, str] = {
     "local": "dslaunch.runners.local:LocalRunner",
+    "slurm": "dslaunch.runners.slurm:SlurmRunner",
     "openmpi": "dslaunch.runners.mpi:OpenMpiRunner",
     "mpich": "dslaunch.runners.mpi:MpichRunner",
     "ssh": "dslaunch.runners.ssh:SshRunner",
