@@ -48,8 +48,9 @@ class MeshSpec:
     ep: int = 1
 
     def text(self) -> str:
-        """Canonical, order-independent text; equal specs give equal text."""
-        return ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+        """Canonical, order-independent text (dp_shard and every size that is not 1); equal specs, equal text."""
+        return ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)
+                        if f.name == "dp_shard" or getattr(self, f.name) != 1)
 
 
 def _int_value(name: str, value: Any) -> int:

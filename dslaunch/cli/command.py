@@ -28,6 +28,7 @@ AREAS: tuple[str, ...] = (
     "dslaunch.cli.log_options",
     "dslaunch.cli.remote_options",
     "dslaunch.cli.parity_options",
+    "dslaunch.cli.mesh_options",
 )
 
 

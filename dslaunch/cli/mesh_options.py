@@ -1,0 +1,45 @@
+"""Mesh option: ``--mesh SPEC`` (or the config's mesh keys), checked against the plan's world size.
+
+The spec reaches every rank as ``DSLAUNCH_MESH``; the rank bootstrap resolves it again
+(ranks started by hand or by another launcher get the same checks there).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from dslaunch.cli.draft import PlanDraft
+from dslaunch.mesh import VALID_INPUT, MeshConfigError, locality_warnings, parse_spec, resolve, spec_from_config
+
+PARAMS: list[click.Parameter] = [
+    click.Option(
+        ["--mesh"], metavar="SPEC", envvar="DSLAUNCH_MESH",
+        help=f"Device mesh, e.g. 'pp=2,dp=-1,tp=2'. Dims: {VALID_INPUT}; one may be -1 (the rest of the ranks). "
+        "Order outermost first: pp, dp_replicate, dp_shard, cp|sp, tp. [default: the config's mesh, else dp=-1]",
+    ),
+]
+
+
+def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
+    text = values.get("mesh")
+    try:
+        if text is not None:
+            spec, hint = parse_spec(text), "'--mesh'"
+        else:
+            spec, hint = spec_from_config(draft.config), "'--config'"
+    except MeshConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--mesh'" if text is not None else "'--config'") from None
+    if spec is None:
+        return
+    world = sum(node.nproc for node in draft.nodes)
+    if world:
+        try:
+            layout = resolve(spec, world)
+        except MeshConfigError as exc:
+            raise click.BadParameter(f"{exc} (the plan has {world} ranks)", param_hint=hint) from None
+        per_node = min(node.nproc for node in draft.nodes)
+        for warning in locality_warnings(layout, per_node):
+            click.echo(f"dslaunch: warning: {warning}", err=True)
+    draft.env["DSLAUNCH_MESH"] = spec.text()
