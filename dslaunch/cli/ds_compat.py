@@ -49,14 +49,16 @@ def _pid_path(_value: bool) -> str:
 _ELASTIC = "elastic training was removed in DeepSpeed 0.19.8 and dslaunch has none: a failing rank stops the job"
 
 TABLE: tuple[DsFlag, ...] = (
-    DsFlag(("--num_nodes",), "ds_num_nodes", "--num-nodes", "num_nodes", type=click.INT, convert=_minus_one),
-    DsFlag(("--num_gpus",), "ds_num_gpus", "--nproc-per-node", "nproc_per_node", type=click.INT,
+    DsFlag(("--num_nodes",), "ds_num_nodes", "--num-nodes", "num_nodes", type=click.IntRange(min=-1),
+           convert=_minus_one),
+    DsFlag(("--num_gpus",), "ds_num_gpus", "--nproc-per-node", "nproc_per_node", type=click.IntRange(min=-1),
            convert=_minus_one, note="checked against the hostfile's slots"),
-    DsFlag(("--num_accelerators",), "ds_num_accelerators", "--nproc-per-node", "nproc_per_node", type=click.INT,
+    DsFlag(("--num_accelerators",), "ds_num_accelerators", "--nproc-per-node", "nproc_per_node", type=click.IntRange(min=-1),
            convert=_minus_one, note="checked against the hostfile's slots"),
     DsFlag(("--master_addr",), "ds_master_addr", "--master-addr", "master_addr", convert=_none_string),
     DsFlag(("--master_port",), "ds_master_port", "--master-port", "master_port", type=click.IntRange(0, 65535)),
-    DsFlag(("--node_rank",), "ds_node_rank", "--node-rank", "node_rank", type=click.INT, convert=_minus_one),
+    DsFlag(("--node_rank",), "ds_node_rank", "--node-rank", "node_rank", type=click.IntRange(min=-1),
+           convert=_minus_one),
     DsFlag(("--launcher_args",), "ds_launcher_args", "--launcher-args", "launcher_args"),
     DsFlag(("--no_python",), "ds_no_python", "--no-python", "no_python", is_flag=True),
     DsFlag(("--no_local_rank",), "ds_no_local_rank", "(the default; --local-rank-arg turns it on)",
@@ -77,6 +79,8 @@ TABLE: tuple[DsFlag, ...] = (
     DsFlag(("--ssh_port",), "ds_ssh_port", "--ssh-port", "ssh_port", external=True),
     DsFlag(("--venv_script",), "ds_venv_script", "--venv-script", "venv_script", external=True),
     DsFlag(("--log_level",), "ds_log_level", "--log-level", "log_level",
+           type=click.Choice(["debug", "info", "warning", "error", "critical"], case_sensitive=False),
+           convert=str.lower,
            note="the default is warning, and the level reaches every rank on every node"),
     DsFlag(("-q", "--quiet"), "ds_quiet", "--log-level error", "log_level", is_flag=True,
            convert=lambda _v: "error"),
@@ -157,8 +161,12 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:  # noqa: ARG00
         click.echo(f"dslaunch: {message(flag)}", err=True)
         if flag.target is not None:
             _apply(flag, values, applied)
+    if str(values.get("launcher", "")).lower() in _NO_V1_LAUNCHERS:
+        raise click.BadParameter(f"DeepSpeed's {values['launcher']!r} launcher has no dslaunch equivalent: "
+                                 "use --launcher openmpi or --launcher mpich (or auto)", param_hint="'--launcher'")
     if _used(_BY_DEST["ds_no_ssh"], values) and values.get("node_rank") is None:
         raise click.UsageError("--no_ssh needs --node_rank N (in dslaunch: --node-rank N): the rank of this node")
 
 
 _BY_DEST = {f.dest: f for f in TABLE}
+_NO_V1_LAUNCHERS = ("impi", "mvapich")

@@ -88,7 +88,7 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
     if values.get("force_multi") and draft.launcher == "auto":
         from dslaunch.runners import RUNNERS  # noqa: PLC0415
 
-        found = [name for name in REMOTE_LAUNCHERS if name in RUNNERS]
+        found = [name for name in REMOTE_LAUNCHERS if name in RUNNERS and (name != "pdsh" or shutil.which("pdsh"))]
         if not found:
             raise click.UsageError(f"--force-multi needs a remote launcher ({', '.join(REMOTE_LAUNCHERS)}); "
                                    f"known launchers: {', '.join(sorted(RUNNERS))}")

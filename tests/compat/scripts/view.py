@@ -1,0 +1,11 @@
+"""Print this rank's argv, CPU affinity and OMP_NUM_THREADS as one JSON line; sleep SLEEP seconds."""
+
+import json
+import os
+import sys
+import time
+
+view = {"rank": int(os.environ["RANK"]), "argv": sys.argv[1:], "cores": sorted(os.sched_getaffinity(0)),
+        "omp": os.environ.get("OMP_NUM_THREADS")}
+print("VIEW " + json.dumps(view), flush=True)
+time.sleep(float(os.environ.get("SLEEP", "0")))
