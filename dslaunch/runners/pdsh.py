@@ -28,7 +28,7 @@ from dslaunch.remote import common
 from dslaunch.remote.command import PLAN_PLACEHOLDER, RemoteSettings, agent_command, plan_b64
 from dslaunch.remote.sshconfig import default_config_path
 
-_SSH_EXIT = re.compile(r"^pdsh@[^:]*: (?P<host>[^:]+): ssh exited with exit code (?P<code>\d+)")
+_SSH_END = re.compile(r"^pdsh@[^:]*: (?P<host>[^:]+): ssh (?:exited with exit code (?P<code>\d+)|killed by signal (?P<sig>\d+))")
 
 
 def ssh_args(settings: RemoteSettings) -> list[str]:
@@ -111,9 +111,9 @@ class _Demux:
         assert self.proc.stderr is not None
         for raw in self.proc.stderr:
             line = raw.decode("utf-8", "replace")
-            match = _SSH_EXIT.match(line)
+            match = _SSH_END.match(line)
             if match and match["host"] in self.queues:
-                self._close(match["host"], int(match["code"]))
+                self._close(match["host"], int(match["code"]) if match["code"] else 128 + int(match["sig"]))
             host, sep, rest = line.partition(": ")
             common.write_err((rest if sep and host in self.queues and rest.startswith("[") else line).encode())
 

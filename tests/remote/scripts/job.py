@@ -1,0 +1,34 @@
+"""Trivial rank (no torch) for remote launcher tests.
+
+job.py echo ARGS...          print one JSON line with rank facts, argv and chosen env
+job.py sleep DIR             write DIR/ready.<rank>, then sleep
+job.py fail DIR RANK CODE    like sleep, but RANK exits CODE once every rank is ready
+"""
+
+import json
+import os
+import sys
+import time
+
+rank = int(os.environ["RANK"])
+mode = sys.argv[1]
+if mode == "echo":
+    keys = [k for k in os.environ if k.startswith(("TEST_", "WANDB_", "HF_", "NCCL_", "DSLAUNCH_"))]
+    print(json.dumps({
+        "rank": rank, "world": int(os.environ["WORLD_SIZE"]), "node": int(os.environ["NODE_RANK"]),
+        "master": os.environ["MASTER_ADDR"], "port": os.environ["MASTER_PORT"],
+        "conn": os.environ.get("SSH_CONNECTION", ""), "cwd": os.getcwd(), "argv": sys.argv[2:],
+        "env": {k: os.environ[k] for k in keys},
+    }), flush=True)
+    sys.exit(0)
+folder = sys.argv[2]
+with open(os.path.join(folder, f"ready.{rank}"), "w") as f:
+    f.write(str(os.getpid()))
+if mode == "fail" and rank == int(sys.argv[3]):
+    world = int(os.environ["WORLD_SIZE"])
+    deadline = time.time() + 30
+    while time.time() < deadline and not all(os.path.exists(os.path.join(folder, f"ready.{r}")) for r in range(world)):
+        time.sleep(0.05)
+    print(f"rank {rank} failing now", file=sys.stderr, flush=True)
+    sys.exit(int(sys.argv[4]))
+time.sleep(300)

@@ -1,0 +1,180 @@
+"""Real multi-node launches over a real sshd (loopback aliases), with both runners."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.remote.cluster import SshCluster
+from tests.remote.launch import (
+    RUNNERS, SCRIPT, base_args, job_processes, records, run, start, stop, wait_ready, wait_until_gone,
+)
+
+PAYLOADS = ["$(touch pwned1)", "`touch pwned2`", "a; touch pwned3", "x' ; touch pwned4 '", 'q"uo"te', "new\nline",
+            "ünïcödé ✓", "--node-rank 1", "%n %h %%", "&& touch pwned5 &", "| touch pwned6", "> pwned7"]
+
+
+def _remote_agent(run_id: str, addr: str):  # noqa: ANN202
+    """The node agent that sshd started for a connection to ``addr``."""
+    for p in job_processes(run_id):
+        if "dslaunch.agent" in " ".join(p.cmdline()) and p.environ().get("SSH_CONNECTION", "").split()[2:3] == [addr]:
+            return p
+    raise AssertionError(f"no agent of {run_id} behind {addr}")
+
+
+def _no_pwned(*folders: Path) -> None:
+    for folder in folders:
+        assert not [p for p in folder.iterdir() if p.name.startswith("pwned")], f"a payload ran in {folder}"
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_two_nodes_env_and_payloads(ssh_cluster: SshCluster, runner: str, tmp_path: Path) -> None:
+    (tmp_path / "vars.env").write_text(
+        "# comment\n\nTEST_SPACES='with spaces here'\nexport TEST_DQ=\"say \\\"hi\\\" $HOME\"\n"
+        "TEST_PLAIN=plain value # trailing comment\nTEST_EQ=a=b=c\n"
+    )
+    (tmp_path / ".deepspeed_env").write_text("TEST_DSENV=from-dot-file\nTEST_SPACES=overridden-by-env-file\n")
+    args = base_args(ssh_cluster, runner, ["node1", "node2"]) + [
+        "--env-file", "vars.env", "--export", "TEST_PAYLOAD=$(touch pwned0); `touch pwned0`",
+        "--export", "TEST_FROM_ENV", "--export", "HF_TOKEN=hf-very-secret", SCRIPT, "echo", *PAYLOADS,
+    ]
+    env = {"WANDB_PROJECT": "proj one", "NCCL_DEBUG": "INFO", "TEST_FROM_ENV": "it's \"here\"",
+           "OTHER_UNEXPORTED": "no"}
+    done = run(args, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    recs = records(done.stdout)
+    assert [r["rank"] for r in recs] == [0, 1, 2, 3]
+    assert [r["prefix"] for r in recs] == ["[node1:rank0]", "[node1:rank1]", "[node2:rank2]", "[node2:rank3]"]
+    for r in recs:
+        assert r["argv"] == PAYLOADS
+        assert r["master"] == "127.0.0.2"  # node1's address from the ssh config, not its alias
+        assert r["conn"].split()[2] == ("127.0.0.2" if r["node"] == 0 else "127.0.0.3")
+        assert r["cwd"] == str(tmp_path)
+        e = r["env"]
+        assert e["TEST_SPACES"] == "with spaces here"
+        assert e["TEST_DQ"] == 'say "hi" $HOME'
+        assert e["TEST_PLAIN"] == "plain value"
+        assert e["TEST_EQ"] == "a=b=c"
+        assert e["TEST_DSENV"] == "from-dot-file"
+        assert e["TEST_PAYLOAD"] == "$(touch pwned0); `touch pwned0`"
+        assert e["TEST_FROM_ENV"] == "it's \"here\""
+        assert e["HF_TOKEN"] == "hf-very-secret"
+        assert e["WANDB_PROJECT"] == "proj one" and e["NCCL_DEBUG"] == "INFO"
+        assert "OTHER_UNEXPORTED" not in e
+    _no_pwned(tmp_path, Path.home(), ssh_cluster.base)
+    assert "hf-very-secret" not in done.stderr
+
+
+def test_payload_in_cwd_and_python_path(ssh_cluster: SshCluster, tmp_path: Path) -> None:
+    weird = tmp_path / "dir $(touch pwned8) `touch pwned9`; x"
+    weird.mkdir()
+    args = base_args(ssh_cluster, "ssh", ["node1", "node2"], slots=1) + [SCRIPT, "echo"]
+    done = run(args, cwd=weird)
+    assert done.returncode == 0, done.stderr
+    assert {r["cwd"] for r in records(done.stdout)} == {str(weird)}
+    _no_pwned(tmp_path, weird, Path.home())
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_rank_failure_stops_every_node(ssh_cluster: SshCluster, runner: str, tmp_path: Path) -> None:
+    run_id = f"ff{runner}{os.getpid()}"
+    args = base_args(ssh_cluster, runner, ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "fail", str(tmp_path), "3", "7"]
+    proc = start(args, cwd=tmp_path)
+    assert wait_ready(tmp_path, 4), "ranks did not start"
+    failed_at = time.monotonic()
+    out, err = proc.communicate(timeout=30)
+    elapsed = time.monotonic() - failed_at
+    assert proc.returncode == 7, err
+    assert "rank 3" in err and "node2" in err, err
+    assert elapsed < 3.0 + 1.5, f"teardown took {elapsed:.1f} s"
+    assert wait_until_gone(run_id, 3) == []
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_launcher_sigkill_leaves_nothing(ssh_cluster: SshCluster, runner: str, tmp_path: Path) -> None:
+    run_id = f"kill{runner}{os.getpid()}"
+    proc = start(base_args(ssh_cluster, runner, ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "sleep", str(tmp_path)],
+                 cwd=tmp_path)
+    assert wait_ready(tmp_path, 4)
+    assert len([p for p in job_processes(run_id) if "dslaunch.bootstrap" in " ".join(p.cmdline())]) == 4
+    stop(proc, signal.SIGKILL)
+    assert wait_until_gone(run_id, 5) == []
+
+
+def test_sigterm_stops_only_this_job(ssh_cluster: SshCluster, tmp_path: Path) -> None:
+    """Two jobs on the same hosts: SIGTERM to one leaves the other running."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    args = base_args(ssh_cluster, "ssh", ["node1", "node2"], slots=1)
+    job_a = start([*args, "--run-id", f"joba{os.getpid()}", SCRIPT, "sleep", str(a)], cwd=tmp_path)
+    job_b = start([*args, "--run-id", f"jobb{os.getpid()}", SCRIPT, "sleep", str(b)], cwd=tmp_path)
+    try:
+        assert wait_ready(a, 2) and wait_ready(b, 2)
+        job_b.send_signal(signal.SIGTERM)
+        _, err = job_b.communicate(timeout=20)
+        assert job_b.returncode == 143, err
+        assert wait_until_gone(f"jobb{os.getpid()}", 5) == []
+        assert len([p for p in job_processes(f"joba{os.getpid()}") if "dslaunch.bootstrap" in " ".join(p.cmdline())]) == 2
+    finally:
+        stop(job_a, signal.SIGTERM)
+    assert wait_until_gone(f"joba{os.getpid()}", 5) == []
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_lost_agent_is_named_and_others_stopped(ssh_cluster: SshCluster, runner: str, tmp_path: Path) -> None:
+    run_id = f"lost{runner}{os.getpid()}"
+    proc = start(base_args(ssh_cluster, runner, ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "sleep", str(tmp_path)],
+                 cwd=tmp_path)
+    try:
+        assert wait_ready(tmp_path, 4)
+        _remote_agent(run_id, "127.0.0.3").kill()
+        _, err = proc.communicate(timeout=20)
+    finally:
+        stop(proc)
+    assert proc.returncode != 0
+    assert "node 1 (node2)" in err, err
+    assert wait_until_gone(run_id, 5) == []
+
+
+def test_dropped_connection_is_named(ssh_cluster: SshCluster, tmp_path: Path) -> None:
+    """Kill the sshd process serving node2's session: the connection drops mid-job."""
+    import psutil
+
+    run_id = f"drop{os.getpid()}"
+    proc = start(base_args(ssh_cluster, "ssh", ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "sleep", str(tmp_path)],
+                 cwd=tmp_path)
+    try:
+        assert wait_ready(tmp_path, 4)
+        session = psutil.Process(_remote_agent(run_id, "127.0.0.3").ppid())
+        assert session.name().startswith("sshd")
+        session.kill()
+        _, err = proc.communicate(timeout=20)
+    finally:
+        stop(proc)
+    assert proc.returncode != 0
+    assert "node2" in err, err
+    assert wait_until_gone(run_id, 5) == []
+
+
+def test_pdsh_killed_ssh_client_is_named(ssh_cluster: SshCluster, tmp_path: Path) -> None:
+    """pdsh's ssh client for node2 dies: node2 is named, and every node is stopped."""
+    import psutil
+
+    run_id = f"sshc{os.getpid()}"
+    proc = start(base_args(ssh_cluster, "pdsh", ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "sleep", str(tmp_path)],
+                 cwd=tmp_path)
+    try:
+        assert wait_ready(tmp_path, 4)
+        pdsh = next(c for c in psutil.Process(proc.pid).children() if c.name().startswith("pdsh"))
+        next(c for c in pdsh.children() if "node2" in c.cmdline()).kill()
+        _, err = proc.communicate(timeout=20)
+    finally:
+        stop(proc)
+    assert proc.returncode != 0
+    assert "node 1 (node2)" in err, err
+    assert wait_until_gone(run_id, 5) == []
