@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import socket
-import subprocess
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,8 +18,7 @@ from click.core import ParameterSource
 
 from dslaunch.cli.draft import PlanDraft
 from dslaunch.plan import NodePlan
-from dslaunch.slurm import hostlist, layout, srun
-from dslaunch.slurm.step import rank_nodes
+from dslaunch.slurm import address, hostlist, layout, srun
 
 PARAMS: list[click.Parameter] = []
 FILTERS = ("include", "exclude", "num_nodes")
@@ -55,9 +52,10 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
     except (layout.SlurmLayoutError, hostlist.HostlistError) as exc:
         raise click.UsageError(str(exc)) from None
     draft.launcher = "slurm"
+    draft.runner_options[layout.SIGNALS_OPTION] = layout.slurm_signals_ranks(env)
     if not values.get("master_addr"):
         # Written back to values so later areas (remote options) take it as given.
-        values["master_addr"] = node_address(draft.nodes[0].host, env)
+        values["master_addr"] = address.node_address(draft.nodes[0].host, env)
     draft.master_addr = values["master_addr"]
     if not draft.dry_run and draft.program is not None and not (draft.program.module or draft.program.no_python):
         if not os.path.isfile(draft.program.target):
@@ -88,7 +86,7 @@ def _step(values: dict[str, Any], draft: PlanDraft, env: Mapping[str, str], filt
     nproc = values.get("nproc_per_node")
     mode = layout.step_mode(step, nproc)
     if mode == "node":
-        draft.nodes = rank_nodes(step.hosts, _local_slots(nproc, env))
+        draft.nodes = layout.rank_nodes(step.hosts, _local_slots(nproc, env))
     else:
         nodes, first = [], 0
         for i, (host, count) in enumerate(zip(step.hosts, step.tasks_per_node)):
@@ -118,7 +116,7 @@ def _allocation(values: dict[str, Any], draft: PlanDraft, env: Mapping[str, str]
         raise click.UsageError("no nodes of the allocation are left after --include/--exclude")
     nproc = values.get("nproc_per_node")
     count = nproc if isinstance(nproc, int) else _gpus_per_node(env) or (_cpus_per_node(env) if nproc == "auto" else 1)
-    draft.nodes = rank_nodes(tuple(chosen), tuple(str(k) for k in range(count)))
+    draft.nodes = layout.rank_nodes(tuple(chosen), tuple(str(k) for k in range(count)))
     launcher_args = _launcher_args(values)
     owned = srun.owned_option(launcher_args)
     if owned:
@@ -178,19 +176,3 @@ def _local_slots(nproc: int | str | None, env: Mapping[str, str]) -> tuple[str, 
         return gpus
     count = int(env.get("SLURM_CPUS_ON_NODE") or os.cpu_count() or 1) if nproc == "auto" else 1
     return tuple(str(k) for k in range(count))
-
-
-def node_address(host: str, env: Mapping[str, str]) -> str:
-    """``host`` if it resolves, else its NodeAddr from scontrol (node names need not be host names)."""
-    try:
-        socket.getaddrinfo(host, None)
-        return host
-    except (OSError, UnicodeError):
-        pass
-    try:
-        out = subprocess.run(["scontrol", "show", "node", "-o", host], capture_output=True, text=True,
-                             timeout=10, env=dict(env), check=False).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return host
-    match = re.search(r"\bNodeAddr=(\S+)", out)
-    return match.group(1) if match else host

@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from dslaunch.plan import NodePlan
 from dslaunch.slurm import hostlist
 
 # MASTER_PORT derived from the job and step id lies in [PORT_BASE, PORT_BASE + PORT_SPAN):
@@ -13,6 +14,12 @@ from dslaunch.slurm import hostlist
 PORT_BASE = 20000
 PORT_SPAN = 12000
 _STEPS_PER_JOB = 16
+
+# Plan option read by the node agent: Slurm (proctrack cgroup or linuxproc) already delivers
+# USR1/USR2 to every process of a step, so relaying them would signal each rank twice.
+# DSLAUNCH_SLURM_FORWARD_SIGNALS=1 turns relaying back on, for proctrack/pgid, which signals
+# only the task's process group (the ranks run in sessions of their own).
+SIGNALS_OPTION = "scheduler_signals_ranks"
 
 
 class SlurmLayoutError(ValueError):
@@ -125,6 +132,10 @@ def read_step(env: Mapping[str, str]) -> SlurmStep:
     return step
 
 
+def slurm_signals_ranks(env: Mapping[str, str]) -> bool:
+    return env.get("DSLAUNCH_SLURM_FORWARD_SIGNALS", "0") in ("", "0")
+
+
 def derive_port(job_id: int, step_id: int = 0) -> int:
     """A port every task of one step computes alike; distinct for 750 consecutive job ids x 16 steps."""
     return PORT_BASE + (job_id * _STEPS_PER_JOB + step_id % _STEPS_PER_JOB) % PORT_SPAN
@@ -153,3 +164,9 @@ def step_mode(step: SlurmStep, nproc: int | str | None) -> str:
             f"'srun --ntasks-per-node={tasks} dslaunch ...' without --nproc-per-node (each task is a rank)."
         )
     return "rank"
+
+
+def rank_nodes(hosts: tuple[str, ...], slots: tuple[str, ...]) -> tuple[NodePlan, ...]:
+    """Every host gets the same slots; ranks are numbered node by node."""
+    n = len(slots)
+    return tuple(NodePlan(h, i, slots, tuple(range(i * n, (i + 1) * n))) for i, h in enumerate(hosts))

@@ -16,7 +16,9 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
-from dslaunch.plan import LaunchPlan, NodePlan
+from dslaunch.plan import LaunchPlan
+from dslaunch.runners.local import LocalAgent
+from dslaunch.runners.supervise import format_summary, supervise
 from dslaunch.slurm import layout
 
 PEER_FAILED = signal.SIGURG
@@ -45,14 +47,11 @@ def resolve_port(plan: LaunchPlan, env: Mapping[str, str]) -> LaunchPlan:
 
 def run_node(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> int:
     """Be the node agent for this task's node; return the task's exit code."""
-    from dslaunch.runners.local import LocalAgent  # noqa: PLC0415
-    from dslaunch.runners.supervise import format_summary, supervise  # noqa: PLC0415
-
     env = os.environ if env is None else env
     plan = resolve_port(plan, env)
     node_rank = node_rank_of(plan, env)
     peer_failed: list[int] = []
-    handle: LocalAgent | None = None
+    handle: StepAgent | None = None
 
     def on_peer_failure(_signum: int, _frame: object) -> None:
         peer_failed.append(1)
@@ -61,7 +60,7 @@ def run_node(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> int:
 
     previous = signal.signal(PEER_FAILED, on_peer_failure)
     try:
-        handle = LocalAgent(plan, node_rank)
+        handle = StepAgent(plan, node_rank)
         outcome = supervise(plan, [handle])
     finally:
         signal.signal(PEER_FAILED, previous)
@@ -78,6 +77,18 @@ def run_node(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> int:
     return outcome.code
 
 
+class StepAgent(LocalAgent):
+    """This node's agent; USR1/USR2 are not relayed when Slurm signals every process of the step itself."""
+
+    def __init__(self, plan: LaunchPlan, node_rank: int) -> None:
+        super().__init__(plan, node_rank)
+        self.relay_user_signals = not plan.option(layout.SIGNALS_OPTION, False)
+
+    def signal(self, signum: int) -> None:
+        if self.relay_user_signals or signum not in (signal.SIGUSR1, signal.SIGUSR2):
+            super().signal(signum)
+
+
 def _tell_peers(env: Mapping[str, str]) -> None:
     scancel = shutil.which("scancel")
     job, step = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"), env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")
@@ -85,7 +96,8 @@ def _tell_peers(env: Mapping[str, str]) -> None:
         return
     try:
         subprocess.run([scancel, "--quiet", f"--signal={PEER_FAILED.name[3:]}", f"{job}.{step}"],
-                       timeout=10, check=False, stdin=subprocess.DEVNULL)
+                       timeout=10, check=False, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)  # best effort: tasks that already ended make scancel complain
     except (OSError, subprocess.TimeoutExpired):
         pass
 
@@ -113,9 +125,3 @@ def exec_rank(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> None:
     if plan.cwd:
         os.chdir(plan.cwd)
     os.execvpe(argv[0], argv, rank_environ)
-
-
-def rank_nodes(hosts: tuple[str, ...], slots: tuple[str, ...]) -> tuple[NodePlan, ...]:
-    """Every host gets the same slots; ranks are numbered node by node."""
-    n = len(slots)
-    return tuple(NodePlan(h, i, slots, tuple(range(i * n, (i + 1) * n))) for i, h in enumerate(hosts))
