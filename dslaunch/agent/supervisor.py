@@ -259,6 +259,8 @@ class NodeSupervisor:
             return
         for signum in data:
             if signum in _FORWARD_SIGNALS:
+                if self.plan.option("scheduler_signals_ranks", False):
+                    continue  # the scheduler (Slurm) already signalled every process of the step
                 for r in self.ranks:
                     if r.returncode is None:
                         _killpg(r.pid, signum)

@@ -7,7 +7,6 @@ a plain ``python script.py`` is a world of one.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -38,13 +37,9 @@ def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
 
 def first_slurm_host(nodelist: str) -> str:
     """First host of a Slurm nodelist such as ``gpu[03-05,9],cpu1``."""
-    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist)
-    if match is None:
-        raise ValueError(f"cannot read Slurm nodelist {nodelist!r}")
-    prefix, ranges = match.group(1), match.group(2)
-    if not ranges:
-        return prefix
-    return prefix + ranges.split(",")[0].split("-")[0]
+    from dslaunch.slurm import hostlist  # noqa: PLC0415
+
+    return hostlist.first(nodelist)
 
 
 def detect(env: Mapping[str, str] | None = None) -> RankInfo:
@@ -63,17 +58,18 @@ def detect(env: Mapping[str, str] | None = None) -> RankInfo:
             master_port=int(port) if port else None,
             source=source,
         )
-    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
-        nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or "localhost"
-        job = _int(env, "SLURM_JOB_ID", 0)
+    from dslaunch.slurm import address, layout  # noqa: PLC0415
+
+    if layout.in_step(env):  # a batch script has SLURM_PROCID too, but is no rank
+        step = layout.read_step(env)
         return RankInfo(
-            rank=_int(env, "SLURM_PROCID"),
-            local_rank=_int(env, "SLURM_LOCALID", 0),
-            world_size=_int(env, "SLURM_NTASKS"),
-            local_world_size=_int(env, "SLURM_NTASKS_PER_NODE", 1) if env.get("SLURM_NTASKS_PER_NODE", "").isdigit() else 1,
-            node_rank=_int(env, "SLURM_NODEID", 0),
-            master_addr=env.get("MASTER_ADDR") or first_slurm_host(nodelist),
-            master_port=int(port) if port else 20000 + job % 20000,
+            rank=step.procid,
+            local_rank=step.localid,
+            world_size=step.ntasks,
+            local_world_size=step.tasks_per_node[step.nodeid],
+            node_rank=step.nodeid,
+            master_addr=env.get("MASTER_ADDR") or address.node_address(step.hosts[0], env),
+            master_port=int(port) if port else layout.derive_port(step.job_id, step.step_id),
             source="slurm",
         )
     return RankInfo(0, 0, 1, 1, 0, env.get("MASTER_ADDR"), int(port) if port else None, "single")
