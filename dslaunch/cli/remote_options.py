@@ -104,8 +104,8 @@ def _ssh_config(values: dict[str, Any]) -> str | None:
     path = values.get("ssh_config")
     if path is None:
         return default_config_path()
-    if not os.path.isfile(path):
-        raise click.BadParameter(f"ssh config {path!r} does not exist", param_hint="'--ssh-config'")
+    if not os.path.exists(path) or os.path.isdir(path):  # /dev/null is a valid "no config", as for ssh -F
+        raise click.BadParameter(f"ssh config {path!r} does not exist or is a directory", param_hint="'--ssh-config'")
     return os.path.abspath(path)
 
 

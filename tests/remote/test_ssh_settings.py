@@ -1,0 +1,156 @@
+"""ssh settings as users have them: host keys, ProxyJump, manual --node-rank, preflight, dry-run masking."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.remote.cluster import SshCluster
+from tests.remote.launch import RUNNERS, SCRIPT, base_args, records, run
+
+
+def _config_with(cluster: SshCluster, tmp_path: Path, known_hosts: Path, extra: str = "") -> Path:
+    text = cluster.config.read_text().replace(str(cluster.known_hosts), str(known_hosts))
+    path = tmp_path / "ssh_config"
+    path.write_text(extra + text)
+    return path
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_unknown_host_key_is_refused_then_accepted_on_request(ssh_cluster: SshCluster, runner: str, tmp_path: Path) -> None:
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    config = _config_with(ssh_cluster, tmp_path, known)
+    args = base_args(ssh_cluster, runner, ["node1"], slots=1)
+    args[args.index("--ssh-config") + 1] = str(config)
+    refused = run([*args, SCRIPT, "echo"], cwd=tmp_path)
+    assert refused.returncode == 255, refused.stderr
+    assert records(refused.stdout) == []
+    if runner == "ssh":
+        assert "not in known_hosts" in refused.stderr and "--ssh-accept-new-hosts" in refused.stderr
+    else:
+        assert "Host key verification failed" in refused.stderr
+    accepted = run([*args, "--ssh-accept-new-hosts", SCRIPT, "echo"], cwd=tmp_path)
+    assert accepted.returncode == 0, accepted.stderr
+    assert f"[127.0.0.2]:{ssh_cluster.port}" in known.read_text()
+    again = run([*args, SCRIPT, "echo"], cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+
+
+def test_changed_host_key_is_always_refused(ssh_cluster: SshCluster, tmp_path: Path) -> None:
+    import subprocess
+
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True)
+    kind, key = (tmp_path / "other.pub").read_text().split()[:2]
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[127.0.0.2]:{ssh_cluster.port} {kind} {key}\n")
+    config = _config_with(ssh_cluster, tmp_path, known)
+    args = base_args(ssh_cluster, "ssh", ["node1"], slots=1)
+    args[args.index("--ssh-config") + 1] = str(config)
+    done = run([*args, "--ssh-accept-new-hosts", SCRIPT, "echo"], cwd=tmp_path)
+    assert done.returncode == 255
+    assert "does NOT match known_hosts" in done.stderr, done.stderr
+
+
+def test_proxy_jump_and_ssh_port_override(ssh_cluster: SshCluster, tmp_path: Path) -> None:
+    extra = "Host behind\n    HostName 127.0.0.4\n    ProxyJump node1\n"
+    config = _config_with(ssh_cluster, tmp_path, ssh_cluster.known_hosts, extra)
+    args = base_args(ssh_cluster, "ssh", ["behind", "node2"], slots=1)
+    args[args.index("--ssh-config") + 1] = str(config)
+    done = run([*args, "--ssh-port", str(ssh_cluster.port), SCRIPT, "echo"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    recs = records(done.stdout)
+    assert recs[0]["prefix"] == "[behind:rank0]" and recs[0]["conn"].split()[2] == "127.0.0.4"
+    # the jump host connects onward, so sshd sees node1's forwarded connection from loopback
+    assert recs[0]["master"] == "127.0.0.4"
+    wrong = run([*args, "--ssh-port", "1", SCRIPT, "echo"], cwd=tmp_path)
+    assert wrong.returncode == 255 and "cannot connect" in wrong.stderr
+
+
+def test_unreachable_host_stops_launch_and_names_it(ssh_cluster: SshCluster, tmp_path: Path) -> None:
+    extra = "Host ghost\n    HostName 127.0.0.9\n"
+    config = _config_with(ssh_cluster, tmp_path, ssh_cluster.known_hosts, extra)
+    args = base_args(ssh_cluster, "ssh", ["node1", "ghost"], slots=1)
+    args[args.index("--ssh-config") + 1] = str(config)
+    done = run([*args, SCRIPT, "echo"], cwd=tmp_path)
+    assert done.returncode == 255
+    assert "ghost" in done.stderr and records(done.stdout) == []
+
+
+def test_manual_node_rank_never_opens_ssh(tmp_path: Path) -> None:
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("nowhere-a slots=2\nnowhere-b slots=2\n")
+    done = run(["--hostfile", str(hostfile), "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port", "29999",
+                "--ssh-config", "/dev/null", SCRIPT, "echo"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    recs = records(done.stdout)
+    assert [(r["rank"], r["world"], r["node"]) for r in recs] == [(2, 4, 1), (3, 4, 1)]
+    assert all(r["conn"] == "" and r["master"] == "127.0.0.1" for r in recs)
+    bad = run(["--hostfile", str(hostfile), "--node-rank", "2", SCRIPT, "echo"], cwd=tmp_path)
+    assert bad.returncode == 2 and "valid node ranks are 0..1" in bad.stderr and "Traceback" not in bad.stderr
+    bad_port = run(["--hostfile", str(hostfile), "--node-rank", "0", "--master-port", "0", SCRIPT], cwd=tmp_path)
+    assert bad_port.returncode == 2 and "fixed --master-port" in bad_port.stderr
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_preflight_table(ssh_cluster: SshCluster, runner: str, tmp_path: Path) -> None:
+    args = base_args(ssh_cluster, runner, ["node1", "node2"], slots=1)
+    done = run([*args, "--master-port", "29531", "--preflight"], cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1].split()[:3] == ["host", "reach", "python"]
+    rows = {line.split()[0]: line for line in lines[2:4]}
+    assert rows["node1"].split()[1] == "yes" and rows["node1"].endswith("ok") and "29531 free" in rows["node1"]
+    assert rows["node2"].endswith("ok")
+    extra = "Host ghost\n    HostName 127.0.0.9\n"
+    config = _config_with(ssh_cluster, tmp_path, ssh_cluster.known_hosts, extra)
+    args = base_args(ssh_cluster, runner, ["node1", "ghost"], slots=1)
+    args[args.index("--ssh-config") + 1] = str(config)
+    failing = run([*args, "--preflight"], cwd=tmp_path)
+    assert failing.returncode == 1
+    ghost = next(line for line in failing.stdout.splitlines() if line.startswith("ghost"))
+    assert ghost.split()[1] == "NO" and ghost.endswith("FAIL")
+
+
+def test_dry_run_masks_secrets_and_shows_commands(ssh_cluster: SshCluster, tmp_path: Path) -> None:
+    args = base_args(ssh_cluster, "pdsh", ["node1", "node2"], slots=1)
+    done = run([*args, "--export", "HF_TOKEN=hf-secret-value", "--export", "TEST_OK=visible", "--dry-run", "--json",
+                SCRIPT, "echo"], cwd=tmp_path, env={"WANDB_API_KEY": "wandb-secret-value"})
+    assert done.returncode == 0, done.stderr
+    assert "hf-secret-value" not in done.stdout and "wandb-secret-value" not in done.stdout
+    data = json.loads(done.stdout)
+    assert data["env"]["TEST_OK"] == "visible"
+    assert data["env"]["HF_TOKEN"] == "****"
+    assert data["master_addr"] == "127.0.0.2"
+    assert "pdsh -S -R ssh" in data["commands"][0] and "--node-rank %n" in data["commands"][0]
+    for runner in RUNNERS:
+        args = base_args(ssh_cluster, runner, ["node1", "node2"], slots=1)
+        text = run([*args, "--export", "HF_TOKEN=hf-secret-value", "--dry-run", SCRIPT], cwd=tmp_path)
+        assert text.returncode == 0 and "hf-secret-value" not in text.stdout and "dslaunch.agent" in text.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--export", "1BAD=x"], "is not NAME or NAME=VALUE"),
+    (["--export", "TEST_SURELY_UNSET_VAR"], "is not set in the launcher's environment"),
+    (["--env-file", "missing.env"], "does not exist"),
+    (["--env-file", "bad.env"], "expected NAME=VALUE"),
+    (["--ssh-config", "missing_config"], "does not exist"),
+    (["--fanout", "0"], "0"),
+])
+def test_bad_remote_input_exits_2(ssh_cluster: SshCluster, tmp_path: Path, args: list[str], message: str) -> None:
+    (tmp_path / "bad.env").write_text("OK=1\nthis line is wrong\n")
+    base = base_args(ssh_cluster, "ssh", ["node1"], slots=1)
+    done = run([*base, *args, "--dry-run", SCRIPT], cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_bad_host_name_is_refused(tmp_path: Path) -> None:
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("node1 slots=1\n-oProxyCommand=touch${IFS}pwned slots=1\n")
+    done = run(["--hostfile", str(hostfile), "--launcher", "ssh", SCRIPT], cwd=tmp_path)
+    assert done.returncode == 2 and "is not valid for a remote launch" in done.stderr
+    assert not os.path.exists(tmp_path / "pwned")
