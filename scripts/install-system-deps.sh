@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# System packages the test suite uses for real hosts: sshd, pdsh, Slurm with munge, Open MPI, numactl.
+# System packages the test suite uses for real hosts: sshd, pdsh, Slurm with munge, Open MPI, MPICH, numactl.
 # Idempotent and quiet when everything is already there.
 set -euo pipefail
-PKGS=(openssh-server openssh-client pdsh munge slurmctld slurmd slurm-client openmpi-bin numactl iproute2 procps)
+PKGS=(openssh-server openssh-client pdsh munge slurmctld slurmd slurm-client openmpi-bin mpich numactl iproute2 procps)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
