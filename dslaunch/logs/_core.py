@@ -89,6 +89,21 @@ class Logger:
         return f"<dslaunch logger {self.name} level={S.LEVEL_NAMES.get(self._level, self._level)}>"
 
 
+def _nop(self: Any, event: str = "", *args: Any, **kw: Any) -> None:
+    return None
+
+
+_METHODS = (("debug", S.DEBUG), ("info", S.INFO), ("warning", S.WARNING), ("warn", S.WARNING),
+            ("error", S.ERROR), ("exception", S.ERROR), ("critical", S.CRITICAL))
+
+
+def _set_level(cls: type[Logger], level: int) -> None:
+    """Disabled level methods become a bare no-op on the module's class: a disabled call is one empty call."""
+    cls._level = level
+    for method, method_level in _METHODS:
+        setattr(cls, method, _nop if method_level < level else getattr(Logger, method))
+
+
 class _State:
     """Process-global logging state (filled once by configure)."""
 
@@ -131,7 +146,7 @@ def get_logger(module: str) -> Logger:
     cls = _CLASSES.get(name)
     if cls is None:
         cls = type(f"Logger_{name.replace('.', '_')}", (Logger,), {"__slots__": (), "name": name})
-        cls._level = _STATE.spec.level_for(name, _STATE.channels_on)
+        _set_level(cls, _STATE.spec.level_for(name, _STATE.channels_on))
         _CLASSES[name] = cls
     _LOGGERS[module] = _LOGGERS[name] = logger = cls()
     return logger
@@ -183,7 +198,7 @@ def configure(
         os.makedirs(log_dir, exist_ok=True)
         st.file = open(os.path.join(log_dir, _file_name(role, st.static)), "a", encoding="utf-8", buffering=1 << 16)  # noqa: SIM115
     for name, cls in _CLASSES.items():
-        cls._level = st.spec.level_for(name, st.channels_on)
+        _set_level(cls, st.spec.level_for(name, st.channels_on))
     if not st.configured:
         atexit.register(shutdown)
     st.configured = True
@@ -237,7 +252,7 @@ def set_levels(text: str) -> None:
     """Change levels at run time with the same grammar; unnamed modules keep their levels."""
     _STATE.spec = S.parse_spec(text).merged_over(_STATE.spec)
     for name, cls in _CLASSES.items():
-        cls._level = _STATE.spec.level_for(name, _STATE.channels_on)
+        _set_level(cls, _STATE.spec.level_for(name, _STATE.channels_on))
     _apply_stdlib_levels()
 
 
