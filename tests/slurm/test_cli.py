@@ -1,0 +1,110 @@
+"""The Slurm option area on fake SLURM_* environments: dry-run plans, srun lines, bad input (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from dslaunch.slurm import layout
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "show_env.py")
+# Node names that resolve without Slurm, so no scontrol is asked for addresses.
+ALLOC = {"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "localhost,127.0.0.[2-3]", "SLURM_NNODES": "3"}
+STEP = {
+    **ALLOC, "SLURM_STEP_ID": "4", "SLURM_PROCID": "1", "SLURM_LOCALID": "0", "SLURM_NODEID": "1",
+    "SLURM_STEP_NODELIST": "localhost,127.0.0.2", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+    "SLURMD_NODENAME": "127.0.0.2",
+}
+
+
+def _env(extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RANK"))}
+    return {**env, **extra}
+
+
+def _cli(args: list[str], extra: dict[str, str]):  # type: ignore[no-untyped-def]
+    env = _env(extra)
+    import subprocess  # noqa: PLC0415
+
+    return subprocess.run([sys.executable, "-m", "dslaunch", *args], capture_output=True, text=True, timeout=60,
+                          env=env)
+
+
+def _plan(args: list[str], extra: dict[str, str]) -> dict:  # type: ignore[type-arg]
+    res = _cli(["--dry-run", "--json", *args, SCRIPT, "a b"], extra)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)  # type: ignore[no-any-return]
+
+
+def test_allocation_srun_line() -> None:
+    plan = _plan(["--nproc-per-node", "2"], ALLOC)
+    assert plan["launcher"] == "slurm" and plan["world_size"] == 6
+    assert [n["host"] for n in plan["nodes"]] == ["localhost", "127.0.0.2", "127.0.0.3"]
+    assert plan["master_addr"] == "localhost"
+    assert plan["master_port"] == 0  # derived inside the step, alike on every node
+    assert plan["commands"] == [
+        "srun --nodes=3 --ntasks-per-node=1 --nodelist=localhost,127.0.0.2,127.0.0.3 --kill-on-bad-exit=1 "
+        f"{sys.executable} -m dslaunch.slurm --plan-b64 <plan, base64 JSON>"
+    ]
+
+
+def test_include_exclude_map_to_nodelist_and_exclude_and_launcher_args_pass_through() -> None:
+    plan = _plan(["--include", "127.0.0.[2-3]", "--exclude", "127.0.0.3", "--master-port", "31000",
+                  "--launcher-args", "--cpu-bind=none --mpi=none"], ALLOC)
+    assert plan["master_port"] == 31000 and plan["master_addr"] == "127.0.0.2"
+    assert plan["commands"][0].startswith(
+        "srun --nodes=1 --ntasks-per-node=1 --nodelist=127.0.0.2 --kill-on-bad-exit=1 --exclude=127.0.0.3 "
+        "--cpu-bind=none --mpi=none ")
+
+
+def test_auto_outside_slurm_is_unchanged_and_a_hostfile_wins_inside(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert _plan([], {})["launcher"] == "local"
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("localhost slots=2\n")
+    assert _plan(["-H", str(hostfile)], ALLOC)["launcher"] == "local"
+    assert _plan(["--launcher", "local"], STEP)["launcher"] == "local"
+
+
+def test_step_node_mode_plan() -> None:
+    plan = _plan(["--nproc-per-node", "2"], STEP)
+    assert plan["launcher"] == "slurm" and plan["world_size"] == 4
+    assert [(n["host"], n["ranks"]) for n in plan["nodes"]] == [("localhost", [0, 1]), ("127.0.0.2", [2, 3])]
+    assert plan["master_port"] == layout.derive_port(77, 4)
+    assert "node agent of node 1" in plan["commands"][0]
+
+
+def test_step_rank_mode_plan() -> None:
+    step = {**STEP, "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_PROCID": "3",
+            "SLURM_LOCALID": "1"}
+    plan = _plan([], step)
+    assert [(n["host"], n["ranks"]) for n in plan["nodes"]] == [("localhost", [0, 1]), ("127.0.0.2", [2, 3])]
+    assert "becomes its rank" in plan["commands"][0]
+
+
+@pytest.mark.parametrize(("args", "extra", "words"), [
+    (["--launcher", "slurm"], {}, ["SLURM_JOB_ID is not set", "salloc"]),
+    (["--include", "localhost:0"], ALLOC, ["only whole nodes"]),
+    (["--include", "n9"], ALLOC, ["n9 not in this allocation"]),
+    (["--exclude", "localhost,127.0.0.[2-3]"], ALLOC, ["no nodes of the allocation are left"]),
+    (["--num-nodes", "4"], ALLOC, ["--num-nodes 4 but only 3"]),
+    (["--launcher-args", "-N 3"], ALLOC, ["'-N' is set by dslaunch"]),
+    (["--include", "n[1-"], ALLOC, ["unclosed '['"]),
+    (["--nproc-per-node", "2"], {**STEP, "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_TASKS_PER_NODE": "2(x2)"},
+     ["double spawn", "--ntasks-per-node=1"]),
+    (["--exclude", "localhost"], STEP, ["drop --exclude", "srun --nodelist/--exclude"]),
+    ([], {**STEP, "SLURM_STEP_TASKS_PER_NODE": "1,2"}, ["does not add up"]),
+])
+def test_bad_input_exits_2_with_a_clear_message(args: list[str], extra: dict[str, str], words: list[str]) -> None:
+    res = _cli([*args, SCRIPT], extra)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    for word in words:
+        assert word in res.stderr
+
+
+def test_missing_script_in_a_step_is_a_usage_error() -> None:
+    res = _cli(["/nonexistent/train.py"], STEP)
+    assert res.returncode == 2 and "does not exist" in res.stderr
