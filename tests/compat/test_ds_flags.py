@@ -148,3 +148,13 @@ def test_dslaunch_parses_no_ds_flag_after_the_script() -> None:
 def test_save_pid_points_at_deepspeeds_file_name() -> None:
     flag = next(f for f in ds_compat.TABLE if f.dest == "ds_save_pid")
     assert flag.convert(True) == f"/tmp/{os.getpid()}.deepspeed"
+
+
+def test_migration_guide_lists_every_accepted_spelling() -> None:
+    from pathlib import Path  # noqa: PLC0415
+
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "migration.md").read_text()
+    table = guide.split("## Flags", 1)[1].split("###", 1)[0]
+    missing = [name for name in FROZEN_SPELLINGS if f"`{name}" not in table and f" {name}`" not in table
+               and f"{name}`" not in table]
+    assert missing == []
