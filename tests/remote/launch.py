@@ -26,7 +26,7 @@ def base_args(cluster: SshCluster, runner: str, hosts: list[str], slots: int = 2
 
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PDSH_", "DS_ENV_FILE", "DSLAUNCH_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PDSH_", "DS_ENV_FILE", "DSLAUNCH_", "GLOO_"))}
     env.update(extra or {})
     return env
 
