@@ -75,6 +75,7 @@ class BuiltMesh:
     meshes: dict[str, Any]  # name -> 1-D DeviceMesh
     requested: str = ""  # the spec text asked for, before -1 was filled
     _singleton: Any = field(default=None, repr=False)
+    _ranks: dict[str, list[int]] = field(default_factory=dict, repr=False)
 
     def size(self, name: str) -> int:
         return self.layout.size(name)
@@ -99,6 +100,13 @@ class BuiltMesh:
             # Only this rank takes part: no world-wide barrier, no W groups per size-1 dim.
             self._singleton = dist.new_group([self.rank], use_local_synchronization=True)
         return self._singleton
+
+    def ranks(self, name: str) -> list[int]:
+        """Global ranks of this rank's group of a dim or view, in group-rank order (cached)."""
+        found = self._ranks.get(name)
+        if found is None:
+            found = self._ranks[name] = self.layout.group_of(name, self.rank)
+        return list(found)
 
     def coordinate(self) -> dict[str, int]:
         return {n: self.layout.local_rank(n, self.rank) for n in (*ORDER, *VIEWS, *EXPERT_VIEWS)}

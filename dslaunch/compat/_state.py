@@ -1,0 +1,26 @@
+"""The mesh the getters read: the process-wide engine's (no groups of their own)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def mesh() -> Any:
+    """The engine's BuiltMesh; raises if ``dslaunch.engine()`` has not run in this process."""
+    from dslaunch.bootstrap import engine as engine_module  # noqa: PLC0415
+
+    built = engine_module._engine.built_mesh if engine_module._engine is not None else None
+    if built is None:
+        raise RuntimeError("no mesh yet: call dslaunch.engine() (it builds the mesh) before the parallel-state getters")
+    return built
+
+
+def is_initialized() -> bool:
+    from dslaunch.bootstrap import engine as engine_module  # noqa: PLC0415
+
+    return engine_module._engine is not None and engine_module._engine.built_mesh is not None
+
+
+def seq_dim() -> str:
+    """The sequence slot: ``sp`` (Ulysses) when it is > 1, else ``cp``."""
+    return "sp" if mesh().size("sp") > 1 else "cp"

@@ -1,0 +1,54 @@
+"""Shared by the rank scripts: count new_group calls and check a built mesh against its pure layout."""
+
+import torch
+import torch.distributed as dist
+import torch.distributed.device_mesh as dm
+
+from dslaunch.mesh import EXPERT_VIEWS, NAMES, parse_spec, resolve
+from dslaunch.mesh_build import build
+
+calls = []
+_real = dm.new_group
+
+
+def _counting_new_group(*args, **kwargs):
+    calls.append(1)
+    return _real(*args, **kwargs)
+
+
+dm.new_group = _counting_new_group  # DeviceMesh calls new_group through its module namespace
+
+
+def check(built, rank):
+    """Every dim and view: member ranks, all_reduce(rank) = sum of the group, coordinates. Returns #checks."""
+    layout, n = built.layout, 0
+    for name in NAMES:
+        if name in EXPERT_VIEWS and layout.ep == 1:
+            continue
+        expected = layout.group_of(name, rank)
+        group = built.group(name)
+        got = dist.get_process_group_ranks(group)
+        assert got == expected, f"{layout.summary()}: {name} group of rank {rank} is {got}, expected {expected}"
+        t = torch.tensor([float(rank)])
+        dist.all_reduce(t, group=group)
+        assert t.item() == sum(expected), f"{name}: all_reduce(rank) = {t.item()}, expected {sum(expected)}"
+        if name != "world":
+            assert built.coordinate()[name] == expected.index(rank), f"{name}: coordinate {built.coordinate()[name]}"
+        n += 1
+    coord = built.root.get_coordinate()
+    want = [layout.coordinate(rank)[d] for d in layout.active] or [0]
+    assert list(coord) == want, f"root coordinate {coord} != {want}"
+    return n
+
+
+def check_specs(specs, world, rank):
+    """Build each spec after the engine's mesh; check groups and that new_group calls match the prediction."""
+    total = 0
+    for text in specs:
+        layout = resolve(parse_spec(text), world)
+        before = len(calls)
+        built = build(layout, "cpu", rank)
+        made = len(calls) - before
+        assert made == layout.new_group_count(), f"{layout.summary()}: {made} new_group calls, predicted {layout.new_group_count()}"
+        total += check(built, rank)
+    return total

@@ -1,0 +1,77 @@
+"""Real gloo ranks under dslaunch: every dim and view checked with all_reduce(rank), group counts,
+bad and inconsistent specs failing on every rank quickly, the engine API and the compat getters."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import run_cli
+
+pytestmark = pytest.mark.torch
+SCRIPTS = Path(__file__).parent / "scripts"
+ENV = {"DSLAUNCH_PG_TIMEOUT": "30"}
+
+SPECS_4 = ["dp=2,tp=2", "dp_replicate=2,dp_shard=2", "pp=2,dp=2", "cp=2,dp=-1", "sp=2,tp=2", "tp=4", "dp=-1",
+           "dp=2,tp=2,ep=2", "dp=4,ep=2", "dp=2,tp=2,ep=4", "dp_replicate=2,sp=2", "pp=2,tp=2"]
+SPECS_8 = ["pp=2,dp=2,tp=2", "dp=2,tp=4", "dp=4,sp=2", "dp_replicate=2,dp_shard=4", "dp_replicate=2,dp=-1,cp=2",
+           "dp_replicate=2,dp_shard=2,tp=2,ep=2"]
+
+
+def _all_checked(out: str, nproc: int, specs: list[str]) -> None:
+    lines = re.findall(r"rank (\d+): OK (\d+) checks", out)
+    assert sorted(int(r) for r, _ in lines) == list(range(nproc)), out
+    assert all(int(n) > 10 * len(specs) for _, n in lines)
+
+
+def _check(nproc: int, specs: list[str]) -> None:
+    result = run_cli(["--nproc-per-node", str(nproc), "--master-port", "0", str(SCRIPTS / "check_groups.py"), *specs],
+                     timeout=150, env=ENV)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    _all_checked(result.stdout, nproc, specs)
+
+
+def test_every_dim_and_view_on_8_ranks() -> None:
+    _check(8, SPECS_8)
+
+
+def test_bad_specs_fail_on_every_rank_then_engine_api_and_every_dim_on_4_ranks() -> None:
+    start = time.monotonic()
+    result = run_cli(["--nproc-per-node", "4", "--master-port", "0", "--mesh", "dp=2,tp=2", "--log-level", "comm=debug",
+                      "--log-ranks", "all", str(SCRIPTS / "engine_api.py"), *SPECS_4], timeout=150, env=ENV)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = result.stdout
+    for case, message in [
+        ("same-bad", "cannot infer dp_shard: WORLD_SIZE(4) is not divisible by tp(3) = 3"),
+        ("different", "ranks disagree on the mesh spec: rank 0 has 'dp_shard=-1,tp=2' but rank 3 has 'dp_shard=-1,tp=4'"),
+        ("one-bad", "rank 1 has '<invalid: mesh: cannot infer dp_shard"),
+    ]:
+        found = re.findall(rf"rank (\d): {case} failed after ([\d.]+)s: (.*)", out)
+        assert sorted(int(r) for r, _, _ in found) == [0, 1, 2, 3], (case, out)
+        assert all(message in text and float(secs) < 30 for _, secs, text in found), found
+    assert sorted(re.findall(r"rank (\d): engine api OK", out)) == ["0", "1", "2", "3"], out
+    _all_checked(out, 4, SPECS_4)
+    records = out + result.stderr
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier"):
+        assert re.search(rf"op={op} dim=\w+ group_size=\d", records), op
+    assert time.monotonic() - start < 120
+
+
+def test_plain_python_world_of_one(tmp_path: Path) -> None:
+    code = (
+        "import dslaunch; e = dslaunch.engine(mesh='dp=-1'); "
+        "assert e.world_size == 1 and e.size('tp') == 1 and e.size('dp') == 1, e; "
+        "assert e.comm.all_reduce(__import__('torch').ones(1), dim='dp').item() == 1; "
+        "from dslaunch.compat import get_data_parallel_group as g; assert g() is not None; print('ok', e.coordinate['dp'])"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env,
+                            cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok 0"
