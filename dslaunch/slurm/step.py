@@ -115,6 +115,8 @@ def exec_rank(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> None:
     rank_environ = rankspec.rank_env(plan, node, local, env, error_file)
     if not error_file:
         rank_environ.pop("DSLAUNCH_ERROR_FILE", None)
+    # Slurm's numbering, also under --distribution=cyclic (the plan numbers ranks node by node).
+    rank_environ["RANK"] = rank_environ["ROLE_RANK"] = str(step.procid)
     if "CUDA_VISIBLE_DEVICES" in env:
         rank_environ["CUDA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"]  # Slurm's GPU binding wins
     else:

@@ -65,6 +65,12 @@ def test_one_task_per_rank_becomes_the_rank(slurm_env: dict[str, str]) -> None:
         assert str(f["pid"]) == f["SLURM_TASK_PID"]  # the srun task itself is the rank: nothing else spawned
     assert [f["NODE_RANK"] for f in facts] == ["0", "0", "1", "1"]
 
+    cyclic = _run(["srun", "-N2", "--ntasks-per-node=2", "--distribution=cyclic", *DSLAUNCH, SCRIPT], slurm_env)
+    assert cyclic.returncode == 0, cyclic.stdout + cyclic.stderr
+    facts = _facts(cyclic.stdout)
+    assert [(f["RANK"], f["SLURM_PROCID"], f["DSLAUNCH_HOST"], f["LOCAL_RANK"]) for f in facts] == [
+        ("0", "0", "n1", "0"), ("1", "1", "n2", "0"), ("2", "2", "n1", "1"), ("3", "3", "n2", "1")]
+
 
 def test_double_spawn_is_refused(slurm_env: dict[str, str]) -> None:
     res = _run(["srun", "-N2", "--ntasks-per-node=2", *DSLAUNCH, "--nproc-per-node", "2", SCRIPT], slurm_env)
