@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.node_rank < len(plan.nodes):
         print(f"dslaunch agent: node rank {args.node_rank} is not in 0..{len(plan.nodes) - 1}", file=sys.stderr)
         return 2
+    from dslaunch.logs import configure_agent  # noqa: PLC0415
+
+    configure_agent(plan.env, args.node_rank, plan.node(args.node_rank).host, plan.run_id)
 
     control = None if args.no_control else sys.stdin.buffer
     sup = NodeSupervisor(plan, args.node_rank, control=control, out=sys.stdout.buffer, err=sys.stderr.buffer)

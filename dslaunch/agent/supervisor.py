@@ -23,11 +23,22 @@ from typing import IO, BinaryIO
 from dslaunch import events
 from dslaunch.agent import ranks as rankspec
 from dslaunch.plan import LaunchPlan
+from dslaunch.logs import get_logger
 
 _PR_SET_PDEATHSIG = 1
 _STDERR_TAIL = 20
 _TEARDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _FORWARD_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+
+
+def _log_debug(event: str, argv: list[str], **kw: object) -> None:
+    log = get_logger("agent")
+    if log.is_enabled_for(10):
+        import shlex  # noqa: PLC0415
+
+        from dslaunch.cli.render import mask  # noqa: PLC0415
+
+        log.debug(event, command=mask(shlex.join(argv)), **kw)
 
 
 def set_parent_death_signal(sig: int) -> None:
@@ -121,6 +132,7 @@ class NodeSupervisor:
             if r.pidfd is not None:
                 self.sel.register(r.pidfd, selectors.EVENT_READ, ("exit", r, None))
             self._emit(events.encode("spawned", rank=rank, local_rank=local_rank, pid=proc.pid, host=self.node.host))
+            _log_debug("rank started", rank=rank, local_rank=local_rank, pid=proc.pid, argv=argv)
 
     # ---- main loop ------------------------------------------------------
     def run(self) -> int:
@@ -271,6 +283,7 @@ class NodeSupervisor:
 
     def _teardown(self, sig: int) -> None:
         if self.stop_deadline is None:
+            get_logger("agent").info("stopping ranks", signal=signal.Signals(sig).name)
             self.stop_deadline = time.monotonic() + self.plan.shutdown_timeout
         for r in self.ranks:
             if r.returncode is None:

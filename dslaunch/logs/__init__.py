@@ -17,7 +17,7 @@ from dslaunch.logs.spec import (
 )
 
 _LAZY = {
-    "Logger": "_core", "get_logger": "_core", "configure": "_core", "configure_from_env": "_core",
+    "Logger": "_core", "get_logger": "_core", "configure": "_core", "configure_from_env": "_core", "configure_agent": "_core",
     "set_levels": "_core", "level_of": "_core", "shutdown": "_core",
     "comm_record": "channels", "comm_enabled": "channels", "flush_comm_summary": "channels",
     "timers_report": "channels", "timers_enabled": "channels",

@@ -21,6 +21,7 @@ from typing import IO, Any
 from dslaunch.logs import spec as S
 
 _RESERVED = ("ts", "level", "logger", "event", "rank", "local_rank", "node_rank", "world_size", "host", "pid", "run_id")
+_HIDDEN = frozenset(("ts", "level", "logger", "event", "exception", "_exc_text"))
 _LETTER = {S.DEBUG: "D", S.INFO: "I", S.WARNING: "W", S.ERROR: "E", S.CRITICAL: "C"}
 _COLOR = {S.DEBUG: "\x1b[2m", S.INFO: "\x1b[32m", S.WARNING: "\x1b[33m", S.ERROR: "\x1b[31m", S.CRITICAL: "\x1b[1;31m"}
 _RESET, _DIM = "\x1b[0m", "\x1b[2m"
@@ -248,6 +249,14 @@ def configure_from_env(env: Mapping[str, str], *, role: str = "rank", strict: bo
               ranks=ranks, log_dir=env.get("DSLAUNCH_LOG_DIR") or None, channels=channels, facts=facts)
 
 
+def configure_agent(plan_env: Any, node_rank: int, host: str, run_id: str) -> None:
+    """A node agent logs per the plan's env (not its own: a remote shell's env differs)."""
+    env = dict(plan_env)
+    env.update(NODE_RANK=str(node_rank), DSLAUNCH_HOST=host, DSLAUNCH_RUN_ID=run_id)
+    env.pop("RANK", None)
+    configure_from_env(env, role="agent")
+
+
 def set_levels(text: str) -> None:
     """Change levels at run time with the same grammar; unnamed modules keep their levels."""
     _STATE.spec = S.parse_spec(text).merged_over(_STATE.spec)
@@ -268,7 +277,7 @@ def _emit(logger: Logger, level: int, event: str, args: tuple[Any, ...], kw: dic
     ed.update(_STATE.static)
     for source in (logger._context, kw):
         for key, value in source.items():
-            ed[f"_{key}" if key in ed and key != "exc_info" else key] = value
+            ed[f"_{key}" if ed.get(key) is not None and key != "exc_info" else key] = value
     write(level, ed)
 
 
@@ -349,8 +358,9 @@ def _console(ed: dict[str, Any], color: bool) -> str:
     stamp = time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int(ts % 1 * 1000):03d}"
     letter = _LETTER.get(level, "?")
     who = _STATE.who
+    static = _STATE.static
     extras = " ".join(f"{k}={_value(v)}" for k, v in ed.items()
-                      if k not in _RESERVED and k not in ("exception", "_exc_text"))
+                      if k not in _HIDDEN and not (k in static and static[k] == v))
     if color:
         head = f"{_DIM}{stamp}{_RESET} {_COLOR.get(level, '')}{letter}{_RESET} [{who}] {_DIM}{ed['logger']}:{_RESET} "
     else:

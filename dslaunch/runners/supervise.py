@@ -77,6 +77,16 @@ def supervise(plan: LaunchPlan, handles: Sequence[AgentHandle], out: IO[str] | N
             signal.signal(s, h)
 
 
+def _log_teardown(outcome: Outcome) -> None:
+    from dslaunch.logs import get_logger  # noqa: PLC0415
+
+    cause = outcome.root_cause
+    reason = (f"rank {cause.rank} on {cause.host} failed" if cause else
+              f"signal {signal.Signals(outcome.signal).name}" if outcome.signal else
+              f"lost node {outcome.lost_node[0]}" if outcome.lost_node else "a node agent failed")
+    get_logger("launcher").info("teardown", reason=reason)
+
+
 def _loop(
     plan: LaunchPlan,
     handles: Sequence[AgentHandle],
@@ -94,6 +104,7 @@ def _loop(
         nonlocal stopping_since
         if stopping_since is None:
             stopping_since = time.monotonic()
+            _log_teardown(outcome)
             for h in handles:
                 h.stop()
 

@@ -122,6 +122,18 @@ def test_launcher_records_show_hosts_and_commands() -> None:
     assert "DSLAUNCH_LOG_LEVEL" in records(err, "rank environment")[0]
 
 
+def test_agent_and_teardown_records(tmp_path: Path) -> None:
+    script = tmp_path / "fail.py"
+    script.write_text("import os, sys, time\nif os.environ['RANK'] == '1':\n    sys.exit(3)\ntime.sleep(30)\n")
+    proc = run_cli([*BASE, "--log-level", "launcher=info,agent=debug", str(script)], timeout=60, env=CLEAN)
+    assert proc.returncode == 3
+    started = records(proc.stderr, "rank started")
+    assert sorted(re.search(r" rank=(\d)", line).group(1) for line in started) == ["0", "1"]  # type: ignore[union-attr]
+    assert all(":agent0] agent:" in line and "dslaunch.bootstrap" in line for line in started)
+    assert "reason='rank 1 on localhost failed'" in records(proc.stderr, "teardown")[0]
+    assert "signal=SIGTERM" in records(proc.stderr, "stopping ranks")[0]
+
+
 def test_launcher_records_mask_secrets(capsys: pytest.CaptureFixture[str]) -> None:
     from dslaunch.cli.log_options import log_launch
     from dslaunch.logs import _core
