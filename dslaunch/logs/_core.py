@@ -202,6 +202,7 @@ def configure(
         _set_level(cls, st.spec.level_for(name, st.channels_on))
     if not st.configured:
         atexit.register(shutdown)
+        os.register_at_fork(before=_flush_file, after_in_child=_after_fork)
     st.configured = True
     _apply_stdlib_levels()
 
@@ -376,6 +377,23 @@ def _value(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.6g}"
     return str(v)
+
+
+def _flush_file() -> None:
+    if _STATE.file is not None:
+        try:
+            _STATE.file.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _after_fork() -> None:
+    """A forked child (DataLoader worker) keeps logging, with its own pid and its own line-buffered file."""
+    st = _STATE
+    st.lock = threading.Lock()
+    st.static["pid"] = os.getpid()
+    if st.file is not None:
+        st.file = open(st.file.name, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
 
 
 def shutdown() -> None:

@@ -190,3 +190,20 @@ def test_rank_rejects_a_hand_set_bad_spec() -> None:
     proc = subprocess.run([sys.executable, "-m", "dslaunch.bootstrap", EMIT], capture_output=True, text=True,
                           timeout=30, env={**os.environ, "DSLAUNCH_LOG_LEVEL": "comm=shout"})
     assert proc.returncode == 2 and "DSLAUNCH_LOG_LEVEL" in proc.stderr and "emit-done" not in proc.stdout
+
+
+def test_forked_child_neither_duplicates_nor_breaks_file_lines(tmp_path: Path) -> None:
+    script = tmp_path / "fork.py"
+    script.write_text(
+        "import os\nfrom dslaunch.logs import get_logger\nlog = get_logger('engine')\n"
+        "for i in range(50):\n    log.info('parent', i=i)\n"
+        "pid = os.fork()\nif pid == 0:\n    log.info('child')\n    os._exit(0)\n"
+        "os.waitpid(pid, 0)\nlog.info('parent-after')\n")
+    proc = run_cli(["--master-port", "0", "--log-dir", str(tmp_path / "logs"), "--log-level", "info", str(script)],
+                   timeout=60, env=CLEAN)
+    assert proc.returncode == 0, proc.stderr
+    recs = [json.loads(line) for line in (tmp_path / "logs" / "rank0.jsonl").read_text().splitlines()]
+    events = [r["event"] for r in recs]
+    assert events.count("parent") == 50 and events.count("child") == 1 and events.count("parent-after") == 1
+    child = next(r for r in recs if r["event"] == "child")
+    assert child["pid"] != recs[0]["pid"] and child["rank"] == 0
