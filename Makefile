@@ -16,7 +16,7 @@ $(STAMP): $(PY) pyproject.toml
 install: $(STAMP)
 
 demo: install
-	$(VENV)/bin/dslaunch --nproc-per-node 4 --master-port 0 examples/train.py --steps 3
+	$(VENV)/bin/dslaunch --nproc-per-node 4 --master-port 0 --mesh dp=2,tp=2 examples/train.py --steps 8
 
 test: install
 	$(PY) -m pytest -q

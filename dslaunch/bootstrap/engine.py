@@ -57,6 +57,10 @@ class Engine:
         """Process group of a dim or view."""
         return self.built_mesh.group(name)
 
+    def submesh(self, name: str) -> Any:
+        """1-D DeviceMesh of a dim or view (for DTensor, TP, FSDP2); None when its size is 1."""
+        return self.built_mesh.submesh(name)
+
     @property
     def coordinate(self) -> dict[str, int]:
         """This rank's index along every dim and view."""

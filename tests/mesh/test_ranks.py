@@ -75,3 +75,17 @@ def test_plain_python_world_of_one(tmp_path: Path) -> None:
                             cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok 0"
+
+
+def test_demo_trains_with_tensor_and_data_parallel() -> None:
+    """The `make demo` command: TP over tp, FSDP2 over dp, loss going down, timers shown."""
+    root = Path(__file__).resolve().parents[2]
+    result = run_cli(["--nproc-per-node", "4", "--master-port", "0", "--mesh", "dp=2,tp=2",
+                      str(root / "examples" / "train.py"), "--steps", "6"], timeout=150, env=ENV)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    steps = re.findall(r"step (\d): all_reduce over 4 ranks = 6 \(ok\) \| loss ([\d.]+) \| forward .* ms  backward",
+                       result.stdout)
+    assert [int(s) for s, _ in steps] == [1, 2, 3, 4, 5, 6], result.stdout
+    losses = [float(loss) for _, loss in steps]
+    assert sum(losses[-3:]) < sum(losses[:3]), losses
+    assert "mesh dp_shard=2 tp=2" in result.stdout
