@@ -27,6 +27,7 @@ from dslaunch.plan import LaunchPlan
 from dslaunch.runners.supervise import format_summary, supervise
 
 HOSTFILE_TOKEN = "{hostfile}"  # replaced by the per-job hostfile's path
+SSH_TOKEN = "{ssh}"  # replaced by the per-job ssh wrapper's path (MPICH)
 
 
 @dataclass(frozen=True)
@@ -68,22 +69,46 @@ def _exports(plan: LaunchPlan) -> list[str]:
     return names
 
 
-def mpi_argv(plan: LaunchPlan, flavour: Flavour, program: str, hostfile: str, python: str = sys.executable) -> list[str]:
+def _ssh_args(remote: dict[str, object]) -> str:
+    """The remote area's ssh settings as Open MPI's ssh arguments (it splits them on spaces)."""
+    parts = []
+    if remote.get("ssh_config"):
+        parts.append(f"-F {remote['ssh_config']}")
+    if remote.get("ssh_port"):
+        parts.append(f"-p {remote['ssh_port']}")
+    return " ".join(parts)
+
+
+def ssh_wrapper_text(plan: LaunchPlan) -> str | None:
+    """Hydra takes no ssh arguments, only an ssh program: a per-job wrapper adds them."""
+    remote = plan.option("remote") or {}
+    args = ["ssh"]
+    if remote.get("ssh_config"):
+        args += ["-F", str(remote["ssh_config"])]
+    if remote.get("ssh_port"):
+        args += ["-p", str(remote["ssh_port"])]
+    return None if len(args) == 1 else f"#!/bin/sh\nexec {shlex.join(args)} \"$@\"\n"
+
+
+def mpi_argv(plan: LaunchPlan, flavour: Flavour, program: str, hostfile: str, python: str = sys.executable,
+             ssh: str | None = None) -> list[str]:
     """The full mpirun/mpiexec command line (pure, apart from the exported names)."""
     nodes = str(len(plan.nodes))
     extra = list(plan.option("launcher_args", []))
     exports = _exports(plan)
     if flavour is OPENMPI:
         argv = [program, "-n", nodes, "--hostfile", hostfile, "--map-by", "slot", "--bind-to", "none"]
-        port = (plan.option("remote") or {}).get("ssh_port")
-        if port:
-            argv += ["--mca", "plm_rsh_args", f"-p {port}"]
+        rsh = _ssh_args(plan.option("remote") or {})
+        if rsh:
+            argv += ["--mca", "plm_rsh_args", rsh]
         for name in exports:
             argv += ["-x", name]
         if plan.cwd:
             argv += ["--wdir", plan.cwd]
     else:
         argv = [program, "-n", nodes, "-ppn", "1", "-f", hostfile, "-genvlist", ",".join(exports)]
+        if ssh:
+            argv += ["-launcher", "ssh", "-launcher-exec", ssh]
         if plan.cwd:
             argv += ["-wdir", plan.cwd]
     return [*argv, *extra, *agent_command(python)]
@@ -187,7 +212,8 @@ class _MpiRunner:
         except MpiError:
             program = self.flavour.programs[-1]
         hostfile = hostfile_text(plan, self.flavour).strip().replace("\n", ", ")
-        argv = mpi_argv(plan, self.flavour, program, HOSTFILE_TOKEN)
+        ssh = SSH_TOKEN if self.flavour is MPICH and ssh_wrapper_text(plan) else None
+        argv = mpi_argv(plan, self.flavour, program, HOSTFILE_TOKEN, ssh=ssh)
         return [shlex.join(argv) + f"  # {HOSTFILE_TOKEN}: {hostfile}; plan in ${mpi_env.PLAN_VAR}"]
 
     def run(self, plan: LaunchPlan) -> int:
@@ -202,7 +228,14 @@ class _MpiRunner:
             hostfile = os.path.join(tmp, "hostfile")
             with open(hostfile, "w", encoding="utf-8") as f:
                 f.write(text)
-            argv = mpi_argv(plan, self.flavour, program, hostfile)
+            ssh = None
+            wrapper = ssh_wrapper_text(plan) if self.flavour is MPICH else None
+            if wrapper:
+                ssh = os.path.join(tmp, "ssh")
+                with open(ssh, "w", encoding="utf-8") as f:
+                    f.write(wrapper)
+                os.chmod(ssh, 0o700)
+            argv = mpi_argv(plan, self.flavour, program, hostfile, ssh=ssh)
             try:
                 job = MpiJob(plan, argv, mpi_env_for(plan, dict(os.environ)))
             except OSError as exc:

@@ -169,3 +169,13 @@ def test_agent_outside_mpi_says_what_is_missing() -> None:
     result = subprocess.run([sys.executable, "-m", "dslaunch.agent", "--node-rank", "mpi"], capture_output=True,
                             text=True, timeout=30, env=env, stdin=subprocess.DEVNULL)
     assert result.returncode == 2 and "OMPI_COMM_WORLD_RANK" in result.stderr
+
+
+def test_ssh_settings_reach_both_mpi_flavours() -> None:
+    plan = _plan(["w0", "w1"], remote={"ssh_config": "/cfg dir/ssh_config", "ssh_port": 2222})
+    argv = mpi.mpi_argv(plan, mpi.OPENMPI, "mpirun", "HF", python="/py")
+    assert argv[argv.index("plm_rsh_args") + 1] == "-F /cfg dir/ssh_config -p 2222"
+    assert mpi.ssh_wrapper_text(plan) == "#!/bin/sh\nexec ssh -F '/cfg dir/ssh_config' -p 2222 \"$@\"\n"
+    argv = mpi.mpi_argv(plan, mpi.MPICH, "mpiexec", "HF", python="/py", ssh="/tmp/x/ssh")
+    assert argv[argv.index("-launcher-exec") + 1] == "/tmp/x/ssh"
+    assert mpi.ssh_wrapper_text(_plan(["w0"])) is None
