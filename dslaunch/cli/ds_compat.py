@@ -32,6 +32,11 @@ class DsFlag:
     reject: bool = False
     note: str = ""  # behaviour change, or why it has no meaning
     external: bool = False  # the v1 option itself also accepts this spelling (no hidden option, no warning)
+    v1_option: str = ""  # the v1 option named when both spellings disagree [default: first word of v1]
+
+    @property
+    def v1_name(self) -> str:
+        return self.v1_option or self.v1.split()[0]
 
 
 def _minus_one(value: int) -> Any:
@@ -62,7 +67,7 @@ TABLE: tuple[DsFlag, ...] = (
     DsFlag(("--launcher_args",), "ds_launcher_args", "--launcher-args", "launcher_args"),
     DsFlag(("--no_python",), "ds_no_python", "--no-python", "no_python", is_flag=True),
     DsFlag(("--no_local_rank",), "ds_no_local_rank", "(the default; --local-rank-arg turns it on)",
-           "local_rank_arg", is_flag=True, convert=lambda _v: False,
+           "local_rank_arg", is_flag=True, convert=lambda _v: False, v1_option="--local-rank-arg",
            note="dslaunch appends --local_rank=N only with --local-rank-arg"),
     DsFlag(("--no_ssh",), "ds_no_ssh", "--node-rank N", is_flag=True,
            note="--node-rank N alone starts only this node's agent and never opens ssh"),
@@ -141,12 +146,12 @@ def _apply(flag: DsFlag, values: dict[str, Any], applied: dict[str, DsFlag]) -> 
     if value is UNSET:
         return
     if flag.target not in values:
-        raise click.UsageError(f"{_spelling(flag)} needs dslaunch's {flag.v1}, which this build does not have yet")
+        raise click.UsageError(f"{_spelling(flag)} needs dslaunch's {flag.v1_name}, which this build does not have yet")
     earlier = applied.get(flag.target)
     if earlier is not None and values[flag.target] != value:
-        raise click.UsageError(f"{_spelling(earlier)} and {_spelling(flag)} disagree: give only {flag.v1}")
+        raise click.UsageError(f"{_spelling(earlier)} and {_spelling(flag)} disagree: give only {flag.v1_name}")
     if _given_on_cli(flag.target) and values[flag.target] != value:
-        raise click.UsageError(f"{_spelling(flag)} and {flag.v1.split()[0]} disagree: give only {flag.v1}")
+        raise click.UsageError(f"{_spelling(flag)} and {flag.v1_name} disagree: give only {flag.v1_name}")
     values[flag.target] = value
     applied[flag.target] = flag
 

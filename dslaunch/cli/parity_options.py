@@ -15,6 +15,7 @@ from dslaunch.cli.core_options import LOCAL_NAMES
 from dslaunch.cli.draft import PlanDraft
 
 REMOTE_LAUNCHERS = ("pdsh", "ssh")  # what --force-multi picks, in choose_launcher's order
+LAUNCHER_ARGS_USERS = ("openmpi", "mpich", "slurm")  # runners that read runner_options["launcher_args"]
 
 PARAMS: list[click.Parameter] = [
     click.Option(["--local-rank-arg"], is_flag=True,
@@ -30,6 +31,10 @@ PARAMS: list[click.Parameter] = [
     click.Option(["--launcher-args"], metavar="ARGS",
                  help="Extra arguments for the launcher program (mpirun, srun, pdsh), split like a shell would."),
 ]
+
+
+def _shown(launcher: str) -> str:
+    return "auto (local, pdsh or ssh here)" if launcher == "auto" else launcher
 
 
 def _core_list(values: dict[str, Any], draft: PlanDraft) -> list[int] | None:
@@ -85,6 +90,9 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
         except ValueError as exc:
             raise click.BadParameter(f"cannot split {values['launcher_args']!r}: {exc}",
                                      param_hint="'--launcher-args'") from None
+        if draft.launcher not in LAUNCHER_ARGS_USERS:
+            click.echo(f"dslaunch: warning: --launcher-args is only used by the {', '.join(LAUNCHER_ARGS_USERS)} "
+                       f"launchers; ignored with --launcher {_shown(draft.launcher)}", err=True)
     if values.get("force_multi") and draft.launcher == "auto":
         from dslaunch.runners import RUNNERS  # noqa: PLC0415
 

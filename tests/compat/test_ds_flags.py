@@ -90,7 +90,7 @@ def test_flag_warns_exactly_once_and_maps_to_v1(dest: str, capsys: pytest.Captur
     ds_plan = plan_of([*BASE, *ds_args, *(ds_args if flag.is_flag else []), "train.py", "--x", "1"])
     err = capsys.readouterr().err
     assert err.count(ds_compat.message(flag)) == 1, err
-    assert err.count("dslaunch: warning:") == (2 if dest in ("ds_bind_core_list", "ds_no_ssh") else 1), err
+    assert err.count("dslaunch: warning:") == (2 if dest in ("ds_bind_core_list", "ds_no_ssh", "ds_launcher_args") else 1), err
     v1_plan = plan_of([*BASE, *v1_args, "train.py", "--x", "1"])
     assert "DeepSpeed" not in capsys.readouterr().err
     assert comparable(ds_plan) == comparable(v1_plan)
@@ -120,7 +120,8 @@ def test_enable_each_rank_log_none_string_means_off() -> None:
         (["--autotuning", "tune"], "--autotuning is not supported by dslaunch"),
         (["--num_gpus", "1", "--nproc-per-node", "2"], "--num_gpus and --nproc-per-node disagree"),
         (["--num_gpus", "1", "--num_accelerators", "2"], "--num_gpus and --num_accelerators disagree"),
-        (["--no_local_rank", "--local-rank-arg"], "disagree"),
+        (["--no_local_rank", "--local-rank-arg"], "--no_local_rank and --local-rank-arg disagree"),
+        (["--save_pid", "--save-pid", "/tmp/other.pid"], "--save_pid and --save-pid disagree"),
         (["--no_ssh"], "--no_ssh needs --node_rank N"),
         (["--master_port", "70000"], "70000"),
         (["--bind_cores_to_rank", "--bind_core_list", "3-1"], "runs backwards"),

@@ -132,3 +132,11 @@ def test_force_multi_uses_a_remote_launcher_for_localhost() -> None:
     plan = plan_of(["--dry-run", "--force-multi", "train.py"])
     assert plan.launcher in ("pdsh", "ssh")
     assert plan_of(["--dry-run", "train.py"]).launcher == "local"
+
+
+def test_launcher_args_unused_by_the_launcher_warn() -> None:
+    result = _run("--dry-run", "--launcher", "local", "--launcher-args", "-x A", SCRIPT)
+    assert result.returncode == 0
+    assert "--launcher-args is only used by the openmpi, mpich, slurm launchers; ignored with --launcher local" in result.stderr
+    quiet = _run("--dry-run", "--launcher", "openmpi", "--launcher-args", "-x A", SCRIPT)
+    assert "--launcher-args" not in quiet.stderr
