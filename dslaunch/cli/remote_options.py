@@ -128,9 +128,9 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
         _check_hosts(draft)
         config = _ssh_config(values)
         if not values.get("master_addr") and values.get("node_rank") is None:
-            from dslaunch.remote.sshconfig import resolve  # noqa: PLC0415
+            from dslaunch.remote.sshconfig import resolve_address  # noqa: PLC0415
 
-            draft.master_addr = resolve(draft.nodes[0].host, config, values.get("ssh_port")).hostname
+            draft.master_addr = resolve_address(draft.nodes[0].host, config)
     assert draft.program is not None
     if values.get("remote_python"):
         draft.program = dataclasses.replace(draft.program, python=values["remote_python"])

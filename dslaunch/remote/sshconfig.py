@@ -57,3 +57,24 @@ def resolve(host: str, config_path: str | None, port: int | None = None) -> SshT
         strict_host_key_checking=str(found.get("stricthostkeychecking", "ask")).lower(),
         proxy_jump=found.get("proxyjump") if found.get("proxyjump", "none").lower() != "none" else None,
     )
+
+
+def resolve_address(host: str, config_path: str | None) -> str:
+    """The address ``host`` stands for (ssh_config HostName), cheaply: ``ssh -G`` when ssh exists, else paramiko."""
+    import shutil  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    alias = host.rpartition("@")[2]
+    ssh = shutil.which("ssh")
+    if ssh:
+        argv = [ssh, "-G", *(["-F", config_path] if config_path else []), "--", alias]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired):
+            done = None
+        if done is not None and done.returncode == 0:
+            for line in done.stdout.splitlines():
+                key, _, value = line.partition(" ")
+                if key == "hostname" and value:
+                    return value
+    return resolve(host, config_path).hostname

@@ -27,9 +27,9 @@ def need(tool: str) -> str:
     return path
 
 
-def free_port() -> int:
+def free_port(addr: str = "127.0.0.2") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.2", 0))
+        s.bind((addr, 0))
         return int(s.getsockname()[1])
 
 
@@ -61,16 +61,17 @@ def _keygen(path: Path) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
 
 
-def start_cluster() -> SshCluster:
+def start_cluster(addrs: tuple[str, ...] = ADDRS) -> SshCluster:
+    """sshd on ``addrs`` (aliases node1.. in the ssh config); the caller stops it."""
     sshd = need("sshd")
     need("ssh-keygen")
     base = Path(tempfile.mkdtemp(prefix="dslaunch-ssh-"))
     os.chmod(base, 0o700)
-    port = free_port()
+    port = free_port(addrs[0])
     _keygen(base / "host_key")
     _keygen(base / "id")
     (base / "authorized_keys").write_text((base / "id.pub").read_text())
-    listen = "".join(f"ListenAddress {a}\n" for a in ADDRS)
+    listen = "".join(f"ListenAddress {a}\n" for a in addrs)
     (base / "sshd_config").write_text(
         f"Port {port}\n{listen}HostKey {base}/host_key\nPidFile {base}/sshd.pid\n"
         f"AuthorizedKeysFile {base}/authorized_keys\nPermitRootLogin prohibit-password\n"
@@ -78,10 +79,10 @@ def start_cluster() -> SshCluster:
         "AcceptEnv LANG LC_*\nMaxStartups 200:30:300\nMaxSessions 200\nLogLevel VERBOSE\n"
     )
     host_pub = (base / "host_key.pub").read_text().split()
-    (base / "known_hosts").write_text("".join(f"[{a}]:{port} {host_pub[0]} {host_pub[1]}\n" for a in ADDRS))
-    aliases = tuple(f"node{i + 1}" for i in range(len(ADDRS)))
+    (base / "known_hosts").write_text("".join(f"[{a}]:{port} {host_pub[0]} {host_pub[1]}\n" for a in addrs))
+    aliases = tuple(f"node{i + 1}" for i in range(len(addrs)))
     (base / "ssh_config").write_text(
-        "".join(f"Host {n}\n    HostName {a}\n" for n, a in zip(aliases, ADDRS))
+        "".join(f"Host {n}\n    HostName {a}\n" for n, a in zip(aliases, addrs))
         + f"Host *\n    Port {port}\n    User root\n    IdentityFile {base}/id\n    IdentitiesOnly yes\n"
         f"    UserKnownHostsFile {base}/known_hosts\n    StrictHostKeyChecking yes\n    BatchMode yes\n"
         "    LogLevel ERROR\n"
@@ -92,7 +93,7 @@ def start_cluster() -> SshCluster:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
-            with socket.create_connection((ADDRS[-1], port), timeout=0.5):
+            with socket.create_connection((addrs[-1], port), timeout=0.5):
                 break
         except OSError:
             if proc.poll() is not None:

@@ -196,3 +196,12 @@ def test_preflight_probe_runs_here() -> None:
     data = preflight.parse_probe(out.stdout)
     assert data is not None and data["dslaunch"] == "0.1.0" and data["port_free"] is None
     assert shlex.split(preflight.probe_command("/p y", 5))[0] == "/p y"
+
+
+def test_master_address_from_ssh_config(tmp_path: Path) -> None:
+    from dslaunch.remote.sshconfig import resolve_address
+
+    config = tmp_path / "config"
+    config.write_text("Host n1\n    HostName 10.9.8.7\n")
+    assert resolve_address("user@n1", str(config)) == "10.9.8.7"
+    assert resolve_address("other", str(config)) == "other"
