@@ -7,10 +7,12 @@ node's agent) or ``rank`` (this srun task becomes one rank).
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import subprocess
 import sys
+import time
 
 from dslaunch.plan import LaunchPlan
 from dslaunch.slurm import srun, step
@@ -45,17 +47,20 @@ class SlurmRunner:
             return step.run_node(plan)
         if mode == "rank":
             step.exec_rank(plan)
-        return _run_srun(srun_line(plan))
+        return _run_srun(srun_line(plan), plan)
 
 
 def _environ() -> dict[str, str]:
-    import os  # noqa: PLC0415
-
     return dict(os.environ)
 
 
-def _run_srun(argv: list[str]) -> int:
-    """Run srun in the foreground, relaying signals; its exit code is the step's."""
+def _run_srun(argv: list[str], plan: LaunchPlan) -> int:
+    """Run srun in the foreground; its exit code is the step's.
+
+    A first SIGINT/SIGTERM/SIGHUP becomes ``scancel --signal=TERM`` on the step, so ranks get
+    a graceful SIGTERM (srun itself would SIGKILL them); a second one, or a step that does not
+    end within the grace period, goes to srun, which then forces the step down.
+    """
     caught: list[int] = []
     previous = {s: signal.signal(s, lambda signum, _f: caught.append(signum)) for s in _RELAYED}
     try:
@@ -65,6 +70,8 @@ def _run_srun(argv: list[str]) -> int:
             signal.signal(s, h)
         print(f"dslaunch: cannot run srun: {exc}", file=sys.stderr)
         return 1
+    stop_signal: int | None = None
+    deadline: float | None = None
     try:
         while True:
             try:
@@ -73,10 +80,36 @@ def _run_srun(argv: list[str]) -> int:
             except subprocess.TimeoutExpired:
                 pass
             while caught:
-                proc.send_signal(caught.pop(0))
+                signum = caught.pop(0)
+                if signum in (signal.SIGUSR1, signal.SIGUSR2):
+                    proc.send_signal(signum)  # srun hands it to every process of the step
+                elif stop_signal is None and _stop_step(plan):
+                    stop_signal = signum
+                    deadline = time.monotonic() + plan.shutdown_timeout + 5.0
+                else:
+                    stop_signal = stop_signal or signum
+                    proc.send_signal(signal.SIGTERM)
+            if deadline is not None and time.monotonic() > deadline:
+                deadline = None
+                proc.send_signal(signal.SIGTERM)
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
-    if code < 0:
-        return 128 - code
-    return code
+    if stop_signal is not None:
+        return 128 + stop_signal
+    return 128 - code if code < 0 else code
+
+
+def _stop_step(plan: LaunchPlan) -> bool:
+    """Send SIGTERM to every process of our step (found by its name); False if that failed."""
+    job = os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")
+    try:
+        listing = subprocess.run(["squeue", "-h", "-s", "-j", str(job), "-o", "%i %j"], capture_output=True,
+                                 text=True, timeout=10, check=False).stdout
+        steps = [line.split()[0] for line in listing.splitlines() if line.split()[1:] == [srun.step_name(plan)]]
+        if not job or not steps:
+            return False
+        return subprocess.run(["scancel", "--signal=TERM", steps[0]], capture_output=True, timeout=10,
+                              check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False

@@ -17,6 +17,11 @@ def step_argv(plan: LaunchPlan) -> list[str]:
     return [plan.program.python, "-m", "dslaunch.slurm", "--plan-b64", blob]
 
 
+def step_name(plan: LaunchPlan) -> str:
+    """The srun step's name, so the launcher can find and signal its own step."""
+    return f"dslaunch-{plan.run_id}"
+
+
 def srun_argv(
     plan: LaunchPlan,
     *,
@@ -32,6 +37,7 @@ def srun_argv(
         "--ntasks-per-node=1",
         f"--nodelist={','.join(hosts)}",
         "--kill-on-bad-exit=1",
+        f"--job-name={step_name(plan)}",
     ]
     if exclude:
         argv.append(f"--exclude={','.join(exclude)}")

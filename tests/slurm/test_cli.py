@@ -40,23 +40,24 @@ def _plan(args: list[str], extra: dict[str, str]) -> dict:  # type: ignore[type-
 
 
 def test_allocation_srun_line() -> None:
-    plan = _plan(["--nproc-per-node", "2"], ALLOC)
+    plan = _plan(["--nproc-per-node", "2", "--run-id", "r1"], ALLOC)
     assert plan["launcher"] == "slurm" and plan["world_size"] == 6
     assert [n["host"] for n in plan["nodes"]] == ["localhost", "127.0.0.2", "127.0.0.3"]
     assert plan["master_addr"] == "localhost"
     assert plan["master_port"] == 0  # derived inside the step, alike on every node
     assert plan["commands"] == [
         "srun --nodes=3 --ntasks-per-node=1 --nodelist=localhost,127.0.0.2,127.0.0.3 --kill-on-bad-exit=1 "
-        f"{sys.executable} -m dslaunch.slurm --plan-b64 <plan, base64 JSON>"
+        f"--job-name=dslaunch-r1 {sys.executable} -m dslaunch.slurm --plan-b64 <plan, base64 JSON>"
     ]
 
 
 def test_include_exclude_map_to_nodelist_and_exclude_and_launcher_args_pass_through() -> None:
-    plan = _plan(["--include", "127.0.0.[2-3]", "--exclude", "127.0.0.3", "--master-port", "31000",
+    plan = _plan(["--include", "127.0.0.[2-3]", "--exclude", "127.0.0.3", "--master-port", "31000", "--run-id", "r2",
                   "--launcher-args", "--cpu-bind=none --mpi=none"], ALLOC)
     assert plan["master_port"] == 31000 and plan["master_addr"] == "127.0.0.2"
     assert plan["commands"][0].startswith(
-        "srun --nodes=1 --ntasks-per-node=1 --nodelist=127.0.0.2 --kill-on-bad-exit=1 --exclude=127.0.0.3 "
+        "srun --nodes=1 --ntasks-per-node=1 --nodelist=127.0.0.2 --kill-on-bad-exit=1 --job-name=dslaunch-r2 "
+        "--exclude=127.0.0.3 "
         "--cpu-bind=none --mpi=none ")
 
 

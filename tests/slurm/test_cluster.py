@@ -161,3 +161,30 @@ def test_gloo_collectives_across_two_slurm_nodes(slurm_env: dict[str, str]) -> N
 
 def _venv_path(env: dict[str, str]) -> str:
     return os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+
+
+def test_sigterm_to_launcher_slurm_stops_the_step_gracefully(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    import psutil  # noqa: PLC0415
+
+    run_id = _run_id()
+    salloc = subprocess.Popen(
+        ["timeout", "-k", "5", str(LIMIT), "salloc", "-N2", *DSLAUNCH, "--launcher", "slurm", "--nproc-per-node",
+         "2", "--run-id", run_id, SCRIPT],
+        env={**slurm_env, "OUT_DIR": str(tmp_path), "SLEEP": "120"}, cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for rank in range(4):
+            assert wait_for_file(str(tmp_path / f"rank{rank}.ready"), 60), f"rank {rank} never started"
+        launcher = [p for p in psutil.Process(salloc.pid).children(recursive=True)
+                    if p.cmdline()[1:5] == ["-m", "dslaunch", "--launcher", "slurm"]]
+        assert len(launcher) == 1
+        launcher[0].terminate()
+        _out, err = salloc.communicate(timeout=60)
+    finally:
+        if salloc.poll() is None:
+            salloc.kill()
+            salloc.wait()
+    assert salloc.returncode == 143, err
+    for rank in range(4):  # a graceful SIGTERM, not srun's SIGKILL
+        assert (tmp_path / f"rank{rank}.signals").read_text().split() == ["SIGTERM"]
+    assert wait_until_gone(run_id, 15) == []
