@@ -179,3 +179,14 @@ def test_ssh_settings_reach_both_mpi_flavours() -> None:
     argv = mpi.mpi_argv(plan, mpi.MPICH, "mpiexec", "HF", python="/py", ssh="/tmp/x/ssh")
     assert argv[argv.index("-launcher-exec") + 1] == "/tmp/x/ssh"
     assert mpi.ssh_wrapper_text(_plan(["w0"])) is None
+
+
+@pytest.mark.torch
+def test_torch_gloo_job_under_openmpi_with_local_rank_arg() -> None:
+    """`deepspeed --launcher openmpi --num_gpus 2 script.py` as a DeepSpeed user writes it: real gloo ranks."""
+    _need(mpi.OPENMPI)
+    script = str(Path(__file__).parent / "scripts" / "gloo_sum.py")
+    result = _launch("openmpi", "--num_gpus", "2", "--local-rank-arg", script, timeout=120)
+    assert result.returncode == 0, result.stderr
+    sums = sorted(line.split("SUM ", 1)[1] for line in result.stdout.splitlines() if "SUM " in line)
+    assert sums == ["0 0 1", "1 1 1"]
