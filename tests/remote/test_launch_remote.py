@@ -40,7 +40,8 @@ def test_two_nodes_env_and_payloads(ssh_cluster: SshCluster, runner: str, tmp_pa
     (tmp_path / ".deepspeed_env").write_text("TEST_DSENV=from-dot-file\nTEST_SPACES=overridden-by-env-file\n")
     args = base_args(ssh_cluster, runner, ["node1", "node2"]) + [
         "--env-file", "vars.env", "--export", "TEST_PAYLOAD=$(touch pwned0); `touch pwned0`",
-        "--export", "TEST_FROM_ENV", "--export", "HF_TOKEN=hf-very-secret", SCRIPT, "echo", *PAYLOADS,
+        "--export", "TEST_FROM_ENV", "--export", "HF_TOKEN=hf-very-secret", "--log-dir", "logs",
+        SCRIPT, "echo", *PAYLOADS,
     ]
     env = {"WANDB_PROJECT": "proj one", "NCCL_DEBUG": "INFO", "TEST_FROM_ENV": "it's \"here\"",
            "OTHER_UNEXPORTED": "no"}
@@ -67,6 +68,8 @@ def test_two_nodes_env_and_payloads(ssh_cluster: SshCluster, runner: str, tmp_pa
         assert "OTHER_UNEXPORTED" not in e
     _no_pwned(tmp_path, Path.home(), ssh_cluster.base)
     assert "hf-very-secret" not in done.stderr
+    for rank in range(4):  # each node writes its own ranks' files (one shared filesystem here)
+        assert '"rank": %d' % rank in (tmp_path / "logs" / f"rank{rank}.stdout.log").read_text()
 
 
 def test_payload_in_cwd_and_python_path(ssh_cluster: SshCluster, tmp_path: Path) -> None:
