@@ -97,6 +97,7 @@ def test_step_rank_mode_plan() -> None:
      ["double spawn", "--ntasks-per-node=1"]),
     (["--exclude", "localhost"], STEP, ["drop --exclude", "srun --nodelist/--exclude"]),
     ([], {**STEP, "SLURM_STEP_TASKS_PER_NODE": "1,2"}, ["does not add up"]),
+    (["--nproc-per-node", "2", "--mesh", "dp=3"], STEP, ["4 ranks"]),  # checked against Slurm's world size
 ])
 def test_bad_input_exits_2_with_a_clear_message(args: list[str], extra: dict[str, str], words: list[str]) -> None:
     res = _cli([*args, SCRIPT], extra)

@@ -40,7 +40,8 @@ def test_one_task_per_node_starts_the_ranks_with_the_right_env(slurm_env: dict[s
     config.write_text("{}")
     run_id = _run_id()
     res = _run(["srun", "-N2", "--ntasks-per-node=1", *DSLAUNCH, "--nproc-per-node", "2", "--master-port", "0",
-                "--run-id", run_id, "--config", str(config), "--log-level", "info", SCRIPT, "x", "$(id)"], slurm_env)
+                "--run-id", run_id, "--config", str(config), "--log-level", "info", "--mesh", "dp_shard=2,tp=2",
+                SCRIPT, "x", "$(id)"], slurm_env)
     assert res.returncode == 0, res.stdout + res.stderr
     facts = _facts(res.stdout)
     assert [f["RANK"] for f in facts] == ["0", "1", "2", "3"]
@@ -51,6 +52,7 @@ def test_one_task_per_node_starts_the_ranks_with_the_right_env(slurm_env: dict[s
         assert f["MASTER_ADDR"] == "127.0.0.1"  # n1 does not resolve: its NodeAddr from scontrol
         assert f["MASTER_PORT"] == facts[0]["MASTER_PORT"] and 20000 <= int(f["MASTER_PORT"]) < 32000
         assert (f["DSLAUNCH_RUN_ID"], f["DSLAUNCH_CONFIG"], f["DSLAUNCH_LOG_LEVEL"]) == (run_id, str(config), "info")
+        assert f["DSLAUNCH_MESH"] == "dp_shard=2,tp=2"
         assert f["argv"] == ["x", "$(id)"]
     assert "[n2:rank3]: FACTS" in res.stdout
 
@@ -127,13 +129,15 @@ def test_usr1_reaches_every_rank_once_and_scancel_leaves_nothing(slurm_env: dict
 def test_launcher_slurm_inside_salloc(slurm_env: dict[str, str]) -> None:
     run_id = _run_id()
     res = _run(["salloc", "-N2", *DSLAUNCH, "--launcher", "slurm", "--nproc-per-node", "2", "--run-id", run_id,
-                SCRIPT, "; touch /tmp/dslaunch-pwned", "'\""], slurm_env)
+                "--log-level", "debug", "--mesh", "dp_shard=-1", SCRIPT, "; touch /tmp/dslaunch-pwned", "'\""], slurm_env)
     assert res.returncode == 0, res.stdout + res.stderr
     facts = _facts(res.stdout)
     assert [(f["RANK"], f["DSLAUNCH_HOST"]) for f in facts] == [("0", "n1"), ("1", "n1"), ("2", "n2"), ("3", "n2")]
     assert all(f["argv"] == ["; touch /tmp/dslaunch-pwned", "'\""] for f in facts)
     assert not os.path.exists("/tmp/dslaunch-pwned")
     assert len({f["MASTER_PORT"] for f in facts}) == 1
+    assert all((f["DSLAUNCH_LOG_LEVEL"], f["DSLAUNCH_MESH"], f["DSLAUNCH_RUN_ID"]) == ("debug", "dp_shard=-1", run_id)
+               for f in facts)
 
     fail = _run(["salloc", "-N2", *DSLAUNCH, "--nproc-per-node", "1", SCRIPT], slurm_env,
                 {"FAIL_RANK": "1", "FAIL_CODE": "5", "SLEEP": "120"})
