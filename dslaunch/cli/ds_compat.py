@@ -132,7 +132,7 @@ def _given_on_cli(name: str) -> bool:
         source = ctx.get_parameter_source(name)
     except (KeyError, TypeError):
         return False
-    return source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    return source is ParameterSource.COMMANDLINE  # a value from the environment yields to the command line
 
 
 def _used(flag: DsFlag, values: dict[str, Any]) -> bool:
