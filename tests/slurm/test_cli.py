@@ -110,3 +110,15 @@ def test_bad_input_exits_2_with_a_clear_message(args: list[str], extra: dict[str
 def test_missing_script_in_a_step_is_a_usage_error() -> None:
     res = _cli(["/nonexistent/train.py"], STEP)
     assert res.returncode == 2 and "does not exist" in res.stderr
+
+
+def test_node_mode_defaults_to_the_gpus_slurm_gave_the_task() -> None:
+    plan = _plan([], {**STEP, "CUDA_VISIBLE_DEVICES": "2,3"})
+    assert [(n["slots"], n["ranks"]) for n in plan["nodes"]] == [(["2", "3"], [0, 1]), (["2", "3"], [2, 3])]
+    plan = _plan(["--nproc-per-node", "1"], {**STEP, "CUDA_VISIBLE_DEVICES": "2,3"})
+    assert [n["slots"] for n in plan["nodes"]] == [["2"], ["2"]]
+
+
+def test_allocation_ranks_per_node_follow_slurm_gpus_per_node() -> None:
+    plan = _plan([], {**ALLOC, "SLURM_GPUS_PER_NODE": "a100:4"})
+    assert plan["world_size"] == 12 and plan["nodes"][0]["slots"] == ["0", "1", "2", "3"]
