@@ -6,6 +6,8 @@ import os
 
 import click
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dslaunch.cli import ds_compat
 from tests.compat.plans import comparable, plan_of
@@ -159,3 +161,16 @@ def test_migration_guide_lists_every_accepted_spelling() -> None:
     missing = [name for name in FROZEN_SPELLINGS if f"`{name}" not in table and f" {name}`" not in table
                and f"{name}`" not in table]
     assert missing == []
+
+
+VALUE_FLAGS = sorted(f.names[-1] for f in ds_compat.TABLE if not f.is_flag and not f.external)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(flag=st.sampled_from(VALUE_FLAGS), value=st.text(max_size=12), bind=st.booleans())
+def test_any_value_gives_a_plan_or_a_clean_usage_error(flag: str, value: str, bind: bool) -> None:
+    args = [*BASE, *(["--bind_cores_to_rank"] if bind else []), f"{flag}={value}", "train.py"]
+    try:
+        plan_of(args)
+    except click.ClickException as exc:
+        assert exc.exit_code == 2 and exc.format_message()
