@@ -15,7 +15,7 @@ import pytest
 
 from dslaunch.plan import LaunchPlan, NodePlan, Program
 from dslaunch.runners import mpi
-from tests.helpers import DSLAUNCH, wait_until_gone
+from tests.helpers import DSLAUNCH, job_processes, wait_until_gone
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "rank_report.py")
 ENV = {"CUDA_VISIBLE_DEVICES": "", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -190,3 +190,34 @@ def test_torch_gloo_job_under_openmpi_with_local_rank_arg() -> None:
     assert result.returncode == 0, result.stderr
     sums = sorted(line.split("SUM ", 1)[1] for line in result.stdout.splitlines() if "SUM " in line)
     assert sums == ["0 0 1", "1 1 1"]
+
+
+@pytest.mark.parametrize("flavour", [mpi.OPENMPI, mpi.MPICH], ids=lambda f: f.name)
+def test_killed_agent_is_a_lost_node_not_a_success(flavour: mpi.Flavour) -> None:
+    """The agents' done events are merged: one agent that never reports must fail the job."""
+    _need(flavour)
+    import psutil  # noqa: PLC0415
+
+    run_id = f"mpilost{flavour.name}{os.getpid()}"
+    proc = subprocess.Popen([*DSLAUNCH, "--launcher", flavour.name, "--master-port", "0", "--run-id", run_id,
+                             "--nproc-per-node", "2", SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, **ENV, "SLEEP": "60"})
+    try:
+        assert proc.stdout is not None
+        seen = 0
+        deadline = time.monotonic() + 30
+        while seen < 2 and time.monotonic() < deadline:
+            seen += "REPORT " in proc.stdout.readline()
+        assert seen == 2, "ranks did not start"
+        rank0 = next(p for p in job_processes(run_id) if p.environ().get("RANK") == "0")
+        agent = psutil.Process(rank0.ppid())
+        assert "dslaunch.agent" in " ".join(agent.cmdline())
+        agent.kill()
+        code = proc.wait(30)
+        _, err = proc.communicate()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert code not in (0, None), err
+    assert "disappeared" in err
+    assert wait_until_gone(run_id, 10) == []
