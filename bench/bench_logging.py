@@ -1,12 +1,15 @@
 """Logging call costs, dslaunch side by side with the standard library, in one run.
 
-    python bench/bench_logging.py [--runs 5]
+    python bench/bench_logging.py [--runs 5]      # CPU time, interleaved runs
+    python bench/bench_logging.py --instr         # instructions per call under valgrind (deterministic)
 
 Disabled: ``log.debug("step", i=i)`` at level WARNING vs stdlib ``logger.debug("step %d", i)``.
 Enabled:  one JSON record (static rank fields, ISO UTC ts) vs one stdlib record with
 ``Formatter("%(asctime)s [%(levelname)s] %(name)s: %(message)s")``; both written to /dev/null.
 CPU time (time.process_time), best of 7 repeats per run, minimum across runs; runs are
 interleaved so load changes hit every case alike. Ratios net of the bare loop are the result.
+With --instr each case runs N=2000 and N=12000 times under cachegrind (PYTHONHASHSEED=0);
+(Ir(12000) - Ir(2000)) / 10000 is the cost per call with start-up cancelled: stable on a loaded box.
 Goals: disabled <= 0.9x stdlib, enabled JSON <= 1.0x stdlib.
 """
 
@@ -71,6 +74,35 @@ def measure(runs: int) -> dict[str, float]:
     return best
 
 
+def _instr_case(name: str, n: int) -> None:
+    """Run one case n times (the body valgrind measures)."""
+    env = _setup()
+    stmt = CASES[name][0]
+    code = compile(f"for _k in range({n}):\n    {stmt}\n", "<case>", "exec")
+    saved = sys.stderr
+    sys.stderr = env["devnull"]  # type: ignore[assignment]
+    try:
+        exec(code, env)  # noqa: S102 - our own fixed statements
+    finally:
+        sys.stderr = saved
+
+
+def _irefs(name: str, n: int) -> int:
+    import re  # noqa: PLC0415
+
+    proc = subprocess.run(
+        ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+         sys.executable, __file__, "--case", name, "--n", str(n)],
+        capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+    match = re.search(r"I\s+refs:\s+([\d,]+)", proc.stderr)
+    assert match, proc.stderr[-2000:]
+    return int(match.group(1).replace(",", ""))
+
+
+def measure_instr() -> dict[str, float]:
+    return {name: (_irefs(name, 12000) - _irefs(name, 2000)) / 10000 for name in CASES}
+
+
 def import_check() -> tuple[float, bool]:
     code = "import time, sys; t=time.perf_counter(); import dslaunch.logs; print(time.perf_counter()-t, 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
@@ -80,12 +112,19 @@ def import_check() -> tuple[float, bool]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--instr", action="store_true", help="instructions per call under valgrind cachegrind")
+    parser.add_argument("--case", help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    ns = measure(args.runs)
+    if args.case:
+        _instr_case(args.case, args.n)
+        return
+    ns = measure_instr() if args.instr else measure(args.runs)
+    unit = "instr/call" if args.instr else "ns/call (best)"
     loop = ns["pass"]
     net = {k: v - loop for k, v in ns.items()}
     std_off, std_on = net["stdlib disabled logger.debug('step %d', i)"], net["stdlib enabled, formatted record"]
-    print("| case | ns/call (best) | net of loop | vs stdlib |")
+    print(f"| case | {unit} | net of loop | vs stdlib |")
     print("|---|---:|---:|---:|")
     for name in CASES:
         ref = std_on if "enabled" in name else std_off
