@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -46,7 +47,7 @@ def bench(n: int, repeat: int) -> dict[str, float]:
                   "--no-python", "/bin/true"]
         cmds = {
             "pdsh true (baseline)": (["pdsh", "-R", "ssh", "-f", "64", "-w", ",".join(cluster.aliases), "true"], pdsh_env),
-            "dslaunch --launcher pdsh": ([*DSLAUNCH, "--launcher", "pdsh", *common[:-2], *common[-2:]], env),
+            "dslaunch --launcher pdsh": ([*DSLAUNCH, "--launcher", "pdsh", *common], env),
             "dslaunch --launcher ssh": ([*DSLAUNCH, "--launcher", "ssh", *common], env),
         }
         times: dict[str, list[float]] = {k: [] for k in cmds}
@@ -58,6 +59,7 @@ def bench(n: int, repeat: int) -> dict[str, float]:
         return {k: statistics.median(v) for k, v in times.items()}
     finally:
         cluster.stop()
+        shutil.rmtree(cluster.base, ignore_errors=True)
 
 
 def main() -> None:

@@ -122,12 +122,13 @@ class SshRunner:
             plan_json = plan.to_json()
             for node in plan.nodes:
                 command = agent_command(plan, node.node_rank, venv_script=settings.venv_script)
-                handles.append(SshAgent(node.node_rank, node.host, conns[node.node_rank], command, plan_json))
+                try:
+                    handles.append(SshAgent(node.node_rank, node.host, conns[node.node_rank], command, plan_json))
+                except Exception as exc:  # noqa: BLE001 - any channel error: stop what already started
+                    for h in handles:
+                        h.stop()
+                    return common.report_start_failures({node.host: f"{type(exc).__name__}: {exc}"})
             return common.supervise_and_report(plan, handles)
-        except Exception as exc:  # noqa: BLE001 - a channel that failed to open: stop what started
-            for h in handles:
-                h.stop()
-            return common.report_start_failures({"?": f"{type(exc).__name__}: {exc}"})
         finally:
             for h in handles:
                 if h.wait(0) is None:

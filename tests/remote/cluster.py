@@ -8,7 +8,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -40,7 +40,7 @@ class SshCluster:
     aliases: tuple[str, ...]  # node1.. -> ADDRS
     config: Path  # ssh_config with the aliases, strict host key checking against known_hosts
     known_hosts: Path
-    proc: subprocess.Popen[bytes] | None = None
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def hostfile(self, hosts: list[str], slots: int = 1, name: str = "hostfile") -> Path:
         path = self.base / name
@@ -48,13 +48,15 @@ class SshCluster:
         return path
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
             try:
-                self.proc.wait(5)
+                proc.wait(5)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                proc.kill()
+                proc.wait()
 
 
 def _keygen(path: Path) -> None:
@@ -71,13 +73,17 @@ def start_cluster(addrs: tuple[str, ...] = ADDRS) -> SshCluster:
     _keygen(base / "host_key")
     _keygen(base / "id")
     (base / "authorized_keys").write_text((base / "id.pub").read_text())
-    listen = "".join(f"ListenAddress {a}\n" for a in addrs)
-    (base / "sshd_config").write_text(
-        f"Port {port}\n{listen}HostKey {base}/host_key\nPidFile {base}/sshd.pid\n"
-        f"AuthorizedKeysFile {base}/authorized_keys\nPermitRootLogin prohibit-password\n"
-        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
-        "AcceptEnv LANG LC_*\nMaxStartups 200:30:300\nMaxSessions 200\nLogLevel VERBOSE\n"
+    common = (
+        f"Port {port}\nHostKey {base}/host_key\nAuthorizedKeysFile {base}/authorized_keys\n"
+        "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+        "UsePAM no\nStrictModes no\nAcceptEnv LANG LC_*\nMaxStartups 200:30:300\nMaxSessions 200\nLogLevel VERBOSE\n"
     )
+    # sshd listens on at most 16 addresses: one daemon per 16 "hosts"
+    chunks = [addrs[i:i + 16] for i in range(0, len(addrs), 16)]
+    for k, chunk in enumerate(chunks):
+        name = "sshd_config" if k == 0 else f"sshd_config_{k}"
+        listen = "".join(f"ListenAddress {a}\n" for a in chunk)
+        (base / name).write_text(f"{common}{listen}PidFile {base}/sshd{k}.pid\n")
     host_pub = (base / "host_key.pub").read_text().split()
     (base / "known_hosts").write_text("".join(f"[{a}]:{port} {host_pub[0]} {host_pub[1]}\n" for a in addrs))
     aliases = tuple(f"node{i + 1}" for i in range(len(addrs)))
@@ -88,15 +94,28 @@ def start_cluster(addrs: tuple[str, ...] = ADDRS) -> SshCluster:
         "    LogLevel ERROR\n"
     )
     os.makedirs("/run/sshd", exist_ok=True)
-    proc = subprocess.Popen([sshd, "-D", "-f", str(base / "sshd_config"), "-E", str(base / "sshd.log")])
-    cluster = SshCluster(base, port, aliases, base / "ssh_config", base / "known_hosts", proc)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((addrs[-1], port), timeout=0.5):
-                break
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError(f"sshd exited: {(base / 'sshd.log').read_text()}") from None
-            time.sleep(0.05)
+    cluster = SshCluster(base, port, aliases, base / "ssh_config", base / "known_hosts")
+    try:
+        for k, chunk in enumerate(chunks):
+            name = "sshd_config" if k == 0 else f"sshd_config_{k}"
+            cluster.procs.append(subprocess.Popen([sshd, "-D", "-f", str(base / name), "-E", str(base / f"sshd{k}.log")]))
+        for proc, chunk in zip(cluster.procs, chunks):
+            _wait_listening(proc, chunk[-1], port, base)
+    except BaseException:
+        cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)
+        raise
     return cluster
+
+
+def _wait_listening(proc: subprocess.Popen[bytes], addr: str, port: int, base: Path) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with socket.create_connection((addr, port), timeout=0.5):
+                return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                logs = "".join(p.read_text() for p in base.glob("sshd*.log"))
+                raise RuntimeError(f"sshd did not come up on {addr}:{port}: {logs[-2000:]}") from None
+            time.sleep(0.05)
