@@ -1,0 +1,89 @@
+"""The logger API in-process: levels per module, bind children, runtime changes, rendering."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from dslaunch import logs
+from dslaunch.logs import _core
+
+
+@pytest.fixture(autouse=True)
+def reset() -> Iterator[None]:
+    yield
+    _core.configure("warning", role="process")
+
+
+def test_module_levels_bind_and_runtime_changes(capsys: pytest.CaptureFixture[str]) -> None:
+    logs.configure("warning,engine=info,comm.ops=debug", role="process", facts={"host": "h"})
+    eng, comm, ops = logs.get_logger("engine"), logs.get_logger("comm"), logs.get_logger("comm.ops")
+    child = eng.bind(step=4)
+    child.info("a")
+    comm.info("hidden-comm")
+    ops.debug("ops-debug")
+    logs.set_levels("engine=error")
+    child.warning("hidden-engine")
+    eng.error("engine-error %d", 5)
+    logs.set_levels("off")  # the default only: explicitly set modules keep theirs
+    logs.get_logger("builder").critical("hidden-builder")
+    err = capsys.readouterr().err
+    assert " I [h:process] engine: a step=4" in err
+    assert "ops-debug" in err and "engine-error 5" in err
+    assert "hidden" not in err
+    assert child.is_enabled_for(logs.ERROR) and not child.isEnabledFor(logs.WARNING)
+
+
+def test_off_silences_even_critical(capsys: pytest.CaptureFixture[str]) -> None:
+    logs.configure("off", role="process")
+    log = logs.get_logger("engine")
+    log.critical("x")
+    log.exception("y")
+    log.log(logs.CRITICAL, "z")
+    assert capsys.readouterr().err == ""
+
+
+def test_unknown_logger_names_are_rejected_with_a_hint() -> None:
+    with pytest.raises(ValueError, match="did you mean 'engine'"):
+        logs.get_logger("engin")
+    with pytest.raises(ValueError, match="user.NAME"):
+        logs.get_logger("mytrainer")
+    assert logs.get_logger("user.trainer").name == "user.trainer"
+
+
+def test_json_record_keeps_reserved_keys_and_renames_collisions(capsys: pytest.CaptureFixture[str]) -> None:
+    logs.configure("info", role="rank", fmt="json", ranks="all",
+                   facts={"rank": 2, "local_rank": 0, "node_rank": 1, "world_size": 4, "host": "n1", "run_id": "r"})
+    logs.get_logger("engine").info("evt", rank=9, level="x", payload={"a": [1, 2]})
+    rec = json.loads(capsys.readouterr().err)
+    assert rec["rank"] == 2 and rec["_rank"] == 9 and rec["level"] == "info" and rec["_level"] == "x"
+    assert rec["payload"] == {"a": [1, 2]} and rec["node_rank"] == 1
+
+
+def test_rank_outside_the_filter_prints_warnings_only(capsys: pytest.CaptureFixture[str]) -> None:
+    logs.configure("debug", role="rank", ranks="0,2-3", facts={"rank": 1, "host": "h"})
+    log = logs.get_logger("engine")
+    log.info("quiet")
+    log.warning("loud")
+    err = capsys.readouterr().err
+    assert "loud" in err and "quiet" not in err
+    logs.configure("debug", role="rank", ranks="0,2-3", facts={"rank": 3, "host": "h"})
+    log.info("selected")
+    assert "selected" in capsys.readouterr().err
+
+
+def test_comm_summary_counts_per_op(capsys: pytest.CaptureFixture[str]) -> None:
+    logs.configure("comm=info", role="process")
+    assert logs.comm_enabled()
+    for _ in range(3):
+        logs.comm_record(op="all_reduce", dim="dp", group_size=2, dtype="float32", nbytes=100, duration_s=0.001)
+    logs.comm_record(op="broadcast", dim=None, group_size=4, dtype="int64", nbytes=8, duration_s=0.002)
+    logs.flush_comm_summary()
+    lines = capsys.readouterr().err.splitlines()
+    assert not any("collective" in line for line in lines)  # per-call records are debug
+    assert "op=all_reduce count=3 bytes=300 total_ms=3" in lines[0]
+    assert "op=broadcast count=1 bytes=8 total_ms=2" in lines[1]
+    logs.configure("warning", role="process")
+    assert not logs.comm_enabled() and not logs.timers_enabled()
