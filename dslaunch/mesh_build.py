@@ -48,21 +48,27 @@ def requested_spec(arg: Any = None, env: Mapping[str, str] | None = None) -> tup
 
 
 def agree(text: str) -> None:
-    """Fail on every rank, naming the difference, if ranks hold different texts (one collective)."""
+    """Fail on every rank, naming the difference, if ranks hold different texts.
+
+    One all_gather of a 63-bit digest (a CPU tensor: gloo, or the cpu side of a mixed
+    backend); the texts themselves are gathered only when digests differ, on every rank alike.
+    """
+    import torch  # noqa: PLC0415
     import torch.distributed as dist  # noqa: PLC0415
 
-    digest = hashlib.sha1(text.encode()).hexdigest()[:16]
-    gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, (digest, text))
-    first = gathered[0]
-    odd = [r for r, item in enumerate(gathered) if item[0] != first[0]]
-    if odd:
-        sample = odd[0]
-        raise MeshConfigError(
-            f"mesh: ranks disagree on the mesh spec: rank 0 has {first[1]!r} but rank {sample} has "
-            f"{gathered[sample][1]!r} ({len(odd)} rank(s) differ from rank 0: {odd[:8]}); "
-            "give every rank the same --mesh / DSLAUNCH_MESH / config"
-        )
+    digest = torch.tensor([int(hashlib.sha1(text.encode()).hexdigest()[:15], 16)], dtype=torch.int64)
+    gathered = torch.empty(dist.get_world_size(), dtype=torch.int64)
+    (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(gathered, digest)
+    odd = [r for r, d in enumerate(gathered.tolist()) if d != gathered[0].item()]
+    if not odd:
+        return
+    texts: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(texts, text)
+    raise MeshConfigError(
+        f"mesh: ranks disagree on the mesh spec: rank 0 has {texts[0]!r} but rank {odd[0]} has "
+        f"{texts[odd[0]]!r} ({len(odd)} rank(s) differ from rank 0: {odd[:8]}); "
+        "give every rank the same --mesh / DSLAUNCH_MESH / config"
+    )
 
 
 @dataclass
