@@ -123,7 +123,7 @@ def test_usr1_reaches_every_rank_once_and_scancel_leaves_nothing(slurm_env: dict
     assert srun.returncode != 0
     assert wait_until_gone(run_id, 15) == []
     for rank in range(4):
-        assert (tmp_path / f"rank{rank}.signals").read_text().split()[:2] == ["SIGUSR1", "SIGTERM"]
+        assert (tmp_path / f"rank{rank}.signals").read_text().split()[:2] == ["SIGUSR1", "SIGTERM"]  # USR1 once
 
 
 def test_launcher_slurm_inside_salloc(slurm_env: dict[str, str]) -> None:
@@ -189,6 +189,6 @@ def test_sigterm_to_launcher_slurm_stops_the_step_gracefully(slurm_env: dict[str
             salloc.kill()
             salloc.wait()
     assert salloc.returncode == 143, err
-    for rank in range(4):  # a graceful SIGTERM, not srun's SIGKILL
-        assert (tmp_path / f"rank{rank}.signals").read_text().split() == ["SIGTERM"]
+    for rank in range(4):  # a graceful SIGTERM (from Slurm, maybe again from the agent), not srun's SIGKILL
+        assert set((tmp_path / f"rank{rank}.signals").read_text().split()) == {"SIGTERM"}
     assert wait_until_gone(run_id, 15) == []
