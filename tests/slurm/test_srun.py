@@ -1,0 +1,66 @@
+"""The srun line and the in-step entry point (pure: golden argv, payloads, plan round trip)."""
+
+from __future__ import annotations
+
+import base64
+import shlex
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dslaunch.plan import LaunchPlan, Program
+from dslaunch.runners.slurm import SlurmRunner
+from dslaunch.slurm import layout, srun
+from dslaunch.slurm.__main__ import _with_local_gpus
+from dslaunch.slurm.step import node_rank_of
+
+
+def _plan(args: tuple[str, ...] = (), **options: object) -> LaunchPlan:
+    return LaunchPlan(
+        launcher="slurm", run_id="r7", nodes=layout.rank_nodes(("gpu01", "gpu02"), ("0", "1")),
+        master_addr="gpu01", master_port=0, program=Program("train.py", args, python="/venv/bin/python"),
+        env=(("DSLAUNCH_LOG_LEVEL", "info"),), runner_options=tuple(sorted({"slurm_mode": "srun", **options}.items())),
+    )
+
+
+def test_golden_srun_line() -> None:
+    argv = srun.srun_argv(_plan(), exclude=["gpu09"], launcher_args=["--cpu-bind=none"])
+    assert argv[:8] == [
+        "srun", "--nodes=2", "--ntasks-per-node=1", "--nodelist=gpu01,gpu02", "--kill-on-bad-exit=1",
+        "--job-name=dslaunch-r7", "--exclude=gpu09", "--cpu-bind=none"]
+    assert argv[8:11] == ["/venv/bin/python", "-m", "dslaunch.slurm"]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.text(min_size=0, max_size=12), max_size=4), st.lists(st.text(min_size=1, max_size=12), max_size=3))
+def test_payloads_survive_the_srun_line(script_args: list[str], launcher_args: list[str]) -> None:
+    plan = _plan(tuple(script_args))
+    argv = srun.srun_argv(plan, launcher_args=launcher_args)
+    assert argv[6 : 6 + len(launcher_args)] == launcher_args  # passed through untouched, one argv item each
+    blob = argv[argv.index("--plan-b64") + 1]
+    assert LaunchPlan.from_json(base64.urlsafe_b64decode(blob).decode()) == plan  # no shell ever parses it
+
+
+def test_dry_run_line_is_shell_quoted_and_hides_the_plan() -> None:
+    plan = _plan(("; rm -rf /",), slurm_launcher_args=["--comment=a b;c"])
+    (line,) = SlurmRunner().describe(plan)
+    assert line.endswith(" <plan, base64 JSON>")
+    assert shlex.split(line.removesuffix(" <plan, base64 JSON>"))[6] == "--comment=a b;c"
+    assert "rm -rf" not in line
+
+
+def test_node_rank_by_slurm_node_name_then_nodeid() -> None:
+    plan = _plan()
+    assert node_rank_of(plan, {"SLURMD_NODENAME": "gpu02", "SLURM_NODEID": "0"}) == 1
+    assert node_rank_of(plan, {"SLURMD_NODENAME": "other", "SLURM_NODEID": "1"}) == 1
+    with pytest.raises(layout.SlurmLayoutError):
+        node_rank_of(plan, {"SLURMD_NODENAME": "other", "SLURM_NODEID": "5"})
+
+
+def test_each_task_uses_the_gpus_slurm_bound_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    plan = _with_local_gpus(_plan(), 1)
+    assert plan.node(1).slots == ("4", "5") and plan.node(0).slots == ("0", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4")
+    assert _with_local_gpus(_plan(), 1).node(1).slots == ("0", "1")  # too few: keep the plan's
