@@ -17,10 +17,11 @@ CLEAN = {"DSLAUNCH_LOG_LEVEL": "", "DSLAUNCH_LOG_RANKS": "", "DSLAUNCH_LOG_FORMA
          "FORCE_COLOR": ""}
 
 
-def launch(*args: str, env: dict[str, str] | None = None) -> tuple[str, str]:
-    proc = run_cli([*BASE, *args, EMIT], timeout=60, env={**CLEAN, **(env or {})})
+def launch(*args: str, env: dict[str, str] | None = None, nproc: int = 2) -> tuple[str, str]:
+    proc = run_cli(["--nproc-per-node", str(nproc), "--master-port", "0", *args, EMIT], timeout=60,
+                   env={**CLEAN, **(env or {})})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("emit-done") == 2, proc.stdout
+    assert proc.stdout.count("emit-done") == nproc, proc.stdout
     return proc.stdout, proc.stderr
 
 
@@ -63,7 +64,7 @@ def test_timers_print_at_the_default_level_and_off_silences_them(tmp_path: Path)
     _, err = launch("--wall-clock-breakdown")
     timers = records(err, "wall clock breakdown")
     assert len(timers) == 1 and "step=7" in timers[0] and "fwd_ms=250" in timers[0] and "bwd_ms=500" in timers[0]
-    _, err = launch("--wall-clock-breakdown", "--log-level", "timers=off")
+    _, err = launch("--wall-clock-breakdown", "--log-level", "timers=off", nproc=1)
     assert not records(err, "wall clock breakdown")
     config = tmp_path / "ds.json"
     config.write_text(json.dumps({"wall_clock_breakdown": True, "comms_logger": {"enabled": True}}))
@@ -96,9 +97,9 @@ def test_json_console_and_per_rank_files(tmp_path: Path) -> None:
 
 
 def test_colour_follows_force_and_no_color() -> None:
-    _, err = launch(env={"FORCE_COLOR": "1"})
+    _, err = launch(env={"FORCE_COLOR": "1"}, nproc=1)
     assert "\x1b[33mW\x1b[0m" in records(err, "engine-warning")[0]
-    _, err = launch(env={"FORCE_COLOR": "1", "NO_COLOR": "1"})
+    _, err = launch(env={"FORCE_COLOR": "1", "NO_COLOR": "1"}, nproc=1)
     assert "\x1b[" not in err
 
 
@@ -109,9 +110,9 @@ def test_users_root_logging_is_left_alone() -> None:
 
 
 def test_environment_spec_reaches_ranks_and_cli_wins() -> None:
-    _, err = launch(env={"DSLAUNCH_LOG_LEVEL": "engine=info"})
+    _, err = launch(env={"DSLAUNCH_LOG_LEVEL": "engine=info"}, nproc=1)
     assert len(records(err, "engine-info")) == 1
-    _, err = launch("--log-level", "engine=error", env={"DSLAUNCH_LOG_LEVEL": "engine=info"})
+    _, err = launch("--log-level", "engine=error", env={"DSLAUNCH_LOG_LEVEL": "engine=info"}, nproc=1)
     assert not records(err, "engine-info") and not records(err, "engine-warning")
 
 
