@@ -79,6 +79,8 @@ def spec_from_mapping(values: Mapping[str, Any]) -> MeshSpec:
         if dp > 0 and rep > 0 and dp % rep:
             raise MeshConfigError(f"mesh: dp({dp}) is not divisible by dp_replicate({rep})")
         sizes["dp_shard"] = dp // rep if dp > 0 and rep > 0 else dp
+    if "dp_shard" not in sizes and -1 in sizes.values():
+        sizes["dp_shard"] = 1  # dp_shard fills the rest only when no other dim was asked to
     return MeshSpec(**sizes)
 
 

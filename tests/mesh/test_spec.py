@@ -18,6 +18,8 @@ from dslaunch.mesh import MeshConfigError, MeshSpec, locality_warnings, parse_sp
         ("dp=4,dp_replicate=2", 4, {"dp_replicate": 2, "dp_shard": 2}),
         ("dp=-1,dp_replicate=2,tp=2", 8, {"dp_replicate": 2, "dp_shard": 2, "tp": 2}),
         ("tp=-1,dp=2", 8, {"dp_shard": 2, "tp": 4}),
+        ("pp=-1,tp=2", 8, {"pp": 4, "tp": 2}),
+        ("tp=-1", 8, {"tp": 8}),
         ("dp_replicate=2,cp=2,tp=2", 16, {"dp_replicate": 2, "dp_shard": 2, "cp": 2, "tp": 2}),
         ("tp=4", 12, {"dp_shard": 3, "tp": 4}),
         ("sp=2", 8, {"dp_shard": 4, "sp": 2}),
