@@ -142,8 +142,8 @@ def get_logger(module: str) -> Logger:
     if found is not None:
         return found
     name = _check_name(module)
-    if not _STATE.configured:
-        configure_from_env(os.environ, role="process")
+    if not _STATE.configured:  # a rank started without the bootstrap (--no-python, torchrun) still is a rank
+        configure_from_env(os.environ, role="rank" if "RANK" in os.environ else "process")
     cls = _CLASSES.get(name)
     if cls is None:
         cls = type(f"Logger_{name.replace('.', '_')}", (Logger,), {"__slots__": (), "name": name})
