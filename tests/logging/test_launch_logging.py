@@ -208,3 +208,17 @@ def test_forked_child_neither_duplicates_nor_breaks_file_lines(tmp_path: Path) -
     assert events.count("parent") == 50 and events.count("child") == 1 and events.count("parent-after") == 1
     child = next(r for r in recs if r["event"] == "child")
     assert child["pid"] != recs[0]["pid"] and child["rank"] == 0
+
+
+def test_rank_without_the_bootstrap_still_logs_as_a_rank(tmp_path: Path) -> None:
+    import sys
+
+    exe = tmp_path / "np.py"
+    exe.write_text(f"#!{sys.executable}\nfrom dslaunch.logs import get_logger\n"
+                   "get_logger('engine').info('np-info')\nget_logger('engine').warning('np-warn')\n")
+    exe.chmod(0o755)
+    proc = run_cli([*BASE, "--no-python", "--log-level", "engine=info", str(exe)], timeout=60, env=CLEAN)
+    assert proc.returncode == 0, proc.stderr
+    assert [line[:8] for line in records(proc.stderr, "np-info")] == ["[rank0]:"]
+    assert sorted(re.search(r"\[localhost:(\d)\]", line).group(1)  # type: ignore[union-attr]
+                  for line in records(proc.stderr, "np-warn")) == ["0", "1"]
