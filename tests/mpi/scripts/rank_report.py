@@ -1,4 +1,5 @@
-"""Print this rank's view as one JSON line; exit FAIL_CODE on rank FAIL_RANK, or kill itself with FAIL_SIGNAL."""
+"""Print this rank's view as one JSON line; FAIL_AFTER s later exit FAIL_CODE on rank FAIL_RANK (or kill itself
+with FAIL_SIGNAL); other ranks sleep SLEEP s."""
 
 import json
 import os
@@ -13,7 +14,7 @@ view["mpi_vars"] = sorted(k for k in os.environ if k.startswith(("OMPI_COMM_WORL
 view["argv"] = sys.argv[1:]
 print("REPORT " + json.dumps(view), flush=True)
 if os.environ.get("FAIL_RANK") == str(rank):
-    time.sleep(0.3)
+    time.sleep(float(os.environ.get("FAIL_AFTER", "0.3")))
     if os.environ.get("FAIL_SIGNAL"):
         os.kill(os.getpid(), int(os.environ["FAIL_SIGNAL"]))
     sys.exit(int(os.environ.get("FAIL_CODE", "3")))
