@@ -221,3 +221,21 @@ def test_killed_agent_is_a_lost_node_not_a_success(flavour: mpi.Flavour) -> None
     assert code not in (0, None), err
     assert "disappeared" in err
     assert wait_until_gone(run_id, 10) == []
+
+
+@pytest.mark.parametrize("flavour", [mpi.OPENMPI, mpi.MPICH], ids=lambda f: f.name)
+def test_sigusr1_reaches_the_ranks(flavour: mpi.Flavour) -> None:
+    _need(flavour)
+    script = str(Path(__file__).parent / "scripts" / "wait_usr1.py")
+    proc = subprocess.Popen([*DSLAUNCH, "--launcher", flavour.name, "--master-port", "0", script],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV})
+    try:
+        assert proc.stdout is not None
+        assert "READY" in proc.stdout.readline()
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGUSR1)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "[rank0]: GOT" in out and proc.returncode == 0
