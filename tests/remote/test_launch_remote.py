@@ -72,13 +72,17 @@ def test_two_nodes_env_and_payloads(ssh_cluster: SshCluster, runner: str, tmp_pa
         assert '"rank": %d' % rank in (tmp_path / "logs" / f"rank{rank}.stdout.log").read_text()
 
 
-def test_payload_in_cwd_and_python_path(ssh_cluster: SshCluster, tmp_path: Path) -> None:
+def test_payload_in_cwd_and_venv_script(ssh_cluster: SshCluster, tmp_path: Path) -> None:
     weird = tmp_path / "dir $(touch pwned8) `touch pwned9`; x"
     weird.mkdir()
-    args = base_args(ssh_cluster, "ssh", ["node1", "node2"], slots=1) + [SCRIPT, "echo"]
+    venv = weird / "activate $(touch pwned10)"
+    venv.write_text("export TEST_VENV='sourced here'\n")
+    args = base_args(ssh_cluster, "ssh", ["node1", "node2"], slots=1) + ["--venv-script", str(venv), SCRIPT, "echo"]
     done = run(args, cwd=weird)
     assert done.returncode == 0, done.stderr
-    assert {r["cwd"] for r in records(done.stdout)} == {str(weird)}
+    recs = records(done.stdout)
+    assert {r["cwd"] for r in recs} == {str(weird)}
+    assert {r["env"]["TEST_VENV"] for r in recs} == {"sourced here"}
     _no_pwned(tmp_path, weird, Path.home())
 
 
@@ -97,14 +101,15 @@ def test_rank_failure_stops_every_node(ssh_cluster: SshCluster, runner: str, tmp
     assert wait_until_gone(run_id, 3) == []
 
 
-@pytest.mark.parametrize("runner", RUNNERS)
-def test_launcher_sigkill_leaves_nothing(ssh_cluster: SshCluster, runner: str, tmp_path: Path) -> None:
-    run_id = f"kill{runner}{os.getpid()}"
+@pytest.mark.parametrize(("runner", "sig"), [("ssh", signal.SIGKILL), ("pdsh", signal.SIGKILL), ("pdsh", signal.SIGINT)])
+def test_killed_launcher_leaves_nothing(ssh_cluster: SshCluster, runner: str, sig: int, tmp_path: Path) -> None:
+    run_id = f"kill{runner}{sig}{os.getpid()}"
     proc = start(base_args(ssh_cluster, runner, ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "sleep", str(tmp_path)],
                  cwd=tmp_path)
     assert wait_ready(tmp_path, 4)
     assert len([p for p in job_processes(run_id) if "dslaunch.bootstrap" in " ".join(p.cmdline())]) == 4
-    stop(proc, signal.SIGKILL)
+    stop(proc, sig)
+    assert proc.returncode == (-9 if sig == signal.SIGKILL else 130)
     assert wait_until_gone(run_id, 5) == []
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import os
 from pathlib import Path
 
@@ -128,8 +129,14 @@ def test_dry_run_masks_secrets_and_shows_commands(ssh_cluster: SshCluster, tmp_p
     assert "pdsh -S -R ssh" in data["commands"][0] and "--node-rank %n" in data["commands"][0]
     for runner in RUNNERS:
         args = base_args(ssh_cluster, runner, ["node1", "node2"], slots=1)
-        text = run([*args, "--export", "HF_TOKEN=hf-secret-value", "--dry-run", SCRIPT], cwd=tmp_path)
+        text = run([*args, "--export", "HF_TOKEN=hf-secret-value", "--remote-python", "/opt/py 3/bin/python",
+                    "--remote-cwd", "/srv/job", "--dry-run", SCRIPT], cwd=tmp_path)
         assert text.returncode == 0 and "hf-secret-value" not in text.stdout and "dslaunch.agent" in text.stdout
+        as_json = run([*args, "--remote-python", "/opt/py 3/bin/python", "--remote-cwd", "/srv/job", "--dry-run",
+                       "--json", SCRIPT], cwd=tmp_path)
+        command = json.loads(as_json.stdout)["commands"][0]
+        remote = shlex.split(command)[-1] if runner == "pdsh" else command
+        assert "cd /srv/job && exec env" in remote and "'/opt/py 3/bin/python' -u -m dslaunch.agent" in remote
 
 
 @pytest.mark.parametrize(("args", "message"), [
