@@ -1,8 +1,7 @@
 """Module loggers, process set-up and the two sinks (console, per-process JSON file).
 
-A disabled call costs one class-attribute compare: every module has its own
-``Logger`` subclass whose ``_level`` is set by :func:`configure`, and ``bind()``
-children share it. Enabled records run a structlog processor chain (imported on
+Every module has its own ``Logger`` subclass (``bind()`` children share it);
+:func:`configure` replaces its disabled level methods with a bare no-op. Enabled records run a structlog processor chain (imported on
 the first enabled record) and go to stderr and, with a log dir, a JSON-lines file.
 dslaunch never calls ``structlog.configure()`` and never touches the root logger.
 """
@@ -18,13 +17,8 @@ import time
 from collections.abc import Mapping
 from typing import IO, Any
 
+from dslaunch.logs import render
 from dslaunch.logs import spec as S
-
-_RESERVED = ("ts", "level", "logger", "event", "rank", "local_rank", "node_rank", "world_size", "host", "pid", "run_id")
-_HIDDEN = frozenset(("ts", "level", "logger", "event", "exception", "_exc_text"))
-_LETTER = {S.DEBUG: "D", S.INFO: "I", S.WARNING: "W", S.ERROR: "E", S.CRITICAL: "C"}
-_COLOR = {S.DEBUG: "\x1b[2m", S.INFO: "\x1b[32m", S.WARNING: "\x1b[33m", S.ERROR: "\x1b[31m", S.CRITICAL: "\x1b[1;31m"}
-_RESET, _DIM = "\x1b[0m", "\x1b[2m"
 
 
 class Logger:
@@ -118,8 +112,7 @@ class _State:
         self.static: dict[str, Any] = {}
         self.file: IO[str] | None = None
         self.lock = threading.Lock()
-        self.json_dumps: Any = None
-        self.exc_to_dict: Any = None
+        self.who = ""
 
 
 _STATE = _State()
@@ -290,93 +283,17 @@ def write(level: int, ed: dict[str, Any]) -> None:
     if not to_console and st.file is None:
         return
     if exc:
-        ed = _exception(ed, exc)
-    json_line = _json(ed) if (st.file is not None or st.json_console) else ""
+        ed = render.attach_exception(ed, exc)
+    json_line = render.json_line(ed) if (st.file is not None or st.json_console) else ""
     with st.lock:
         if to_console:
             stream = sys.stderr
-            stream.write(json_line if st.json_console else _console(ed, st.color))
+            stream.write(json_line if st.json_console else render.console_line(ed, st.color, st.who, st.static))
             stream.flush()
         if st.file is not None:
             st.file.write(json_line)
             if level >= S.WARNING:
                 st.file.flush()
-
-
-def _exception(ed: dict[str, Any], exc: Any) -> dict[str, Any]:
-    if exc is True:
-        exc = sys.exc_info()
-    elif isinstance(exc, BaseException):
-        exc = (type(exc), exc, exc.__traceback__)
-    if not isinstance(exc, tuple) or exc[0] is None:
-        return ed
-    if _STATE.exc_to_dict is None:
-        from structlog.tracebacks import ExceptionDictTransformer  # noqa: PLC0415
-
-        _STATE.exc_to_dict = ExceptionDictTransformer(show_locals=False)
-    import traceback  # noqa: PLC0415
-
-    ed["exception"] = _STATE.exc_to_dict(exc)
-    ed["_exc_text"] = "".join(traceback.format_exception(*exc)).rstrip()
-    return ed
-
-
-def _iso(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1e6):06d}Z"
-
-
-def _json(ed: dict[str, Any]) -> str:
-    if _STATE.json_dumps is None:
-        _STATE.json_dumps = _serializer()
-    out = dict(ed)
-    out["ts"] = _iso(ed["ts"])
-    out["level"] = S.LEVEL_NAMES.get(ed["level"], str(ed["level"]))
-    out.pop("_exc_text", None)
-    return _STATE.json_dumps(out) + "\n"
-
-
-def _serializer() -> Any:
-    """structlog's JSONRenderer over orjson when installed (about 2x faster), else json.dumps."""
-    from structlog.processors import JSONRenderer  # noqa: PLC0415
-
-    try:
-        import orjson  # noqa: PLC0415
-
-        opts = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
-
-        def dumps(obj: Any, default: Any = repr) -> str:
-            return orjson.dumps(obj, default=default, option=opts).decode()
-
-        renderer = JSONRenderer(serializer=dumps)
-    except ImportError:
-        renderer = JSONRenderer(ensure_ascii=False)
-    return lambda ed: renderer(None, "", ed)
-
-
-def _console(ed: dict[str, Any], color: bool) -> str:
-    level = ed["level"]
-    ts = ed["ts"]
-    stamp = time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int(ts % 1 * 1000):03d}"
-    letter = _LETTER.get(level, "?")
-    who = _STATE.who
-    static = _STATE.static
-    extras = " ".join(f"{k}={_value(v)}" for k, v in ed.items()
-                      if k not in _HIDDEN and not (k in static and static[k] == v))
-    if color:
-        head = f"{_DIM}{stamp}{_RESET} {_COLOR.get(level, '')}{letter}{_RESET} [{who}] {_DIM}{ed['logger']}:{_RESET} "
-    else:
-        head = f"{stamp} {letter} [{who}] {ed['logger']}: "
-    line = head + str(ed["event"]) + (" " + extras if extras else "")
-    text = ed.get("_exc_text")
-    return line + ("\n" + text if text else "") + "\n"
-
-
-def _value(v: Any) -> str:
-    if isinstance(v, str):
-        return v if v and " " not in v and "=" not in v else repr(v)
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return str(v)
 
 
 def _flush_file() -> None:
