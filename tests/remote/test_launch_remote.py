@@ -40,7 +40,7 @@ def test_two_nodes_env_and_payloads(ssh_cluster: SshCluster, runner: str, tmp_pa
     (tmp_path / ".deepspeed_env").write_text("TEST_DSENV=from-dot-file\nTEST_SPACES=overridden-by-env-file\n")
     args = base_args(ssh_cluster, runner, ["node1", "node2"]) + [
         "--env-file", "vars.env", "--export", "TEST_PAYLOAD=$(touch pwned0); `touch pwned0`",
-        "--export", "TEST_FROM_ENV", "--export", "HF_TOKEN=hf-very-secret", "--log-dir", "logs",
+        "--export", "TEST_FROM_ENV", "--export", "HF_TOKEN=hf-very-secret", "--log-dir", "logs", "--master-port", "0",
         SCRIPT, "echo", *PAYLOADS,
     ]
     env = {"WANDB_PROJECT": "proj one", "NCCL_DEBUG": "INFO", "TEST_FROM_ENV": "it's \"here\"",
@@ -49,6 +49,7 @@ def test_two_nodes_env_and_payloads(ssh_cluster: SshCluster, runner: str, tmp_pa
     assert done.returncode == 0, done.stderr
     recs = records(done.stdout)
     assert [r["rank"] for r in recs] == [0, 1, 2, 3]
+    assert len({r["port"] for r in recs}) == 1 and recs[0]["port"] not in ("0", "29500")  # picked on node1
     assert [r["prefix"] for r in recs] == ["[node1:rank0]", "[node1:rank1]", "[node2:rank2]", "[node2:rank3]"]
     for r in recs:
         assert r["argv"] == PAYLOADS
