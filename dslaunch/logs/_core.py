@@ -190,7 +190,9 @@ def configure(
         st.file = None
     if log_dir:
         os.makedirs(log_dir, exist_ok=True)
-        st.file = open(os.path.join(log_dir, _file_name(role, st.static)), "a", encoding="utf-8", buffering=1 << 16)  # noqa: SIM115
+        # Agents leave with os._exit (no atexit flush) and log little: line-buffered.
+        buffering = 1 << 16 if role in ("rank", "process") else 1
+        st.file = open(os.path.join(log_dir, _file_name(role, st.static)), "a", encoding="utf-8", buffering=buffering)  # noqa: SIM115
     for name, cls in _CLASSES.items():
         _set_level(cls, st.spec.level_for(name, st.channels_on))
     if not st.configured:

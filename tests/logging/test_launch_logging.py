@@ -222,3 +222,20 @@ def test_rank_without_the_bootstrap_still_logs_as_a_rank(tmp_path: Path) -> None
     assert [line[:8] for line in records(proc.stderr, "np-info")] == ["[rank0]:"]
     assert sorted(re.search(r"\[localhost:(\d)\]", line).group(1)  # type: ignore[union-attr]
                   for line in records(proc.stderr, "np-warn")) == ["0", "1"]
+
+
+def test_two_node_plan_spec_reaches_node_one(tmp_path: Path) -> None:
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("localhost slots=1\n127.0.0.1 slots=1\n")
+    log_dir = tmp_path / "logs"
+    proc = run_cli(["-H", str(hostfile), "--launcher", "local", "--master-port", "0", "--log-level",
+                    "engine=info,agent=debug", "--log-ranks", "1", "--log-dir", str(log_dir), EMIT],
+                   timeout=60, env=CLEAN)
+    assert proc.returncode == 0, proc.stderr
+    info = records(proc.stderr, "engine-info")
+    assert len(info) == 1 and info[0].startswith("[127.0.0.1:rank1]: ") and "[127.0.0.1:1] engine:" in info[0]
+    rec = next(json.loads(line) for line in (log_dir / "rank1.jsonl").read_text().splitlines()
+               if '"engine-info"' in line)
+    assert (rec["host"], rec["node_rank"], rec["rank"], rec["local_rank"]) == ("127.0.0.1", 1, 1, 0)
+    agent = [json.loads(line) for line in (log_dir / "agent1.jsonl").read_text().splitlines()]
+    assert agent[0]["event"] == "rank started" and agent[0]["host"] == "127.0.0.1" and agent[0]["node_rank"] == 1
