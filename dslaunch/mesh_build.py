@@ -50,14 +50,16 @@ def requested_spec(arg: Any = None, env: Mapping[str, str] | None = None) -> tup
 def agree(text: str) -> None:
     """Fail on every rank, naming the difference, if ranks hold different texts.
 
-    One all_gather of a 63-bit digest (a CPU tensor: gloo, or the cpu side of a mixed
-    backend); the texts themselves are gathered only when digests differ, on every rank alike.
+    One all_gather of a 63-bit digest (on the CPU unless the default group is NCCL only);
+    the texts themselves are gathered only when digests differ, on every rank alike.
     """
     import torch  # noqa: PLC0415
     import torch.distributed as dist  # noqa: PLC0415
 
-    digest = torch.tensor([int(hashlib.sha1(text.encode()).hexdigest()[:15], 16)], dtype=torch.int64)
-    gathered = torch.empty(dist.get_world_size(), dtype=torch.int64)
+    # A default group made by user code may be NCCL only: then the digest must live on the GPU.
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    digest = torch.tensor([int(hashlib.sha1(text.encode()).hexdigest()[:15], 16)], dtype=torch.int64, device=device)
+    gathered = torch.empty(dist.get_world_size(), dtype=torch.int64, device=device)
     (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(gathered, digest)
     odd = [r for r, d in enumerate(gathered.tolist()) if d != gathered[0].item()]
     if not odd:
