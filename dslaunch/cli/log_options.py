@@ -44,7 +44,8 @@ PARAMS: list[click.Parameter] = [
     click.Option(["--log-format"], type=click.Choice(["console", "json"], case_sensitive=False), default="console",
                  envvar="DSLAUNCH_LOG_FORMAT", show_default=True, help="Console records as text or one JSON object per line."),
     click.Option(["--log-ranks"], metavar="SPEC", default="0", envvar="DSLAUNCH_LOG_RANKS", callback=_ranks_option,
-                 show_default=True, help="Ranks whose records below WARNING reach the console: 'all', 'none', '0,8-15'."),
+                 show_default=True, help="Ranks whose records below WARNING reach the console: 'all', 'none', '0,8-15', "
+                      "'local:0' (local rank 0 of each node), 'node:0'."),
     click.Option(["--log-color"], type=click.Choice(["auto", "always", "never"], case_sensitive=False), default="auto",
                  show_default=True, help="Colour console records (auto: stdout is a terminal; honours NO_COLOR, FORCE_COLOR)."),
     click.Option(["--wall-clock-breakdown"], is_flag=True, default=None,

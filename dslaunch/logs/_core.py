@@ -183,7 +183,8 @@ def configure(
         "run_id": facts.get("run_id"),
     }
     filt = S.parse_ranks(ranks) if isinstance(ranks, str) else ranks
-    st.console_all_levels = role != "rank" or st.static["rank"] is None or filt.selects(int(st.static["rank"]))
+    st.console_all_levels = role != "rank" or st.static["rank"] is None or filt.selects(
+        int(st.static["rank"]), st.static["local_rank"], st.static["node_rank"])
     st.who = _who(role, st.static, facts)
     if st.file is not None:
         st.file.close()

@@ -169,18 +169,25 @@ def help_text() -> str:
 
 @dataclass(frozen=True)
 class RankFilter:
-    everyone: bool = False
-    ranges: tuple[tuple[int, int], ...] = ()  # inclusive
+    """Global ranks and ranges, plus ``local:``/``node:`` ranges (local rank 0 of every node, node 0)."""
 
-    def selects(self, rank: int) -> bool:
-        return self.everyone or any(lo <= rank <= hi for lo, hi in self.ranges)
+    everyone: bool = False
+    ranges: tuple[tuple[str, int, int], ...] = ()  # (kind, low, high), inclusive; kind: "", "local", "node"
+
+    def selects(self, rank: int, local_rank: int | None = None, node_rank: int | None = None) -> bool:
+        if self.everyone:
+            return True
+        values = {"": rank, "local": local_rank, "node": node_rank}
+        return any(values[kind] is not None and lo <= values[kind] <= hi  # type: ignore[operator]
+                   for kind, lo, hi in self.ranges)
 
     def canonical(self) -> str:
         if self.everyone:
             return "all"
         if not self.ranges:
             return "none"
-        return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in self.ranges)
+        return ",".join((f"{kind}:" if kind else "") + (str(lo) if lo == hi else f"{lo}-{hi}")
+                        for kind, lo, hi in self.ranges)
 
 
 def parse_ranks(text: str) -> RankFilter:
@@ -192,13 +199,14 @@ def parse_ranks(text: str) -> RankFilter:
     ranges = []
     for raw in word.split(","):
         item = raw.strip()
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", item)
+        m = re.fullmatch(r"(?:(local|node):)?(\d+)(?:-(\d+))?", item)
         if not m:
-            raise SpecError(f"bad rank item {item!r} in {text!r} (expected 'all', 'none' or ranks and ranges like 0,8-15)")
-        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+            raise SpecError(f"bad rank item {item!r} in {text!r} (expected 'all', 'none', or global ranks and "
+                            f"ranges like 0,8-15, or local:0 / node:0-1)")
+        lo, hi = int(m.group(2)), int(m.group(3) or m.group(2))
         if hi < lo:
             raise SpecError(f"empty rank range {item!r} in {text!r} (write low-high)")
-        ranges.append((lo, hi))
+        ranges.append((m.group(1) or "", lo, hi))
     return RankFilter(ranges=tuple(sorted(ranges)))
 
 

@@ -130,7 +130,21 @@ def test_rank_filter(text: str, yes: list[int], no: list[int], canonical: str) -
     assert filt.canonical() == canonical
 
 
-@pytest.mark.parametrize("text", ["", "x", "1-", "5-2", "0,,1", "-1"])
+@pytest.mark.parametrize(("text", "rank", "local", "node", "selected"), [
+    ("local:0", 8, 0, 1, True),
+    ("local:0", 9, 1, 1, False),
+    ("node:1-2", 9, 1, 1, True),
+    ("node:1-2", 1, 1, 0, False),
+    ("0,local:1", 0, 0, 0, True),
+    ("0,local:1", 5, 1, 2, True),
+    ("local:0", 3, None, None, False),
+])
+def test_rank_filter_local_and_node(text: str, rank: int, local: int | None, node: int | None, selected: bool) -> None:
+    assert S.parse_ranks(text).selects(rank, local, node) is selected
+    assert S.parse_ranks(S.parse_ranks(text).canonical()) == S.parse_ranks(text)
+
+
+@pytest.mark.parametrize("text", ["", "x", "1-", "5-2", "0,,1", "-1", "local:", "gpu:0", "local:3-1"])
 def test_bad_rank_filter(text: str) -> None:
     with pytest.raises(S.SpecError):
         S.parse_ranks(text)
