@@ -43,7 +43,8 @@ def test_every_dim_and_view_on_8_ranks() -> None:
 
 def test_bad_specs_fail_on_every_rank_then_engine_api_and_every_dim_on_4_ranks() -> None:
     start = time.monotonic()
-    result = run_cli(["--nproc-per-node", "4", "--master-port", "0", "--mesh", "dp=2,tp=2", "--log-level", "comm=debug",
+    result = run_cli(["--nproc-per-node", "4", "--master-port", "0", "--mesh", "dp=2,tp=2", "--log-level", "comm=debug,mesh=info",
+                      "--wall-clock-breakdown",
                       "--log-ranks", "all", str(SCRIPTS / "engine_api.py"), *SPECS_4], timeout=150, env=ENV)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
@@ -60,6 +61,8 @@ def test_bad_specs_fail_on_every_rank_then_engine_api_and_every_dim_on_4_ranks()
     records = out + result.stderr
     for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier"):
         assert re.search(rf"op={op} dim=\w+ group_size=\d", records), op
+    assert "mesh: mesh dp_shard=2 tp=2 | new groups=4 | from DSLAUNCH_MESH" in records
+    assert len(re.findall(r"timers: wall clock breakdown step=1 forward_ms=\d", records)) == 4, records[-2000:]
     assert time.monotonic() - start < 120
 
 
