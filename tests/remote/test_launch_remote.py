@@ -78,7 +78,8 @@ def test_payload_in_cwd_and_venv_script(ssh_cluster: SshCluster, tmp_path: Path)
     weird.mkdir()
     venv = weird / "activate $(touch pwned10)"
     venv.write_text("export TEST_VENV='sourced here'\n")
-    args = base_args(ssh_cluster, "ssh", ["node1", "node2"], slots=1) + ["--venv-script", str(venv), SCRIPT, "echo"]
+    args = base_args(ssh_cluster, "ssh", ["node1", "node2"], slots=1) + ["--fanout", "1", "--venv-script", str(venv),
+                                                                         SCRIPT, "echo"]
     done = run(args, cwd=weird)
     assert done.returncode == 0, done.stderr
     recs = records(done.stdout)

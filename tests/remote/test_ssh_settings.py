@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.remote.cluster import SshCluster
-from tests.remote.launch import RUNNERS, SCRIPT, base_args, records, run
+from tests.remote.launch import RUNNERS, SCRIPT, base_args, records, run, wait_until_gone
 
 
 def _config_with(cluster: SshCluster, tmp_path: Path, known_hosts: Path, extra: str = "") -> Path:
@@ -73,14 +73,30 @@ def test_proxy_jump_and_ssh_port_override(ssh_cluster: SshCluster, tmp_path: Pat
     assert wrong.returncode == 255 and "cannot connect" in wrong.stderr
 
 
-def test_unreachable_host_stops_launch_and_names_it(ssh_cluster: SshCluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_unreachable_host_stops_launch_and_names_it(ssh_cluster: SshCluster, runner: str, tmp_path: Path) -> None:
     extra = "Host ghost\n    HostName 127.0.0.9\n"
     config = _config_with(ssh_cluster, tmp_path, ssh_cluster.known_hosts, extra)
-    args = base_args(ssh_cluster, "ssh", ["node1", "ghost"], slots=1)
+    args = base_args(ssh_cluster, runner, ["node1", "ghost"], slots=1)
+    args[args.index("--ssh-config") + 1] = str(config)
+    run_id = f"ghost{runner}{os.getpid()}"
+    done = run([*args, "--run-id", run_id, SCRIPT, "sleep", str(tmp_path)], cwd=tmp_path)
+    assert done.returncode == 255
+    assert "ghost" in done.stderr and "Traceback" not in done.stderr
+    if runner == "ssh":  # nothing starts until every host is connected
+        assert "nothing was started" in done.stderr and not (tmp_path / "ready.0").exists()
+    assert wait_until_gone(run_id, 5) == []
+
+
+def test_wrong_key_is_an_authentication_error(ssh_cluster: SshCluster, tmp_path: Path) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "wrong")], check=True)
+    config = _config_with(ssh_cluster, tmp_path, ssh_cluster.known_hosts)
+    config.write_text(config.read_text().replace(f"{ssh_cluster.base}/id", str(tmp_path / "wrong")))
+    args = base_args(ssh_cluster, "ssh", ["node1"], slots=1)
     args[args.index("--ssh-config") + 1] = str(config)
     done = run([*args, SCRIPT, "echo"], cwd=tmp_path)
     assert done.returncode == 255
-    assert "ghost" in done.stderr and records(done.stdout) == []
+    assert "authentication failed for root@127.0.0.2" in done.stderr and str(tmp_path / "wrong") in done.stderr
 
 
 def test_manual_node_rank_never_opens_ssh(tmp_path: Path) -> None:
