@@ -120,6 +120,23 @@ class BuiltMesh:
         return {n: self.layout.local_rank(n, self.rank) for n in (*ORDER, *VIEWS, *EXPERT_VIEWS)}
 
 
+def check_torch(layout: MeshLayout) -> None:
+    """Views need DeviceMesh._flatten (torch >= 2.5); an expert view with efsdp > 1 needs _unflatten (>= 2.10)."""
+    import torch  # noqa: PLC0415
+    from torch.distributed.device_mesh import DeviceMesh  # noqa: PLC0415
+
+    dense = [n for n in ("dp_shard", "cp", "sp", "tp") if getattr(layout, n) > 1]
+    needs = []
+    if layout.built_views() or (layout.ep > 1 and len(dense) > 1 and layout.size("efsdp") == 1):
+        needs.append(("_flatten", "2.5", f"views {', '.join(layout.built_views()) or 'ep'}"))
+    if layout.ep > 1 and layout.size("efsdp") > 1:
+        needs.append(("_unflatten", "2.10", f"ep={layout.ep} with efsdp={layout.size('efsdp')}"))
+    for attr, version, why in needs:
+        if not hasattr(DeviceMesh, attr):
+            raise MeshConfigError(f"mesh: {layout.summary()} needs torch >= {version} for {why} "
+                                  f"(DeviceMesh.{attr}); this is torch {torch.__version__}")
+
+
 def build(layout: MeshLayout, device_type: str, rank: int) -> BuiltMesh:
     from torch.distributed.device_mesh import init_device_mesh  # noqa: PLC0415
 
@@ -158,12 +175,15 @@ def bootstrap(arg: Any, local_world_size: int, device_type: str) -> BuiltMesh:
 
     from dslaunch.logs import get_logger  # noqa: PLC0415
 
+    import torch  # noqa: PLC0415
+
     rank, world = dist.get_rank(), dist.get_world_size()
     error: MeshConfigError | None = None
     try:
         spec, source = requested_spec(arg)
         layout = resolve(spec, world)
-        text = spec.text()
+        check_torch(layout)
+        text = f"{spec.text()} (torch {torch.__version__})"
     except MeshConfigError as exc:
         error, text, source = exc, f"<invalid: {exc}>", ""
     if world > 1:
@@ -175,7 +195,7 @@ def bootstrap(arg: Any, local_world_size: int, device_type: str) -> BuiltMesh:
         for warning in locality_warnings(layout, local_world_size):
             log.warning(warning)
     built = build(layout, device_type, rank)
-    built.requested = text
+    built.requested = spec.text()
     if rank == 0:
         log.info(f"{layout.summary()} | new groups={layout.new_group_count()} | from {source}")
     return built

@@ -50,7 +50,8 @@ def test_bad_specs_fail_on_every_rank_then_engine_api_and_every_dim_on_4_ranks()
     out = result.stdout
     for case, message in [
         ("same-bad", "cannot infer dp_shard: WORLD_SIZE(4) is not divisible by tp(3) = 3"),
-        ("different", "ranks disagree on the mesh spec: rank 0 has 'dp_shard=-1,tp=2' but rank 3 has 'dp_shard=-1,tp=4'"),
+        ("different", "ranks disagree on the mesh spec: rank 0 has 'dp_shard=-1,tp=2 (torch 2."),
+        ("different", "but rank 3 has 'dp_shard=-1,tp=4 (torch 2."),
         ("one-bad", "rank 1 has '<invalid: mesh: cannot infer dp_shard"),
     ]:
         found = re.findall(rf"rank (\d): {case} failed after ([\d.]+)s: (.*)", out)
@@ -66,15 +67,31 @@ def test_bad_specs_fail_on_every_rank_then_engine_api_and_every_dim_on_4_ranks()
     assert time.monotonic() - start < 120
 
 
+PLAIN = """
+import dslaunch, torch
+from dslaunch.compat import get_data_parallel_group
+from dslaunch.mesh import MeshConfigError, parse_spec, resolve
+from dslaunch.mesh_build import check_torch
+from torch.distributed.device_mesh import DeviceMesh
+
+e = dslaunch.engine(mesh="dp=-1")
+assert e.world_size == 1 and e.size("tp") == 1 and e.size("dp") == 1, e
+assert e.comm.all_reduce(torch.ones(1), dim="dp").item() == 1
+assert get_data_parallel_group() is not None
+check_torch(resolve(parse_spec("dp=4,tp=2,ep=4"), 8))  # this torch has _flatten and _unflatten
+del DeviceMesh._unflatten  # an older torch
+try:
+    check_torch(resolve(parse_spec("dp=4,tp=2,ep=4"), 8))
+    raise SystemExit("no error without DeviceMesh._unflatten")
+except MeshConfigError as exc:
+    assert "needs torch >= 2.10 for ep=4 with efsdp=2 (DeviceMesh._unflatten)" in str(exc), exc
+print("ok", e.coordinate["dp"])
+"""
+
+
 def test_plain_python_world_of_one(tmp_path: Path) -> None:
-    code = (
-        "import dslaunch; e = dslaunch.engine(mesh='dp=-1'); "
-        "assert e.world_size == 1 and e.size('tp') == 1 and e.size('dp') == 1, e; "
-        "assert e.comm.all_reduce(__import__('torch').ones(1), dim='dp').item() == 1; "
-        "from dslaunch.compat import get_data_parallel_group as g; assert g() is not None; print('ok', e.coordinate['dp'])"
-    )
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env,
+    result = subprocess.run([sys.executable, "-c", PLAIN], capture_output=True, text=True, timeout=60, env=env,
                             cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok 0"
