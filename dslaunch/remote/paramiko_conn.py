@@ -15,6 +15,9 @@ import paramiko
 from dslaunch.remote.sshconfig import SshTarget, resolve
 
 
+GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")  # read, never written
+
+
 class ConnectError(Exception):
     """Why a host could not be reached; the message is for the user."""
 
@@ -62,7 +65,7 @@ def _record(files: tuple[str, ...], hostname: str, key: paramiko.PKey) -> None:
 
 def _client(target: SshTarget, accept_new: bool, timeout: float, sock: Any = None) -> paramiko.SSHClient:
     client = paramiko.SSHClient()
-    for path in target.known_hosts_files:
+    for path in (*GLOBAL_KNOWN_HOSTS, *target.known_hosts_files):
         if os.path.isfile(path):
             try:
                 client.load_system_host_keys(path)

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -63,4 +62,4 @@ def stop(proc: subprocess.Popen[str], sig: int = signal.SIGKILL) -> None:
 
 
 __all__ = ["SCRIPT", "RUNNERS", "base_args", "run", "start", "records", "wait_ready", "stop", "job_processes",
-           "wait_until_gone", "time"]
+           "wait_until_gone"]
