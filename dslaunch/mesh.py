@@ -23,6 +23,9 @@ VIEWS: Mapping[str, tuple[str, ...]] = {
     "dp_sp": ("dp_replicate", "dp_shard", "sp"),
     "dp_shard_cp": ("dp_shard", "cp"),
     "mp": ("pp", "tp"),
+    # torchtitan's names: batch = dp; loss = dp with the sequence slot (cp or sp, at most one is > 1).
+    "batch": ("dp_replicate", "dp_shard"),
+    "loss": ("dp_replicate", "dp_shard", "cp", "sp"),
 }
 # Expert views: dense region dp_shard*cp*sp*tp reshaped to (efsdp, ep), ep innermost.
 EXPERT_VIEWS: tuple[str, ...] = ("ep", "efsdp")
