@@ -257,6 +257,11 @@ class NodeSupervisor:
             data = os.read(self.control.fileno(), 4096)
         except BlockingIOError:
             return
+        for signum in _FORWARD_SIGNALS:  # "signal SIGUSR1" from a remote launcher, which cannot signal us
+            if b"signal " + signal.Signals(signum).name.encode() in data:
+                for r in self.ranks:
+                    if r.returncode is None:
+                        _killpg(r.pid, signum)
         if not data or b"stop" in data:
             if not data:
                 self.sel.unregister(self.control.fileno())

@@ -8,6 +8,7 @@ which tears that node down.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -49,8 +50,13 @@ class SshAgent:
             pass
 
     def signal(self, signum: int) -> None:
-        # sshd refuses the "signal" channel request for root sessions; the agent has no such control line.
-        pass
+        # sshd refuses the "signal" channel request for root sessions: ask the agent on its control channel.
+        if self._stopped:
+            return
+        try:
+            self.channel.sendall(f"signal {signal.Signals(signum).name}\n".encode())
+        except (OSError, EOFError):
+            pass
 
     def kill(self) -> None:
         # Dropping the connection is EOF on the agent's stdin: the node tears itself down.

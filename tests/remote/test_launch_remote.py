@@ -188,3 +188,20 @@ def test_pdsh_killed_ssh_client_is_named(ssh_cluster: SshCluster, tmp_path: Path
     assert proc.returncode != 0
     assert "node 1 (node2)" in err, err
     assert wait_until_gone(run_id, 5) == []
+
+
+def test_sigusr1_reaches_every_remote_rank(ssh_cluster: SshCluster, tmp_path: Path) -> None:
+    from tests.helpers import wait_for_file
+
+    run_id = f"usr1{os.getpid()}"
+    proc = start(base_args(ssh_cluster, "ssh", ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "usr1", str(tmp_path)],
+                 cwd=tmp_path)
+    try:
+        assert wait_ready(tmp_path, 4)
+        proc.send_signal(signal.SIGUSR1)
+        assert all(wait_for_file(str(tmp_path / f"usr1.{r}"), 10) for r in range(4))
+        assert proc.poll() is None  # forwarded, not a teardown
+    finally:
+        stop(proc, signal.SIGTERM)
+    assert proc.returncode == 143
+    assert wait_until_gone(run_id, 5) == []

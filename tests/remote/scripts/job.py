@@ -3,6 +3,7 @@
 job.py echo ARGS...          print one JSON line with rank facts, argv and chosen env
 job.py sleep DIR             write DIR/ready.<rank>, then sleep
 job.py fail DIR RANK CODE    like sleep, but RANK exits CODE once every rank is ready
+job.py usr1 DIR              like sleep, and write DIR/usr1.<rank> on SIGUSR1
 """
 
 import json
@@ -22,6 +23,14 @@ if mode == "echo":
     }), flush=True)
     sys.exit(0)
 folder = sys.argv[2]
+if mode == "usr1":
+    import signal
+
+    def _mark(_signum, _frame):
+        with open(os.path.join(folder, f"usr1.{rank}"), "w") as f:
+            f.write("got it")
+
+    signal.signal(signal.SIGUSR1, _mark)
 with open(os.path.join(folder, f"ready.{rank}"), "w") as f:
     f.write(str(os.getpid()))
 if mode == "fail" and rank == int(sys.argv[3]):
