@@ -77,6 +77,7 @@ class _Demux:
         self.queues = {h: queue.Queue[str | None]() for h in hosts}
         self.status: dict[str, int] = {}
         self.closed: set[str] = set()
+        self.stopped: set[str] = set()  # hosts whose ssh client we ended on purpose
         self.lock = threading.Lock()
         threading.Thread(target=self._read_stdout, daemon=True).start()
         threading.Thread(target=self._read_stderr, daemon=True).start()
@@ -113,7 +114,10 @@ class _Demux:
             line = raw.decode("utf-8", "replace")
             match = _SSH_END.match(line)
             if match and match["host"] in self.queues:
+                expected = match["host"] in self.stopped or match["host"] in self.status
                 self._close(match["host"], int(match["code"]) if match["code"] else 128 + int(match["sig"]))
+                if expected:
+                    continue  # we ended that ssh client, or its agent already reported: not news
             host, sep, rest = line.partition(": ")
             common.write_err((rest if sep and host in self.queues and rest.startswith("[") else line).encode())
 
@@ -153,12 +157,14 @@ class PdshNode:
 
     def stop(self) -> None:
         # Ending the ssh client is EOF on the remote agent's stdin: it tears its node down.
+        self.demux.stopped.add(self.key)
         self._signal_client(signal.SIGTERM)
 
     def signal(self, signum: int) -> None:
         pass  # no channel for it over pdsh
 
     def kill(self) -> None:
+        self.demux.stopped.add(self.key)
         self._signal_client(signal.SIGKILL)
 
     def wait(self, timeout: float | None) -> int | None:
