@@ -64,3 +64,10 @@ def agent_command(
         argv += ["--plan-b64", inline_plan]
     parts.append("exec " + shlex.join(argv))
     return " && ".join(parts)
+
+
+def reap_command(plan: LaunchPlan, venv_script: str | None = None) -> str:
+    """Kill whatever of this job is left on a host (by run id, never by name); see dslaunch.remote.reap."""
+    argv = [plan.program.python, "-m", "dslaunch.remote.reap", plan.run_id]
+    prefix = f". {shlex.quote(venv_script)} && " if venv_script else ""
+    return prefix + "exec " + shlex.join(argv)

@@ -25,7 +25,7 @@ from dslaunch import events
 from dslaunch.agent.supervisor import set_parent_death_signal
 from dslaunch.plan import LaunchPlan
 from dslaunch.remote import common
-from dslaunch.remote.command import PLAN_PLACEHOLDER, RemoteSettings, agent_command, plan_b64
+from dslaunch.remote.command import PLAN_PLACEHOLDER, RemoteSettings, agent_command, plan_b64, reap_command
 from dslaunch.remote.sshconfig import default_config_path
 
 _SSH_END = re.compile(r"^pdsh@[^:]*: (?P<host>[^:]+): ssh (?:exited with exit code (?P<code>\d+)|killed by signal (?P<sig>\d+))")
@@ -78,6 +78,7 @@ class _Demux:
         self.status: dict[str, int] = {}
         self.closed: set[str] = set()
         self.stopped: set[str] = set()  # hosts whose ssh client we ended on purpose
+        self.reported: set[str] = set()  # hosts whose agent sent its "done" event
         self.lock = threading.Lock()
         threading.Thread(target=self._read_stdout, daemon=True).start()
         threading.Thread(target=self._read_stderr, daemon=True).start()
@@ -103,6 +104,7 @@ class _Demux:
             self.queues[host].put(rest)
             event = events.decode(rest)
             if event is not None and event.get("ev") == "done":
+                self.reported.add(host)
                 self._close(host, int(event["code"]))
         code = self.proc.wait()
         for host in self.queues:
@@ -205,11 +207,26 @@ class PdshRunner:
         demux = _Demux(proc, [_host_of(n.host) for n in plan.nodes])
         handles = [PdshNode(n.node_rank, n.host, demux) for n in plan.nodes]
         try:
-            return common.supervise_and_report(plan, handles)
+            code = common.supervise_and_report(plan, handles)
         finally:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+        self._reap_lost(plan, settings, env, [n.host for n in plan.nodes if _host_of(n.host) not in demux.reported])
+        return code
+
+    @staticmethod
+    def _reap_lost(plan: LaunchPlan, settings: RemoteSettings, env: dict[str, str], hosts: list[str]) -> None:
+        """A node whose agent vanished may still hold ranks' children: kill them by run id."""
+        if not hosts:
+            return
+        argv = ["pdsh", "-R", "ssh", "-t", str(max(1, round(settings.connect_timeout))), "-w", ",".join(hosts),
+                reap_command(plan, settings.venv_script).replace("%", "%%")]
+        try:
+            subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=settings.connect_timeout + 20)
+        except (OSError, subprocess.TimeoutExpired):
+            common.write_err(f"dslaunch: could not clean up {', '.join(hosts)}\n".encode())
 
     @staticmethod
     def _pick_port(plan: LaunchPlan, settings: RemoteSettings, env: dict[str, str]) -> int | None:

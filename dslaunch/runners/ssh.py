@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from dslaunch import events
 from dslaunch.plan import LaunchPlan
 from dslaunch.remote import common
-from dslaunch.remote.command import RemoteSettings, agent_command
+from dslaunch.remote.command import RemoteSettings, agent_command, reap_command
 
 
 class SshAgent:
@@ -31,13 +32,17 @@ class SshAgent:
         self.channel.sendall(plan_json.encode() + b"\n")
         self._stdout = self.channel.makefile("rb")
         self._stopped = False
+        self.reported = False  # the agent sent its "done" event
         self._relay = threading.Thread(target=common.relay_lines, args=(self.channel.makefile_stderr("rb"),),
                                        daemon=True)
         self._relay.start()
 
     def lines(self) -> Iterator[str]:
         for raw in self._stdout:
-            yield raw.decode("utf-8", "replace")
+            line = raw.decode("utf-8", "replace")
+            if line.startswith(events.MARKER) and (events.decode(line) or {}).get("ev") == "done":
+                self.reported = True
+            yield line
 
     def stop(self) -> None:
         if self._stopped:
@@ -134,13 +139,26 @@ class SshRunner:
                     for h in handles:
                         h.stop()
                     return common.report_start_failures({node.host: f"{type(exc).__name__}: {exc}"})
-            return common.supervise_and_report(plan, handles)
+            code = common.supervise_and_report(plan, handles)
+            self._reap_lost(plan, settings, handles)
+            return code
         finally:
             for h in handles:
                 if h.wait(0) is None:
                     h.kill()
             for conn in conns.values():
                 conn.close()
+
+    @staticmethod
+    def _reap_lost(plan: LaunchPlan, settings: RemoteSettings, handles: list[SshAgent]) -> None:
+        """A node whose agent vanished may still hold ranks' children: kill them by run id."""
+        command = reap_command(plan, settings.venv_script)
+        for h in handles:
+            if not h.reported:
+                try:
+                    run_on(h.conn, command, settings.connect_timeout)
+                except Exception as exc:  # noqa: BLE001 - the host may be gone for good
+                    common.write_err(f"dslaunch: could not clean up {h.host}: {exc}\n".encode())
 
     @staticmethod
     def _pick_port(plan: LaunchPlan, conn: Any, settings: RemoteSettings, failures: dict[str, str]) -> LaunchPlan:

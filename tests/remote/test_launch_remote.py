@@ -138,11 +138,11 @@ def test_sigterm_stops_only_this_job(ssh_cluster: SshCluster, tmp_path: Path) ->
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_lost_agent_is_named_and_others_stopped(ssh_cluster: SshCluster, runner: str, tmp_path: Path) -> None:
     run_id = f"lost{runner}{os.getpid()}"
-    proc = start(base_args(ssh_cluster, runner, ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "sleep", str(tmp_path)],
+    proc = start(base_args(ssh_cluster, runner, ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "child", str(tmp_path)],
                  cwd=tmp_path)
     try:
         assert wait_ready(tmp_path, 4)
-        _remote_agent(run_id, "127.0.0.3").kill()
+        _remote_agent(run_id, "127.0.0.3").kill()  # its ranks die with it; their children are reaped by run id
         _, err = proc.communicate(timeout=20)
     finally:
         stop(proc)

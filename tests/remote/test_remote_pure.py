@@ -205,3 +205,18 @@ def test_master_address_from_ssh_config(tmp_path: Path) -> None:
     config.write_text("Host n1\n    HostName 10.9.8.7\n")
     assert resolve_address("user@n1", str(config)) == "10.9.8.7"
     assert resolve_address("other", str(config)) == "other"
+
+
+def test_reap_kills_only_the_named_run() -> None:
+    mine = subprocess.Popen(["sleep", "60"], env={**os.environ, "DSLAUNCH_RUN_ID": "reap-me"})
+    other = subprocess.Popen(["sleep", "60"], env={**os.environ, "DSLAUNCH_RUN_ID": "reap-me-not"})
+    try:
+        out = subprocess.run([sys.executable, "-m", "dslaunch.remote.reap", "reap-me"], capture_output=True, text=True,
+                             timeout=30)
+        assert out.returncode == 0 and "1 process(es) of run reap-me killed" in out.stdout
+        assert mine.wait(5) == -9
+        assert other.poll() is None
+    finally:
+        for p in (mine, other):
+            p.kill()
+            p.wait()

@@ -4,6 +4,7 @@ job.py echo ARGS...          print one JSON line with rank facts, argv and chose
 job.py sleep DIR             write DIR/ready.<rank>, then sleep
 job.py fail DIR RANK CODE    like sleep, but RANK exits CODE once every rank is ready
 job.py usr1 DIR              like sleep, and write DIR/usr1.<rank> on SIGUSR1
+job.py child DIR             like sleep, with a child process that outlives the rank unless killed
 """
 
 import json
@@ -31,6 +32,10 @@ if mode == "usr1":
             f.write("got it")
 
     signal.signal(signal.SIGUSR1, _mark)
+if mode == "child":
+    import subprocess
+
+    subprocess.Popen(["sleep", "300"])  # in the rank's session: killed with it only if someone kills the session
 with open(os.path.join(folder, f"ready.{rank}"), "w") as f:
     f.write(str(os.getpid()))
 if mode == "fail" and rank == int(sys.argv[3]):
