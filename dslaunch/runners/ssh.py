@@ -152,13 +152,21 @@ class SshRunner:
     @staticmethod
     def _reap_lost(plan: LaunchPlan, settings: RemoteSettings, handles: list[SshAgent]) -> None:
         """A node whose agent vanished may still hold ranks' children: kill them by run id."""
+        from dslaunch.remote.paramiko_conn import connect  # noqa: PLC0415
+
         command = reap_command(plan, settings.venv_script)
         for h in handles:
-            if not h.reported:
-                try:
-                    run_on(h.conn, command, settings.connect_timeout)
-                except Exception as exc:  # noqa: BLE001 - the host may be gone for good
-                    common.write_err(f"dslaunch: could not clean up {h.host}: {exc}\n".encode())
+            if h.reported:
+                continue
+            try:
+                transport = h.conn.client.get_transport()
+                conn = h.conn if transport is not None and transport.is_active() else connect(
+                    h.host, settings.ssh_config, settings.ssh_port, settings.accept_new_hosts, settings.connect_timeout)
+                run_on(conn, command, settings.connect_timeout)
+                if conn is not h.conn:
+                    conn.close()
+            except Exception as exc:  # noqa: BLE001 - the host may be gone for good
+                common.write_err(f"dslaunch: could not clean up {h.host}: {exc}\n".encode())
 
     @staticmethod
     def _pick_port(plan: LaunchPlan, conn: Any, settings: RemoteSettings, failures: dict[str, str]) -> LaunchPlan:
