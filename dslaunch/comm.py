@@ -101,7 +101,11 @@ class Comm:
         import torch.distributed as dist  # noqa: PLC0415
 
         start = time.perf_counter()
-        dist.broadcast(tensor, group=self._mesh.group(dim), group_src=src)
+        members = self._mesh.ranks(dim)
+        if not 0 <= src < len(members):
+            raise ValueError(f"broadcast over {dim}: src={src} is not a rank inside the group (0..{len(members) - 1})")
+        # src is a group rank; c10d's global src works on every torch version (group_src only from 2.6).
+        dist.broadcast(tensor, src=members[src], group=self._mesh.group(dim))
         self._report("broadcast", dim, tensor, start)
         return tensor
 

@@ -62,6 +62,11 @@ s = e.comm.reduce_scatter(torch.tensor([float(rank), float(rank * 10)]), dim="dp
 assert s.tolist() == [[sum(dp_ranks), sum(dp_ranks) * 10][e.coordinate["dp"]]], s
 b = e.comm.broadcast(torch.tensor([rank]), dim="dp", src=1)
 assert b.item() == dp_ranks[1], b
+try:
+    e.comm.broadcast(torch.tensor([rank]), dim="dp", src=2)
+    raise AssertionError("broadcast from outside the group accepted")
+except ValueError as exc:
+    assert "src=2 is not a rank inside the group (0..1)" in str(exc), exc
 a = e.comm.all_to_all(torch.tensor([rank * 10, rank * 10 + 1]), dim="tp")
 assert a.tolist() == [tp_ranks[0] * 10 + rank % 2, tp_ranks[1] * 10 + rank % 2], a
 e.comm.barrier(dim="tp")
