@@ -78,8 +78,8 @@ class ProcessTopology:
 class MeshGrid:
     """The ``PipelineParallelGrid`` surface (``PipelineModule._grid``, ``mpu`` for PipelineEngine)."""
 
-    def __init__(self) -> None:
-        self._mesh = built = mesh()
+    def __init__(self, built: Any = None) -> None:
+        self._mesh = built = mesh() if built is None else built
         if built.size("cp") > 1 or built.size("sp") > 1:
             raise MeshConfigError("the pipeline grid has axes pipe, data, model only; cp/sp > 1 does not fit it")
         self._topo = ProcessTopology(["pipe", "data", "model"], [built.size("pp"), built.size("dp"), built.size("tp")])
@@ -94,9 +94,24 @@ class MeshGrid:
         self.is_first_stage = self.stage_id == 0
         self.is_last_stage = self.stage_id == self.pipe_parallel_size - 1
         self.p2p_groups = [[r, self._next_stage(r)] for r in range(self.world_size)]  # data only, no groups
-        self.pp_proc_group, self.dp_proc_group = built.group("pp"), built.group("dp")
-        self.slice_proc_group, self.ds_model_proc_group = built.group("tp"), built.group("mp")
         self.ds_model_rank = built.coordinate()["mp"]
+
+    # Process groups are looked up on use, so the grid's arithmetic needs no process group.
+    @property
+    def pp_proc_group(self) -> Any:
+        return self._mesh.group("pp")
+
+    @property
+    def dp_proc_group(self) -> Any:
+        return self._mesh.group("dp")
+
+    @property
+    def slice_proc_group(self) -> Any:
+        return self._mesh.group("tp")
+
+    @property
+    def ds_model_proc_group(self) -> Any:
+        return self._mesh.group("mp")
 
     def _next_stage(self, rank: int) -> int:
         coord = self._topo.get_coord(rank)._asdict()
