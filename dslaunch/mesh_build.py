@@ -165,18 +165,26 @@ def _expert(layout: MeshLayout, root: Any, meshes: dict[str, Any]) -> dict[str, 
     return {"efsdp": sparse["efsdp"], "ep": sparse["ep"]}
 
 
+# Set when group creation failed part-way: a retry would create groups in a different order than
+# ranks that never failed (or hang), so later attempts fail at once instead.
+_failed: str | None = None
+
+
 def bootstrap(arg: Any, local_world_size: int, device_type: str) -> BuiltMesh:
     """Resolve, agree across ranks, then build; every rank raises the same MeshConfigError on a bad spec.
 
     The spec is resolved before the guard but any error is raised only after it, so a
     rank with a different (or broken) spec cannot leave the others waiting in a collective.
     """
+    import torch  # noqa: PLC0415
     import torch.distributed as dist  # noqa: PLC0415
 
     from dslaunch.logs import get_logger  # noqa: PLC0415
 
-    import torch  # noqa: PLC0415
-
+    global _failed
+    if _failed is not None:
+        raise MeshConfigError(f"mesh: an earlier mesh build in this process failed ({_failed}); its process groups "
+                              "may be half made, so ranks cannot safely try again: restart the job")
     rank, world = dist.get_rank(), dist.get_world_size()
     error: MeshConfigError | None = None
     try:
@@ -194,7 +202,11 @@ def bootstrap(arg: Any, local_world_size: int, device_type: str) -> BuiltMesh:
     if rank == 0:
         for warning in locality_warnings(layout, local_world_size):
             log.warning(warning)
-    built = build(layout, device_type, rank)
+    try:
+        built = build(layout, device_type, rank)
+    except BaseException as exc:
+        _failed = f"{type(exc).__name__}: {exc}"
+        raise
     built.requested = spec.text()
     if rank == 0:
         log.info(f"{layout.summary()} | new groups={layout.new_group_count()} | from {source}")

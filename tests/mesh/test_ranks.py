@@ -85,6 +85,18 @@ try:
     raise SystemExit("no error without DeviceMesh._unflatten")
 except MeshConfigError as exc:
     assert "needs torch >= 2.10 for ep=4 with efsdp=2 (DeviceMesh._unflatten)" in str(exc), exc
+
+import torch.distributed.device_mesh as dm
+from dslaunch.mesh_build import bootstrap
+def broken(*args, **kwargs):
+    raise RuntimeError("boom")
+dm.init_device_mesh = broken  # group creation failing part-way
+for expected in ("boom", "an earlier mesh build in this process failed (RuntimeError: boom)"):
+    try:
+        bootstrap("dp=-1", 1, "cpu")
+        raise SystemExit("bootstrap did not fail")
+    except (RuntimeError, MeshConfigError) as exc:
+        assert expected in str(exc), exc
 print("ok", e.coordinate["dp"])
 """
 
