@@ -10,7 +10,7 @@ $(PY):
 	$(PY) -m pip install -q --upgrade pip
 
 $(STAMP): $(PY) pyproject.toml
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -9,6 +9,7 @@ import shutil
 import signal
 import sys
 import tempfile
+from typing import BinaryIO
 
 from dslaunch import mpi_env
 from dslaunch.agent.supervisor import NodeSupervisor, set_parent_death_signal
@@ -25,6 +26,22 @@ def _read_line(fd: int) -> tuple[bytes, bytes]:
         data += chunk
     line, _, rest = data.partition(b"\n")
     return line, rest
+
+
+def run_node(plan: LaunchPlan, node_rank: int, control: BinaryIO | None, pending: bytes = b"") -> int:
+    """Supervise this node's ranks until they end; return the node's exit code."""
+    from dslaunch.logs import configure_agent  # noqa: PLC0415
+
+    configure_agent(plan.env, node_rank, plan.node(node_rank).host, plan.run_id)
+    sup = NodeSupervisor(plan, node_rank, control=control, out=sys.stdout.buffer, err=sys.stderr.buffer)
+    error_dir = tempfile.mkdtemp(prefix=f"dslaunch-{plan.run_id}-")
+    try:
+        sup.start(error_dir)
+        if b"stop" in pending:
+            sup._teardown(signal.SIGTERM)
+        return sup.run()
+    finally:
+        shutil.rmtree(error_dir, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,21 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.node_rank < len(plan.nodes):
         print(f"dslaunch agent: node rank {args.node_rank} is not in 0..{len(plan.nodes) - 1}", file=sys.stderr)
         return 2
-    from dslaunch.logs import configure_agent  # noqa: PLC0415
-
-    configure_agent(plan.env, args.node_rank, plan.node(args.node_rank).host, plan.run_id)
-
     control = None if args.no_control else sys.stdin.buffer
-    sup = NodeSupervisor(plan, args.node_rank, control=control, out=sys.stdout.buffer, err=sys.stderr.buffer)
-    error_dir = tempfile.mkdtemp(prefix=f"dslaunch-{plan.run_id}-")
-    try:
-        sup.start(error_dir)
-        if b"stop" in pending:
-            sup._teardown(signal.SIGTERM)
-        code = sup.run()
-    finally:
-        shutil.rmtree(error_dir, ignore_errors=True)
-    return code
+    return run_node(plan, args.node_rank, control, pending)
 
 
 if __name__ == "__main__":

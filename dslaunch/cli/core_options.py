@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -75,7 +74,8 @@ def _gpu_labels(env: dict[str, str]) -> tuple[str, ...]:
 
 def _read_hostfile(path: str, explicit: bool) -> hostfile.ResourcePool | None:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
     except FileNotFoundError:
         if explicit:
             raise click.BadParameter(f"hostfile {path!r} does not exist", param_hint="'-H/--hostfile'") from None

@@ -11,7 +11,9 @@ from typing import Any
 import click
 
 from dslaunch.cli.draft import PlanDraft
-from dslaunch.mesh import VALID_INPUT, MeshConfigError, locality_warnings, parse_spec, resolve, spec_from_config
+
+# Kept in step with dslaunch.mesh.VALID_INPUT by a test; importing dslaunch.mesh here would slow --help.
+VALID_INPUT = "pp, dp_replicate, dp_shard (alias dp), cp, sp, tp, ep"
 
 PARAMS: list[click.Parameter] = [
     click.Option(
@@ -24,6 +26,10 @@ PARAMS: list[click.Parameter] = [
 
 def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
     text = values.get("mesh")
+    if text is None and not draft.config:
+        return  # nothing to check: ranks default to pure data parallel
+    from dslaunch.mesh import MeshConfigError, locality_warnings, parse_spec, resolve, spec_from_config  # noqa: PLC0415
+
     try:
         if text is not None:
             spec, hint = parse_spec(text), "'--mesh'"

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from pathlib import Path
 from typing import Any
 
 import click
 
 from dslaunch.cli.draft import PlanDraft
 from dslaunch.cli.render import is_secret_name
-from dslaunch.remote import envs
-from dslaunch.remote.command import RemoteSettings
 
 PARAMS: list[click.Parameter] = [
     click.Option(["--fanout"], type=click.IntRange(min=1), default=32, show_default=True, metavar="N",
@@ -48,8 +45,11 @@ def is_remote(draft: PlanDraft) -> bool:
 
 
 def _read_env_file(path: str, explicit: bool) -> dict[str, str]:
+    from dslaunch.remote import envs  # noqa: PLC0415 - keep --help and local launches lean
+
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
     except FileNotFoundError:
         if explicit:
             raise click.BadParameter(f"env file {path!r} does not exist", param_hint="'--env-file'") from None
@@ -64,6 +64,8 @@ def _read_env_file(path: str, explicit: bool) -> dict[str, str]:
 
 
 def _exports(values: dict[str, Any], draft: PlanDraft, remote: bool) -> None:
+    from dslaunch.remote import envs  # noqa: PLC0415
+
     environ = dict(os.environ)
     implicit: dict[str, str] = {}
     if remote:
@@ -137,6 +139,8 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
     if values.get("remote_cwd"):
         draft.cwd = values["remote_cwd"]
     _exports(values, draft, remote)
+    from dslaunch.remote.command import RemoteSettings  # noqa: PLC0415
+
     settings = RemoteSettings(
         fanout=values["fanout"],
         venv_script=values.get("venv_script"),

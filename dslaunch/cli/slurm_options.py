@@ -18,7 +18,6 @@ from click.core import ParameterSource
 
 from dslaunch.cli.draft import PlanDraft
 from dslaunch.plan import NodePlan
-from dslaunch.slurm import address, hostlist, layout, srun
 
 PARAMS: list[click.Parameter] = []
 FILTERS = ("include", "exclude", "num_nodes")
@@ -28,7 +27,11 @@ _DEFAULT_PORT = 29500
 def slurm_context(values: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
     """``"step"``, ``"srun"`` or None (not a Slurm launch)."""
     launcher = str(values.get("launcher") or "auto").lower()
-    if launcher not in ("auto", "slurm") or not layout.in_allocation(env):
+    if launcher not in ("auto", "slurm"):
+        return None
+    from dslaunch.slurm import layout  # noqa: PLC0415 - only for Slurm launches
+
+    if not layout.in_allocation(env):
         if launcher == "slurm":
             raise click.UsageError("--launcher slurm runs srun inside a Slurm allocation, but SLURM_JOB_ID is not "
                                    "set: start it from salloc or an sbatch script")
@@ -39,6 +42,8 @@ def slurm_context(values: Mapping[str, Any], env: Mapping[str, str]) -> str | No
 
 
 def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
+    from dslaunch.slurm import address, hostlist, layout  # noqa: PLC0415 - only for Slurm launches
+
     env = os.environ
     context = slurm_context(values, env)
     if context is None:
@@ -76,6 +81,8 @@ def _explicit_port(values: Mapping[str, Any]) -> int:
 
 
 def _step(values: dict[str, Any], draft: PlanDraft, env: Mapping[str, str], filters: Mapping[str, Any]) -> None:
+    from dslaunch.slurm import layout  # noqa: PLC0415 - only for Slurm launches
+
     used = [f"--{name.replace('_', '-')}" for name, value in filters.items() if value]
     if used:
         raise click.UsageError(
@@ -99,6 +106,8 @@ def _step(values: dict[str, Any], draft: PlanDraft, env: Mapping[str, str], filt
 
 
 def _allocation(values: dict[str, Any], draft: PlanDraft, env: Mapping[str, str], filters: Mapping[str, Any]) -> None:
+    from dslaunch.slurm import layout, srun  # noqa: PLC0415 - only for Slurm launches
+
     hosts = layout.job_hosts(env)
     include = _hosts_of(filters.get("include"), "--include")
     exclude = _hosts_of(filters.get("exclude"), "--exclude")
@@ -127,6 +136,8 @@ def _allocation(values: dict[str, Any], draft: PlanDraft, env: Mapping[str, str]
 
 
 def _hosts_of(spec: str | None, hint: str) -> list[str]:
+    from dslaunch.slurm import hostlist  # noqa: PLC0415 - only for Slurm launches
+
     if not spec:
         return []
     hosts: list[str] = []

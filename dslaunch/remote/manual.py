@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import shlex
-
 from dslaunch.plan import LaunchPlan
 from dslaunch.remote.common import supervise_and_report
-from dslaunch.runners.local import LocalAgent, agent_argv
+from dslaunch.runners.local import LocalAgent
 
 
 class NodeRunner:
@@ -14,7 +12,7 @@ class NodeRunner:
 
     def describe(self, plan: LaunchPlan) -> list[str]:
         node_rank = int(plan.option("node_rank", 0))
-        return [shlex.join(agent_argv(node_rank)) + "  < plan on stdin  (this node only)"]
+        return [f"node agent {node_rank}: forked from the launcher on this machine (this node only; no ssh)"]
 
     def run(self, plan: LaunchPlan) -> int:
         node_rank = int(plan.option("node_rank", 0))

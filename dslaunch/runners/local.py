@@ -6,10 +6,10 @@ handy for trying multi-node plans (and for tests of cross-node fail-fast).
 
 from __future__ import annotations
 
-import shlex
+import os
 import signal
-import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 from dslaunch import _prctl
@@ -18,33 +18,92 @@ from dslaunch.runners.supervise import format_summary, supervise
 
 
 def agent_argv(node_rank: int, python: str = sys.executable) -> list[str]:
+    """What a remote runner executes; locally the same agent code runs in a fork of the launcher."""
     return [python, "-m", "dslaunch.agent", "--node-rank", str(node_rank)]
 
 
-def _agent_preexec() -> None:
-    _prctl.set_parent_death_signal(signal.SIGTERM)
+def _reset_signal_handlers() -> None:
+    """Start the forked agent with a fresh interpreter's handlers, not the launcher's."""
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGURG):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+class _ForkedAgent:
+    """The node agent in a fork of the launcher: no new interpreter, no second round of imports.
+
+    Forking is safe here because the launcher has started no threads yet. The
+    child gets the same pipes a ``python -m dslaunch.agent`` would: control on
+    stdin, events and rank output on stdout, stderr shared with the launcher.
+    """
+
+    def __init__(self, plan: LaunchPlan, node_rank: int) -> None:
+        from dslaunch.agent.__main__ import run_node  # noqa: PLC0415 - import before fork, once
+
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the agent
+            code = 1
+            try:
+                os.close(in_w)
+                os.close(out_r)
+                os.dup2(in_r, 0)
+                os.dup2(out_w, 1)
+                os.close(in_r)
+                os.close(out_w)
+                _reset_signal_handlers()
+                _prctl.set_parent_death_signal(signal.SIGTERM)
+                if os.getppid() != parent:
+                    os._exit(143)
+                if plan.cwd:
+                    os.chdir(plan.cwd)
+                code = run_node(plan, node_rank, control=sys.stdin.buffer)
+            except BaseException:  # noqa: BLE001 - report, then leave without running the launcher's code
+                import traceback  # noqa: PLC0415
+
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        os.close(in_r)
+        os.close(out_w)
+        self.pid = pid
+        self.stdin = os.fdopen(in_w, "wb")
+        self.stdout = os.fdopen(out_r, "rb")
+        self.returncode: int | None = None
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signum)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG if deadline is not None else 0)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+            elif deadline is not None and time.monotonic() >= deadline:
+                return None
+            else:
+                time.sleep(0.01)
+        return self.returncode
 
 
 class LocalAgent:
-    """An agent subprocess: plan and stop requests go in on stdin, events come out on stdout."""
+    """A local node agent: plan and stop requests go in on stdin, events come out on stdout."""
 
     def __init__(self, plan: LaunchPlan, node_rank: int) -> None:
         self.node_rank = node_rank
         self.host = plan.node(node_rank).host
-        self.proc = subprocess.Popen(
-            agent_argv(node_rank),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            cwd=plan.cwd or None,
-            preexec_fn=_agent_preexec,
-        )
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(plan.to_json().encode() + b"\n")
-        self.proc.stdin.flush()
+        self.proc = _ForkedAgent(plan, node_rank)
         self._stopped = False
 
     def lines(self) -> Iterator[str]:
-        assert self.proc.stdout is not None
         for raw in self.proc.stdout:
             yield raw.decode("utf-8", "replace")
 
@@ -53,7 +112,6 @@ class LocalAgent:
             return
         self._stopped = True
         try:
-            assert self.proc.stdin is not None
             self.proc.stdin.write(b"stop\n")
             self.proc.stdin.close()
         except (BrokenPipeError, OSError, ValueError):
@@ -73,17 +131,14 @@ class LocalAgent:
             pass
 
     def wait(self, timeout: float | None) -> int | None:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
+        return self.proc.wait(timeout)
 
 
 class LocalRunner:
     name = "local"
 
     def describe(self, plan: LaunchPlan) -> list[str]:
-        return [shlex.join(agent_argv(n.node_rank)) + "  < plan on stdin" for n in plan.nodes]
+        return [f"node agent {n.node_rank} ({n.host}): forked from the launcher on this machine" for n in plan.nodes]
 
     def run(self, plan: LaunchPlan) -> int:
         handles = []
@@ -91,7 +146,7 @@ class LocalRunner:
         try:
             for node in plan.nodes:
                 handles.append(LocalAgent(plan, node.node_rank))
-        except OSError as exc:
+        except OSError as exc:  # fork or pipe refused (process or fd limits)
             for h in handles:
                 h.kill()
             print(f"dslaunch: cannot start the node agent: {exc}", file=sys.stderr)

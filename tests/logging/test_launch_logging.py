@@ -119,7 +119,7 @@ def test_environment_spec_reaches_ranks_and_cli_wins() -> None:
 def test_launcher_records_show_hosts_and_commands() -> None:
     _, err = launch("--log-level", "launcher=info,runner=debug")
     assert "nodes=['localhost:0,1']" in records(err, "hosts chosen")[0]
-    assert "dslaunch.agent" in records(err, "command")[0]
+    assert "node agent 0 (localhost)" in records(err, "command")[0]
     assert "DSLAUNCH_LOG_LEVEL" in records(err, "rank environment")[0]
 
 
