@@ -5,10 +5,9 @@ from __future__ import annotations
 import shlex
 import sys
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
-from dslaunch.plan import LaunchPlan
-from dslaunch.runners.supervise import AgentHandle, format_summary, supervise
+from dslaunch.runners.supervise import supervise_and_report  # noqa: F401 - the remote runners' entry point
 
 _err_lock = threading.Lock()
 CONNECT_FAILED = 255  # what ssh itself exits with when it cannot run the remote command
@@ -34,15 +33,6 @@ def port_probe_command(python: str) -> str:
 def parse_port(output: str) -> int | None:
     text = output.strip().splitlines()[-1:] if output.strip() else []
     return int(text[0]) if text and text[0].isdigit() and 0 < int(text[0]) < 65536 else None
-
-
-def supervise_and_report(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> int:
-    outcome = supervise(plan, handles)
-    summary = format_summary(outcome, plan)
-    if summary:
-        sys.stdout.flush()
-        write_err(summary.encode() + b"\n")
-    return outcome.code
 
 
 def report_start_failures(failures: dict[str, str]) -> int:

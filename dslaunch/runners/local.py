@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from dslaunch import _prctl
 from dslaunch.plan import LaunchPlan
-from dslaunch.runners.supervise import format_summary, supervise
+from dslaunch.runners.supervise import supervise_and_report
 
 
 def agent_argv(node_rank: int, python: str = sys.executable) -> list[str]:
@@ -151,12 +151,7 @@ class LocalRunner:
                 h.kill()
             print(f"dslaunch: cannot start the node agent: {exc}", file=sys.stderr)
             return 1
-        outcome = supervise(plan, handles)
-        summary = format_summary(outcome, plan)
-        if summary:
-            sys.stdout.flush()
-            print(summary, file=sys.stderr, flush=True)
-        return outcome.code
+        return supervise_and_report(plan, handles)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from dslaunch import events, mpi_env
 from dslaunch.agent.supervisor import set_parent_death_signal
 from dslaunch.plan import LaunchPlan
-from dslaunch.runners.supervise import format_summary, supervise
+from dslaunch.runners.supervise import supervise_and_report
 
 HOSTFILE_TOKEN = "{hostfile}"  # replaced by the per-job hostfile's path
 SSH_TOKEN = "{ssh}"  # replaced by the per-job ssh wrapper's path (MPICH)
@@ -241,12 +241,7 @@ class _MpiRunner:
             except OSError as exc:
                 print(f"dslaunch: cannot start {program}: {exc}", file=sys.stderr)
                 return 1
-            outcome = supervise(plan, [job])
-        summary = format_summary(outcome, plan)
-        if summary:
-            sys.stdout.flush()
-            print(summary, file=sys.stderr, flush=True)
-        return outcome.code
+            return supervise_and_report(plan, [job])
 
 
 class OpenMpiRunner(_MpiRunner):

@@ -176,6 +176,20 @@ def _final_code(outcome: Outcome, done: dict[int, int]) -> int:
     return next((code for code in done.values() if code), 0)
 
 
+def report(outcome: Outcome, plan: LaunchPlan) -> int:
+    """Print the failure summary (if any) to stderr after the ranks' output; return the exit code."""
+    summary = format_summary(outcome, plan)
+    if summary:
+        sys.stdout.flush()
+        sys.stderr.write(summary + "\n")
+        sys.stderr.flush()
+    return outcome.code
+
+
+def supervise_and_report(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> int:
+    return report(supervise(plan, handles), plan)
+
+
 def format_summary(outcome: Outcome, plan: LaunchPlan) -> str | None:
     """A short, human summary of a failed run for stderr; None on success."""
     if outcome.code == 0:

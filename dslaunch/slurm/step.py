@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.local import LocalAgent
-from dslaunch.runners.supervise import format_summary, supervise
+from dslaunch.runners.supervise import report, supervise
 from dslaunch.slurm import layout
 
 PEER_FAILED = signal.SIGURG
@@ -70,11 +70,7 @@ def run_node(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> int:
         return PEER_STOPPED_CODE
     if outcome.code and outcome.root_cause is not None and len(plan.nodes) > 1:
         _tell_peers(env)
-    summary = format_summary(outcome, plan)
-    if summary:
-        sys.stdout.flush()
-        print(summary, file=sys.stderr, flush=True)
-    return outcome.code
+    return report(outcome, plan)
 
 
 class StepAgent(LocalAgent):

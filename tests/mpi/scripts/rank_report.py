@@ -3,7 +3,6 @@ with FAIL_SIGNAL); other ranks sleep SLEEP s."""
 
 import json
 import os
-import signal
 import sys
 import time
 
