@@ -11,6 +11,7 @@ $(PY):
 
 $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install -q -e '.[test]' --config-settings editable_mode=compat
+	$(PY) -m compileall -q dslaunch  # bytecode even where PYTHONDONTWRITEBYTECODE is set: every rank imports it
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -329,6 +329,8 @@ def shutdown() -> None:
 
 
 def _apply_stdlib_levels() -> None:
+    if "dslaunch.logs.routing" not in sys.modules and not any(m.startswith("py:") for m, _ in _STATE.spec.modules):
+        return  # nothing routed and nothing to route: spare the launcher the stdlib logging import
     from dslaunch.logs import routing  # noqa: PLC0415
 
     routing.apply_levels()
