@@ -32,6 +32,8 @@ WARNED_USES: dict[str, tuple[list[str], list[str]]] = {
     "ds_node_rank": (["--node_rank", "0"], ["--node-rank", "0"]),
     "ds_launcher_args": (["--launcher_args", "--mca btl ^openib"], ["--launcher-args", "--mca btl ^openib"]),
     "ds_no_python": (["--no_python"], ["--no-python"]),
+    "ds_ssh_port": (["--ssh_port", "2222"], ["--ssh-port", "2222"]),
+    "ds_venv_script": (["--venv_script", "/opt/venv/bin/activate"], ["--venv-script", "/opt/venv/bin/activate"]),
     "ds_no_local_rank": (["--no_local_rank"], []),
     "ds_no_ssh": (["--no_ssh", "--node_rank", "0"], ["--node-rank", "0"]),
     "ds_no_ssh_check": (["--no_ssh_check"], []),
