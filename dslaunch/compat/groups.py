@@ -10,6 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from dslaunch.compat._state import mesh, seq_dim
+from dslaunch.compat.parallel_state import (  # the tensor-parallel getters are the same as Megatron's
+    get_tensor_model_parallel_group,
+    get_tensor_model_parallel_rank,
+    get_tensor_model_parallel_src_rank,
+    get_tensor_model_parallel_world_size,
+)
 
 
 def _sdp() -> str:
@@ -17,22 +23,6 @@ def _sdp() -> str:
 
 
 # public AutoTP getters (in DeepSpeed's groups module, "model parallel" means tensor parallel)
-def get_tensor_model_parallel_group() -> Any:
-    return mesh().group("tp")
-
-
-def get_tensor_model_parallel_world_size() -> int:
-    return int(mesh().size("tp"))
-
-
-def get_tensor_model_parallel_rank() -> int:
-    return int(mesh().coordinate()["tp"])
-
-
-def get_tensor_model_parallel_src_rank() -> int:
-    return mesh().ranks("tp")[0]
-
-
 get_model_parallel_group = get_tensor_model_parallel_group
 get_model_parallel_world_size = get_tensor_model_parallel_world_size
 get_model_parallel_rank = get_tensor_model_parallel_rank
