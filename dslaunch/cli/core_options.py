@@ -10,6 +10,7 @@ import click
 
 from dslaunch import hostfile
 from dslaunch.cli.draft import PlanDraft
+from dslaunch.cli.files import read_option_file
 from dslaunch.config import ConfigError, load_config
 from dslaunch.plan import Program, assign_ranks
 
@@ -73,15 +74,9 @@ def _gpu_labels(env: dict[str, str]) -> tuple[str, ...]:
 
 
 def _read_hostfile(path: str, explicit: bool) -> hostfile.ResourcePool | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
-        if explicit:
-            raise click.BadParameter(f"hostfile {path!r} does not exist", param_hint="'-H/--hostfile'") from None
+    text = read_option_file(path, "hostfile", "'-H/--hostfile'", required=explicit)
+    if text is None:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise click.BadParameter(f"cannot read hostfile {path!r}: {exc}", param_hint="'-H/--hostfile'") from None
     try:
         return hostfile.parse_hostfile(text, path)
     except hostfile.HostfileError as exc:

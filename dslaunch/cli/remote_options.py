@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from dslaunch.cli.draft import PlanDraft
+from dslaunch.cli.files import read_option_file
 from dslaunch.cli.render import is_secret_name
 
 PARAMS: list[click.Parameter] = [
@@ -47,15 +48,9 @@ def is_remote(draft: PlanDraft) -> bool:
 def _read_env_file(path: str, explicit: bool) -> dict[str, str]:
     from dslaunch.remote import envs  # noqa: PLC0415 - keep --help and local launches lean
 
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
-        if explicit:
-            raise click.BadParameter(f"env file {path!r} does not exist", param_hint="'--env-file'") from None
+    text = read_option_file(path, "env file", "'--env-file'", required=explicit)
+    if text is None:
         return {}
-    except (OSError, UnicodeDecodeError) as exc:
-        raise click.BadParameter(f"cannot read env file {path!r}: {exc}", param_hint="'--env-file'") from None
     try:
         return envs.parse_env_file(text, path)
     except envs.EnvError as exc:
