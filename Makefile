@@ -2,8 +2,12 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.dslaunch-installed
+# A second venv with the newest torch (requirements/torch-newest.txt): torch-rank tests run on both ends.
+NEWEST ?= .venv-torch-newest
+NEWEST_PY := $(NEWEST)/bin/python
+NEWEST_STAMP := $(NEWEST)/.dslaunch-installed
 
-.PHONY: demo test install bench clean
+.PHONY: demo test install install-newest bench clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -14,16 +18,25 @@ $(STAMP): $(PY) pyproject.toml
 	$(PY) -m compileall -q dslaunch  # bytecode even where PYTHONDONTWRITEBYTECODE is set: every rank imports it
 	touch $(STAMP)
 
+$(NEWEST_STAMP): pyproject.toml requirements/torch-newest.txt
+	test -x $(NEWEST_PY) || python3 -m venv $(NEWEST)
+	$(NEWEST_PY) -m pip install -q -r requirements/torch-newest.txt
+	$(NEWEST_PY) -m pip install -q -e '.[test]' --config-settings editable_mode=compat
+	touch $(NEWEST_STAMP)
+
 install: $(STAMP)
+
+install-newest: $(NEWEST_STAMP)
 
 demo: install
 	$(VENV)/bin/dslaunch --nproc-per-node 4 --master-port 0 --mesh dp=2,tp=2 examples/train.py --steps 8
 
-test: install
+test: install install-newest
 	$(PY) -m pytest -q
+	$(NEWEST_PY) -m pytest -q -m torch
 
 bench: install
 	$(PY) bench/bench_launch.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(NEWEST) build *.egg-info .pytest_cache

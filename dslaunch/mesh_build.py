@@ -109,6 +109,17 @@ class BuiltMesh:
             self._singleton = dist.new_group([self.rank], use_local_synchronization=True)
         return self._singleton
 
+    def own_groups(self) -> list[Any]:
+        """The live process groups this mesh created (not WORLD), each once."""
+        import torch.distributed as dist  # noqa: PLC0415
+
+        found = [mesh.get_group() for mesh in self.meshes.values()]
+        if self._singleton is not None:
+            found.append(self._singleton)
+        live = dist.distributed_c10d._world.pg_map
+        unique = {id(g): g for g in found if g is not dist.group.WORLD and g in live}
+        return list(unique.values())
+
     def ranks(self, name: str) -> list[int]:
         """Global ranks of this rank's group of a dim or view, in group-rank order (cached)."""
         found = self._ranks.get(name)

@@ -6,6 +6,7 @@ import os
 import runpy
 import sys
 
+from dslaunch.bootstrap import teardown
 from dslaunch.bootstrap.errorfile import user_traceback, write_error_file
 
 _SKIP = ("runpy.py", os.path.join("dslaunch", "bootstrap", "__main__.py"), "<frozen runpy>")
@@ -20,17 +21,24 @@ def main(argv: list[str]) -> None:
         raise SystemExit(2)
     target, args = argv[0], argv[1:]
     _setup_logging()
+    teardown.install()
+    code = _run(target, args, module)
+    teardown.set_exit_code(code)
+    raise SystemExit(code)
+
+
+def _run(target: str, args: list[str], module: bool) -> object:
+    """Run the script; return what it exits with. Its frames are gone on return, so are its groups' last users."""
     try:
+        sys.argv = [target, *args]
         if module:
-            sys.argv = [target, *args]
             sys.path[0] = os.getcwd()
             runpy.run_module(target, run_name="__main__", alter_sys=True)
         else:
-            sys.argv = [target, *args]
             sys.path[0] = os.path.dirname(os.path.abspath(target))
             runpy.run_path(target, run_name="__main__")
-    except SystemExit:
-        raise
+    except SystemExit as exc:
+        return exc.code
     except BaseException as exc:  # noqa: BLE001 - every crash is recorded, then re-reported
         text = user_traceback(exc, _SKIP)
         path = os.environ.get("DSLAUNCH_ERROR_FILE")
@@ -38,7 +46,8 @@ def main(argv: list[str]) -> None:
             write_error_file(path, exc, text)
         sys.stderr.write(text)
         sys.stderr.flush()
-        raise SystemExit(130 if isinstance(exc, KeyboardInterrupt) else 1) from None
+        return 130 if isinstance(exc, KeyboardInterrupt) else 1
+    return 0
 
 
 def _setup_logging() -> None:

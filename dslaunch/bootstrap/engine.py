@@ -67,10 +67,10 @@ class Engine:
         return dict(self.built_mesh.coordinate())
 
     def close(self) -> None:
-        import torch.distributed as dist  # noqa: PLC0415
+        """Destroy the process groups this engine made and drop its references to them."""
+        from dslaunch.bootstrap import teardown  # noqa: PLC0415
 
-        if self.owns_process_group and dist.is_initialized():
-            dist.destroy_process_group()
+        teardown.shutdown_distributed(destroy_adopted=False)
 
 
 def _pg_timeout() -> datetime.timedelta:
@@ -130,13 +130,36 @@ def build_engine(mesh: Any = None) -> Engine:
     )
 
 
+def current() -> Engine | None:
+    """The engine if this process built one, without building it."""
+    return _engine
+
+
+def release() -> None:
+    """Forget the engine and its group references (at exit), so destroyed groups can be freed."""
+    global _engine
+    with _lock:
+        if _engine is not None:
+            _engine.process_group = None
+            _engine.built_mesh = None
+            _engine.comm = None
+        _engine = None
+
+
+def _close_at_exit() -> None:
+    from dslaunch.bootstrap import teardown  # noqa: PLC0415
+
+    if not teardown.installed():  # under dslaunch the bootstrap's last atexit handler does it
+        teardown.shutdown_distributed(destroy_adopted=False)
+
+
 def engine(mesh: Any = None) -> Engine:
     """The process-wide engine, built on first use; ``mesh`` overrides --mesh/DSLAUNCH_MESH/config."""
     global _engine
     with _lock:
         if _engine is None:
             _engine = build_engine(mesh=mesh)
-            atexit.register(_engine.close)
+            atexit.register(_close_at_exit)
         elif mesh is not None:
             from dslaunch.mesh import MeshConfigError, as_spec  # noqa: PLC0415
 

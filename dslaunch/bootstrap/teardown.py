@@ -1,0 +1,114 @@
+"""End a rank's torch.distributed while the interpreter is still whole.
+
+Why (docs/teardown.md has the backtrace): a gloo worker thread (``pt_gloo_runloop``) drops
+its last reference to a finished collective *after* ``wait()`` has returned to Python. If
+that work holds a tensor whose Python object C++ now owns, the drop needs the GIL. Once
+``Py_FinalizeEx`` has started, taking the GIL makes the thread ``pthread_exit``; the forced
+unwind meets a ``noexcept`` destructor and libstdc++ calls ``std::terminate``: SIGABRT,
+exit 134, after the script finished cleanly.
+
+The cure is to have no gloo worker left when finalisation starts. ``finish`` runs as the
+last atexit handler (the interpreter is whole, user handlers have run): it destroys every
+process group, drops the references dslaunch holds and collects garbage, so each
+ProcessGroupGloo destructor joins its workers, which drains their queues. If user
+objects still hold a group (a module-level model, Megatron-style globals), its workers
+stay; the rank then ends with ``os._exit`` after flushing its open files, skipping only
+the finalisation in which those threads would abort.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import io
+import os
+import sys
+
+GLOO_WORKER = "pt_gloo_runloop"  # thread name ProcessGroupGloo gives its workers
+
+_state: dict[str, object] = {"installed": False, "code": 0}
+
+
+def install() -> None:
+    """Register :func:`finish` before user code runs, so it is the last atexit handler."""
+    if not _state["installed"]:
+        _state["installed"] = True
+        atexit.register(_finish_at_exit)
+
+
+def installed() -> bool:
+    return bool(_state["installed"])
+
+
+def set_exit_code(code: object) -> None:
+    """The status the process will exit with, as ``SystemExit.code`` gives it."""
+    _state["code"] = exit_status(code)
+
+
+def exit_status(code: object) -> int:
+    """The process exit status Python derives from ``SystemExit(code)``."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return int(code) & 0xFF
+    return 1  # a message: Python prints it and exits 1
+
+
+def gloo_workers() -> list[int]:
+    """Thread ids of this process's live gloo worker threads."""
+    found = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm", encoding="ascii", errors="replace") as f:
+                if f.read().strip() == GLOO_WORKER:
+                    found.append(int(tid))
+        except OSError:
+            continue  # the thread ended while we looked
+    return found
+
+
+def shutdown_distributed(destroy_adopted: bool) -> list[int]:
+    """Destroy process groups, release dslaunch's references, collect; the gloo workers left alive."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return []  # torch.distributed never imported: no worker threads can exist
+    from dslaunch.bootstrap import engine as engine_module  # noqa: PLC0415 - already imported with torch
+
+    current = engine_module.current()
+    owned = current is not None and current.owns_process_group
+    try:
+        if dist.is_available() and dist.is_initialized():
+            if destroy_adopted or owned:
+                dist.destroy_process_group()  # every group, WORLD included
+            elif current is not None and current.built_mesh is not None:
+                for group in current.built_mesh.own_groups():  # the user keeps WORLD; the mesh's groups are ours
+                    dist.destroy_process_group(group)
+    except Exception as exc:  # noqa: BLE001 - a broken group must not turn a clean exit into a traceback
+        print(f"dslaunch: destroying process groups at exit failed: {exc}", file=sys.stderr)
+    engine_module.release()
+    gc.collect()
+    return gloo_workers()
+
+
+def _finish_at_exit() -> None:
+    left = shutdown_distributed(destroy_adopted=True)
+    if left:
+        _flush_open_files()
+        os._exit(int(_state["code"]))  # type: ignore[call-overload]
+
+
+def _flush_open_files() -> None:
+    """What finalisation would have flushed: stdio and every open buffered file."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    for obj in gc.get_objects():
+        if issubclass(type(obj), io.IOBase):  # type(), not isinstance: some objects warn on __class__
+            try:
+                if not obj.closed:
+                    obj.flush()
+            except (OSError, ValueError):
+                pass
