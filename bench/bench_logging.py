@@ -29,7 +29,7 @@ N_OFF, N_ON = 200_000, 10_000
 
 
 def _setup() -> dict[str, object]:
-    devnull = open(os.devnull, "w")  # noqa: SIM115
+    devnull = open(os.devnull, "w")
     off = logging.getLogger("bench.stdlib.off")
     off.setLevel(logging.WARNING)
     on = logging.getLogger("bench.stdlib.on")
@@ -82,13 +82,13 @@ def _instr_case(name: str, n: int) -> None:
     saved = sys.stderr
     sys.stderr = env["devnull"]  # type: ignore[assignment]
     try:
-        exec(code, env)  # noqa: S102 - our own fixed statements
+        exec(code, env)
     finally:
         sys.stderr = saved
 
 
 def _irefs(name: str, n: int) -> int:
-    import re  # noqa: PLC0415
+    import re
 
     proc = subprocess.run(
         ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",

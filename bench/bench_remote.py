@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.remote.cluster import start_cluster  # noqa: E402
+from tests.remote.cluster import start_cluster
 
 DSLAUNCH = [sys.executable, "-m", "dslaunch"]
 

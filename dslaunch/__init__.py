@@ -16,14 +16,14 @@ if TYPE_CHECKING:
 
 def engine(**kwargs: Any) -> "Engine":
     """Return this process's engine (initialising torch.distributed on first use)."""
-    from dslaunch.bootstrap.engine import engine as _engine  # noqa: PLC0415
+    from dslaunch.bootstrap.engine import engine as _engine
 
     return _engine(**kwargs)
 
 
 def get_logger(module: str) -> Any:
     """The dslaunch logger ``dslaunch.<module>`` (e.g. "engine", or "user.NAME" for your own code)."""
-    from dslaunch.logs import get_logger as _get_logger  # noqa: PLC0415
+    from dslaunch.logs import get_logger as _get_logger
 
     return _get_logger(module)
 

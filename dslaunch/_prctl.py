@@ -13,7 +13,7 @@ def load() -> None:
     global _prctl
     if _prctl is None:
         try:
-            import ctypes  # noqa: PLC0415
+            import ctypes
 
             _prctl = ctypes.CDLL(None, use_errno=True).prctl
         except (OSError, AttributeError):

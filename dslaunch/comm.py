@@ -19,14 +19,14 @@ _OPS = ("sum", "avg", "product", "min", "max")
 
 
 def _c10d(name: str, old: str) -> Callable[..., Any]:
-    import torch.distributed as dist  # noqa: PLC0415
+    import torch.distributed as dist
 
     # torch 2.13 renamed the *_tensor collectives to *_single; older torch has only the old names.
     return getattr(dist, name, None) or getattr(dist, old)  # type: ignore[no-any-return]
 
 
 def _reduce_op(op: str) -> Any:
-    import torch.distributed as dist  # noqa: PLC0415
+    import torch.distributed as dist
 
     if op not in _OPS:
         raise ValueError(f"unknown reduce op {op!r}; valid: {', '.join(_OPS)}")
@@ -57,7 +57,7 @@ class Comm:
 
     def all_reduce(self, tensor: Any, dim: str = "world", op: str = "sum") -> Any:
         """Reduce ``tensor`` in place over ``dim``; returns it."""
-        import torch.distributed as dist  # noqa: PLC0415
+        import torch.distributed as dist
 
         start = time.perf_counter()
         red = _reduce_op(op)
@@ -72,7 +72,7 @@ class Comm:
 
     def all_gather(self, tensor: Any, dim: str = "world") -> Any:
         """Concatenate every group member's ``tensor`` along tensor dim 0, in group-rank order."""
-        import torch  # noqa: PLC0415
+        import torch
 
         start = time.perf_counter()
         size = self._mesh.size(dim)
@@ -84,7 +84,7 @@ class Comm:
 
     def reduce_scatter(self, tensor: Any, dim: str = "world", op: str = "sum") -> Any:
         """Reduce over ``dim`` and keep this rank's chunk of tensor dim 0 (which must divide evenly)."""
-        import torch  # noqa: PLC0415
+        import torch
 
         start = time.perf_counter()
         size = self._mesh.size(dim)
@@ -98,7 +98,7 @@ class Comm:
 
     def broadcast(self, tensor: Any, dim: str = "world", src: int = 0) -> Any:
         """Copy the tensor of group rank ``src`` (index inside the group) to every member, in place."""
-        import torch.distributed as dist  # noqa: PLC0415
+        import torch.distributed as dist
 
         start = time.perf_counter()
         members = self._mesh.ranks(dim)
@@ -111,8 +111,8 @@ class Comm:
 
     def all_to_all(self, tensor: Any, dim: str = "world") -> Any:
         """Split tensor dim 0 into equal chunks, send chunk i to group rank i, return what arrives."""
-        import torch  # noqa: PLC0415
-        import torch.distributed as dist  # noqa: PLC0415
+        import torch
+        import torch.distributed as dist
 
         start = time.perf_counter()
         size = self._mesh.size(dim)
@@ -124,7 +124,7 @@ class Comm:
         return out
 
     def barrier(self, dim: str = "world") -> None:
-        import torch.distributed as dist  # noqa: PLC0415
+        import torch.distributed as dist
 
         start = time.perf_counter()
         dist.barrier(group=self._mesh.group(dim))

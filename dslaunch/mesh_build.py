@@ -36,7 +36,7 @@ def requested_spec(arg: Any = None, env: Mapping[str, str] | None = None) -> tup
         return as_spec(env["DSLAUNCH_MESH"]), "DSLAUNCH_MESH"
     path = env.get("DSLAUNCH_CONFIG")
     if path:
-        from dslaunch.config import ConfigError, load_config  # noqa: PLC0415
+        from dslaunch.config import ConfigError, load_config
 
         try:
             spec = spec_from_config(load_config(path))
@@ -53,8 +53,8 @@ def agree(text: str) -> None:
     One all_gather of a 63-bit digest (on the CPU unless the default group is NCCL only);
     the texts themselves are gathered only when digests differ, on every rank alike.
     """
-    import torch  # noqa: PLC0415
-    import torch.distributed as dist  # noqa: PLC0415
+    import torch
+    import torch.distributed as dist
 
     # A default group made by user code may be NCCL only: then the digest must live on the GPU.
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
@@ -94,7 +94,7 @@ class BuiltMesh:
 
     def group(self, name: str) -> Any:
         """Process group of a dim or view; size-1 names share one lazily made singleton group."""
-        import torch.distributed as dist  # noqa: PLC0415
+        import torch.distributed as dist
 
         if name == "world":
             return dist.group.WORLD
@@ -111,7 +111,7 @@ class BuiltMesh:
 
     def own_groups(self) -> list[Any]:
         """The live process groups this mesh created (not WORLD), each once."""
-        import torch.distributed as dist  # noqa: PLC0415
+        import torch.distributed as dist
 
         found = [mesh.get_group() for mesh in self.meshes.values()]
         if self._singleton is not None:
@@ -133,8 +133,8 @@ class BuiltMesh:
 
 def check_torch(layout: MeshLayout) -> None:
     """Views need DeviceMesh._flatten (torch >= 2.5); an expert view with efsdp > 1 needs _unflatten (>= 2.10)."""
-    import torch  # noqa: PLC0415
-    from torch.distributed.device_mesh import DeviceMesh  # noqa: PLC0415
+    import torch
+    from torch.distributed.device_mesh import DeviceMesh
 
     dense = [n for n in ("dp_shard", "cp", "sp", "tp") if getattr(layout, n) > 1]
     needs = []
@@ -149,7 +149,7 @@ def check_torch(layout: MeshLayout) -> None:
 
 
 def build(layout: MeshLayout, device_type: str, rank: int) -> BuiltMesh:
-    from torch.distributed.device_mesh import init_device_mesh  # noqa: PLC0415
+    from torch.distributed.device_mesh import init_device_mesh
 
     active = layout.active or ("dp_shard",)
     shape = tuple(layout.size(n) for n in active)
@@ -187,10 +187,10 @@ def bootstrap(arg: Any, local_world_size: int, device_type: str) -> BuiltMesh:
     The spec is resolved before the guard but any error is raised only after it, so a
     rank with a different (or broken) spec cannot leave the others waiting in a collective.
     """
-    import torch  # noqa: PLC0415
-    import torch.distributed as dist  # noqa: PLC0415
+    import torch
+    import torch.distributed as dist
 
-    from dslaunch.logs import get_logger  # noqa: PLC0415
+    from dslaunch.logs import get_logger
 
     global _failed
     if _failed is not None:

@@ -48,7 +48,7 @@ class Timers:
 
     def _synchronize(self) -> None:
         if self.sync:
-            import torch  # noqa: PLC0415
+            import torch
 
             if torch.cuda.is_available() and torch.cuda.is_initialized():
                 torch.cuda.synchronize()

@@ -20,7 +20,7 @@ for _name in [n for n in os.environ if n.startswith("SLURM_")]:
 @pytest.fixture(scope="session")
 def ssh_cluster() -> Iterator[SshCluster]:
     """One private sshd on 127.0.0.2-5 for every test that needs remote hosts (ssh, pdsh, MPI over ssh)."""
-    from tests.remote.cluster import start_cluster  # noqa: PLC0415 - only when a test asks for hosts
+    from tests.remote.cluster import start_cluster  # only when a test asks for hosts
 
     cluster = start_cluster()
     try:

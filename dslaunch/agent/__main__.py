@@ -30,7 +30,7 @@ def _read_line(fd: int) -> tuple[bytes, bytes]:
 
 def run_node(plan: LaunchPlan, node_rank: int, control: BinaryIO | None, pending: bytes = b"") -> int:
     """Supervise this node's ranks until they end; return the node's exit code."""
-    from dslaunch.logs import configure_agent  # noqa: PLC0415
+    from dslaunch.logs import configure_agent
 
     configure_agent(plan.env, node_rank, plan.node(node_rank).host, plan.run_id)
     sup = NodeSupervisor(plan, node_rank, control=control, out=sys.stdout.buffer, err=sys.stderr.buffer)

@@ -34,9 +34,9 @@ _FORWARD_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 def _log_debug(event: str, argv: list[str], **kw: object) -> None:
     log = get_logger("agent")
     if log.is_enabled_for(10):
-        import shlex  # noqa: PLC0415
+        import shlex
 
-        from dslaunch.cli.render import mask  # noqa: PLC0415
+        from dslaunch.cli.render import mask
 
         log.debug(event, command=mask(shlex.join(argv)), **kw)
 
@@ -88,7 +88,7 @@ class NodeSupervisor:
 
     # ---- spawning -------------------------------------------------------
     def start(self, error_dir: str) -> None:
-        import subprocess  # noqa: PLC0415 - keep agent start-up lean
+        import subprocess  # keep agent start-up lean
 
         log_dir = self.plan.log_dir
         if log_dir:
@@ -121,8 +121,8 @@ class NodeSupervisor:
                 error_file=error_file,
             )
             if log_dir:
-                r.stdout_log = open(os.path.join(log_dir, f"rank{rank}.stdout.log"), "ab")  # noqa: SIM115
-                r.stderr_log = open(os.path.join(log_dir, f"rank{rank}.stderr.log"), "ab")  # noqa: SIM115
+                r.stdout_log = open(os.path.join(log_dir, f"rank{rank}.stdout.log"), "ab")
+                r.stderr_log = open(os.path.join(log_dir, f"rank{rank}.stderr.log"), "ab")
             self.ranks.append(r)
             for stream, sink in ((proc.stdout, self.out), (proc.stderr, self.err)):
                 assert stream is not None  # Popen(stdout=PIPE) always gives one

@@ -68,7 +68,7 @@ class Engine:
 
     def close(self) -> None:
         """Destroy the process groups this engine made and drop its references to them."""
-        from dslaunch.bootstrap import teardown  # noqa: PLC0415
+        from dslaunch.bootstrap import teardown
 
         teardown.shutdown_distributed(destroy_adopted=False)
 
@@ -79,8 +79,8 @@ def _pg_timeout() -> datetime.timedelta:
 
 
 def build_engine(mesh: Any = None) -> Engine:
-    import torch  # noqa: PLC0415
-    import torch.distributed as dist  # noqa: PLC0415
+    import torch
+    import torch.distributed as dist
 
     info = detect()
     cuda = torch.cuda.is_available()
@@ -106,10 +106,10 @@ def build_engine(mesh: Any = None) -> Engine:
                 backend, rank=info.rank, world_size=info.world_size, timeout=_pg_timeout(), **kwargs
             )
         owns = True
-    from dslaunch.comm import Comm  # noqa: PLC0415
-    from dslaunch.logs import get_logger  # noqa: PLC0415
-    from dslaunch.mesh_build import bootstrap  # noqa: PLC0415
-    from dslaunch.timers import Timers  # noqa: PLC0415
+    from dslaunch.comm import Comm
+    from dslaunch.logs import get_logger
+    from dslaunch.mesh_build import bootstrap
+    from dslaunch.timers import Timers
 
     built = bootstrap(mesh, info.local_world_size, "cuda" if cuda else "cpu")
     return Engine(
@@ -147,7 +147,7 @@ def release() -> None:
 
 
 def _close_at_exit() -> None:
-    from dslaunch.bootstrap import teardown  # noqa: PLC0415
+    from dslaunch.bootstrap import teardown
 
     if not teardown.installed():  # under dslaunch the bootstrap's last atexit handler does it
         teardown.shutdown_distributed(destroy_adopted=False)
@@ -161,7 +161,7 @@ def engine(mesh: Any = None) -> Engine:
             _engine = build_engine(mesh=mesh)
             atexit.register(_close_at_exit)
         elif mesh is not None:
-            from dslaunch.mesh import MeshConfigError, as_spec  # noqa: PLC0415
+            from dslaunch.mesh import MeshConfigError, as_spec
 
             if as_spec(mesh).text() != _engine.built_mesh.requested:
                 raise MeshConfigError(f"the engine already exists with {_engine.mesh_layout.summary()}; "

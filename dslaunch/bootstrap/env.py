@@ -37,7 +37,7 @@ def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
 
 def first_slurm_host(nodelist: str) -> str:
     """First host of a Slurm nodelist such as ``gpu[03-05,9],cpu1``."""
-    from dslaunch.slurm import hostlist  # noqa: PLC0415
+    from dslaunch.slurm import hostlist
 
     return hostlist.first(nodelist)
 
@@ -58,7 +58,7 @@ def detect(env: Mapping[str, str] | None = None) -> RankInfo:
             master_port=int(port) if port else None,
             source=source,
         )
-    from dslaunch.slurm import address, layout  # noqa: PLC0415
+    from dslaunch.slurm import address, layout
 
     if layout.in_step(env):  # a batch script has SLURM_PROCID too, but is no rank
         step = layout.read_step(env)

@@ -72,7 +72,7 @@ def shutdown_distributed(destroy_adopted: bool) -> list[int]:
     dist = sys.modules.get("torch.distributed")
     if dist is None:
         return []  # torch.distributed never imported: no worker threads can exist
-    from dslaunch.bootstrap import engine as engine_module  # noqa: PLC0415 - already imported with torch
+    from dslaunch.bootstrap import engine as engine_module  # already imported with torch
 
     current = engine_module.current()
     owned = current is not None and current.owns_process_group

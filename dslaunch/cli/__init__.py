@@ -4,6 +4,6 @@ from __future__ import annotations
 
 
 def main(argv: list[str] | None = None) -> None:
-    from dslaunch.cli.command import build_command  # noqa: PLC0415
+    from dslaunch.cli.command import build_command
 
     build_command().main(args=argv, prog_name="dslaunch")

@@ -40,14 +40,14 @@ def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
 
 def choose_launcher(draft: PlanDraft) -> str:
     """Resolve ``--launcher auto`` and check an explicit choice exists."""
-    from dslaunch.cli.core_options import LOCAL_NAMES  # noqa: PLC0415
-    from dslaunch.runners import RUNNERS  # noqa: PLC0415
+    from dslaunch.cli.core_options import LOCAL_NAMES
+    from dslaunch.runners import RUNNERS
 
     name = draft.launcher
     if name == "auto":
         if len(draft.nodes) == 1 and draft.nodes[0].host in LOCAL_NAMES:
             return "local"
-        from shutil import which  # noqa: PLC0415
+        from shutil import which
 
         for candidate in ("pdsh", "ssh"):  # pdsh only when installed
             if candidate in RUNNERS and (candidate != "pdsh" or which("pdsh")):
@@ -77,13 +77,13 @@ def _run(**values: Any) -> None:
             if draft.master_port == 0:
                 draft.master_port = _free_port(draft.master_addr)
     plan = draft.freeze()
-    from dslaunch.runners import get_runner  # noqa: PLC0415
+    from dslaunch.runners import get_runner
 
     runner = get_runner(plan.launcher)
     if draft.dry_run:
         _dry_run(plan, runner.describe(plan), draft)
         return
-    from dslaunch.cli.log_options import log_launch  # noqa: PLC0415
+    from dslaunch.cli.log_options import log_launch
 
     log_launch(plan.launcher, runner.describe(plan), plan.env, draft.secrets)
     code = runner.run(plan)
@@ -92,7 +92,7 @@ def _run(**values: Any) -> None:
 
 
 def _free_port(addr: str) -> int:
-    from dslaunch.runners.local import free_port  # noqa: PLC0415
+    from dslaunch.runners.local import free_port
 
     try:
         return free_port(addr)

@@ -156,7 +156,7 @@ def _apply(flag: DsFlag, values: dict[str, Any], applied: dict[str, DsFlag]) -> 
     applied[flag.target] = flag
 
 
-def contribute(values: dict[str, Any], draft: PlanDraft) -> None:  # noqa: ARG001 - area signature
+def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
     applied: dict[str, DsFlag] = {}
     for flag in TABLE:
         if flag.external or not _used(flag, values):

@@ -98,7 +98,7 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
         if on:
             draft.env[f"DSLAUNCH_{switch.upper()}"] = "1"
 
-    from dslaunch.logs import _core  # noqa: PLC0415
+    from dslaunch.logs import _core
 
     _core.configure(spec, role="launcher", fmt=fmt, color=color, log_dir=None if draft.dry_run else draft.log_dir,
                     facts={"run_id": draft.run_id})
@@ -110,8 +110,8 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
 
 def log_launch(launcher: str, commands: Sequence[str], env: Sequence[tuple[str, str]], secrets: set[str]) -> None:
     """The launcher's record of what it runs (secrets masked)."""
-    from dslaunch.cli import render  # noqa: PLC0415
-    from dslaunch.logs import _core  # noqa: PLC0415
+    from dslaunch.cli import render
+    from dslaunch.logs import _core
 
     log = _core.get_logger(f"runner.{launcher}" if launcher.isidentifier() else "runner")
     if log.is_enabled_for(S.INFO):

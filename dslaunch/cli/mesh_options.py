@@ -28,7 +28,7 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
     text = values.get("mesh")
     if text is None and not draft.config:
         return  # nothing to check: ranks default to pure data parallel
-    from dslaunch.mesh import MeshConfigError, locality_warnings, parse_spec, resolve, spec_from_config  # noqa: PLC0415
+    from dslaunch.mesh import MeshConfigError, locality_warnings, parse_spec, resolve, spec_from_config
 
     try:
         if text is not None:

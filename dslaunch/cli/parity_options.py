@@ -94,7 +94,7 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
             click.echo(f"dslaunch: warning: --launcher-args is only used by the {', '.join(LAUNCHER_ARGS_USERS)} "
                        f"launchers; ignored with --launcher {_shown(draft.launcher)}", err=True)
     if values.get("force_multi") and draft.launcher == "auto":
-        from dslaunch.runners import RUNNERS  # noqa: PLC0415
+        from dslaunch.runners import RUNNERS
 
         found = [name for name in REMOTE_LAUNCHERS if name in RUNNERS and (name != "pdsh" or shutil.which("pdsh"))]
         if not found:

@@ -40,13 +40,13 @@ PARAMS: list[click.Parameter] = [
 
 
 def is_remote(draft: PlanDraft) -> bool:
-    from dslaunch.cli.core_options import LOCAL_NAMES  # noqa: PLC0415
+    from dslaunch.cli.core_options import LOCAL_NAMES
 
     return draft.launcher in ("ssh", "pdsh") or any(n.host not in LOCAL_NAMES for n in draft.nodes)
 
 
 def _read_env_file(path: str, explicit: bool) -> dict[str, str]:
-    from dslaunch.remote import envs  # noqa: PLC0415 - keep --help and local launches lean
+    from dslaunch.remote import envs  # keep --help and local launches lean
 
     text = read_option_file(path, "env file", "'--env-file'", required=explicit)
     if text is None:
@@ -59,7 +59,7 @@ def _read_env_file(path: str, explicit: bool) -> dict[str, str]:
 
 
 def _exports(values: dict[str, Any], draft: PlanDraft, remote: bool) -> None:
-    from dslaunch.remote import envs  # noqa: PLC0415
+    from dslaunch.remote import envs
 
     environ = dict(os.environ)
     implicit: dict[str, str] = {}
@@ -85,7 +85,7 @@ def _exports(values: dict[str, Any], draft: PlanDraft, remote: bool) -> None:
 
 
 def _check_hosts(draft: PlanDraft) -> None:
-    from dslaunch.remote.sshconfig import valid_host  # noqa: PLC0415
+    from dslaunch.remote.sshconfig import valid_host
 
     bad = [n.host for n in draft.nodes if not valid_host(n.host)]
     if bad:
@@ -96,7 +96,7 @@ def _check_hosts(draft: PlanDraft) -> None:
 
 
 def _ssh_config(values: dict[str, Any]) -> str | None:
-    from dslaunch.remote.sshconfig import default_config_path  # noqa: PLC0415
+    from dslaunch.remote.sshconfig import default_config_path
 
     path = values.get("ssh_config")
     if path is None:
@@ -125,7 +125,7 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
         _check_hosts(draft)
         config = _ssh_config(values)
         if not values.get("master_addr") and values.get("node_rank") is None:
-            from dslaunch.remote.sshconfig import resolve_address  # noqa: PLC0415
+            from dslaunch.remote.sshconfig import resolve_address
 
             draft.master_addr = resolve_address(draft.nodes[0].host, config)
     assert draft.program is not None
@@ -134,7 +134,7 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
     if values.get("remote_cwd"):
         draft.cwd = values["remote_cwd"]
     _exports(values, draft, remote)
-    from dslaunch.remote.command import RemoteSettings  # noqa: PLC0415
+    from dslaunch.remote.command import RemoteSettings
 
     settings = RemoteSettings(
         fanout=values["fanout"],
@@ -148,6 +148,6 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
     if values.get("node_rank") is not None:
         _manual_node(values, draft)
     if values.get("preflight"):
-        from dslaunch.remote.preflight import run_preflight  # noqa: PLC0415
+        from dslaunch.remote.preflight import run_preflight
 
         click.get_current_context().exit(run_preflight(draft))

@@ -17,7 +17,7 @@ from dslaunch.cli.slurm_options import FILTERS, slurm_context
 PARAMS: list[click.Parameter] = []
 
 
-def contribute(values: dict[str, Any], draft: PlanDraft) -> None:  # noqa: ARG001
+def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
     if slurm_context(values, os.environ) is None:
         return
     values["slurm_filters"] = {name: values.get(name) for name in FILTERS}

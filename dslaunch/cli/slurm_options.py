@@ -29,7 +29,7 @@ def slurm_context(values: Mapping[str, Any], env: Mapping[str, str]) -> str | No
     launcher = str(values.get("launcher") or "auto").lower()
     if launcher not in ("auto", "slurm"):
         return None
-    from dslaunch.slurm import layout  # noqa: PLC0415 - only for Slurm launches
+    from dslaunch.slurm import layout
 
     if not layout.in_allocation(env):
         if launcher == "slurm":
@@ -42,7 +42,7 @@ def slurm_context(values: Mapping[str, Any], env: Mapping[str, str]) -> str | No
 
 
 def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
-    from dslaunch.slurm import address, hostlist, layout  # noqa: PLC0415 - only for Slurm launches
+    from dslaunch.slurm import address, hostlist, layout
 
     env = os.environ
     context = slurm_context(values, env)
@@ -81,7 +81,7 @@ def _explicit_port(values: Mapping[str, Any]) -> int:
 
 
 def _step(values: dict[str, Any], draft: PlanDraft, env: Mapping[str, str], filters: Mapping[str, Any]) -> None:
-    from dslaunch.slurm import layout  # noqa: PLC0415 - only for Slurm launches
+    from dslaunch.slurm import layout
 
     used = [f"--{name.replace('_', '-')}" for name, value in filters.items() if value]
     if used:
@@ -106,7 +106,7 @@ def _step(values: dict[str, Any], draft: PlanDraft, env: Mapping[str, str], filt
 
 
 def _allocation(values: dict[str, Any], draft: PlanDraft, env: Mapping[str, str], filters: Mapping[str, Any]) -> None:
-    from dslaunch.slurm import layout, srun  # noqa: PLC0415 - only for Slurm launches
+    from dslaunch.slurm import layout, srun
 
     hosts = layout.job_hosts(env)
     include = _hosts_of(filters.get("include"), "--include")
@@ -136,7 +136,7 @@ def _allocation(values: dict[str, Any], draft: PlanDraft, env: Mapping[str, str]
 
 
 def _hosts_of(spec: str | None, hint: str) -> list[str]:
-    from dslaunch.slurm import hostlist  # noqa: PLC0415 - only for Slurm launches
+    from dslaunch.slurm import hostlist
 
     if not spec:
         return []
@@ -178,7 +178,7 @@ def _cpus_per_node(env: Mapping[str, str]) -> int:
 
 
 def _local_slots(nproc: int | str | None, env: Mapping[str, str]) -> tuple[str, ...]:
-    from dslaunch.cli.core_options import _gpu_labels  # noqa: PLC0415
+    from dslaunch.cli.core_options import _gpu_labels
 
     gpus = _gpu_labels(dict(env))
     if isinstance(nproc, int):

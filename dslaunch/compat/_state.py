@@ -7,7 +7,7 @@ from typing import Any
 
 def mesh() -> Any:
     """The engine's BuiltMesh; raises if ``dslaunch.engine()`` has not run in this process."""
-    from dslaunch.bootstrap import engine as engine_module  # noqa: PLC0415
+    from dslaunch.bootstrap import engine as engine_module
 
     built = engine_module._engine.built_mesh if engine_module._engine is not None else None
     if built is None:
@@ -16,7 +16,7 @@ def mesh() -> Any:
 
 
 def is_initialized() -> bool:
-    from dslaunch.bootstrap import engine as engine_module  # noqa: PLC0415
+    from dslaunch.bootstrap import engine as engine_module
 
     return engine_module._engine is not None and engine_module._engine.built_mesh is not None
 

@@ -29,7 +29,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'dslaunch.logs' has no attribute {name!r}")
-    import importlib  # noqa: PLC0415
+    import importlib
 
     return getattr(importlib.import_module(f"dslaunch.logs.{module}"), name)
 

@@ -43,7 +43,7 @@ class Logger:
     def is_enabled_for(self, level: int) -> bool:
         return level >= self._level
 
-    isEnabledFor = is_enabled_for  # noqa: N815 - stdlib spelling, for code written against logging.Logger
+    isEnabledFor = is_enabled_for  # stdlib spelling, for code written against logging.Logger
 
     def debug(self, event: str, *args: Any, **kw: Any) -> None:
         if self._level > 10:
@@ -193,7 +193,7 @@ def configure(
         os.makedirs(log_dir, exist_ok=True)
         # Agents leave with os._exit (no atexit flush) and log little: line-buffered.
         buffering = 1 << 16 if role in ("rank", "process") else 1
-        st.file = open(os.path.join(log_dir, _file_name(role, st.static)), "a", encoding="utf-8", buffering=buffering)  # noqa: SIM115
+        st.file = open(os.path.join(log_dir, _file_name(role, st.static)), "a", encoding="utf-8", buffering=buffering)
     for name, cls in _CLASSES.items():
         _set_level(cls, st.spec.level_for(name, st.channels_on))
     if not st.configured:
@@ -313,12 +313,12 @@ def _after_fork() -> None:
     st.lock = threading.Lock()
     st.static["pid"] = os.getpid()
     if st.file is not None:
-        st.file = open(st.file.name, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+        st.file = open(st.file.name, "a", encoding="utf-8", buffering=1)
 
 
 def shutdown() -> None:
     """Print the comm summary (if enabled) and flush the file sink; runs at exit."""
-    from dslaunch.logs import channels  # noqa: PLC0415
+    from dslaunch.logs import channels
 
     channels.flush_comm_summary()
     if _STATE.file is not None:
@@ -331,7 +331,7 @@ def shutdown() -> None:
 def _apply_stdlib_levels() -> None:
     if "dslaunch.logs.routing" not in sys.modules and not any(m.startswith("py:") for m, _ in _STATE.spec.modules):
         return  # nothing routed and nothing to route: spare the launcher the stdlib logging import
-    from dslaunch.logs import routing  # noqa: PLC0415
+    from dslaunch.logs import routing
 
     routing.apply_levels()
 

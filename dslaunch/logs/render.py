@@ -24,10 +24,10 @@ def attach_exception(ed: dict[str, Any], exc: Any) -> dict[str, Any]:
     if not isinstance(exc, tuple) or exc[0] is None:
         return ed
     if "exc" not in _CACHE:
-        from structlog.tracebacks import ExceptionDictTransformer  # noqa: PLC0415
+        from structlog.tracebacks import ExceptionDictTransformer
 
         _CACHE["exc"] = ExceptionDictTransformer(show_locals=False)
-    import traceback  # noqa: PLC0415
+    import traceback
 
     ed["exception"] = _CACHE["exc"](exc)
     ed["_exc_text"] = "".join(traceback.format_exception(*exc)).rstrip()
@@ -50,10 +50,10 @@ def json_line(ed: dict[str, Any]) -> str:
 
 def _serializer() -> Any:
     """structlog's JSONRenderer over orjson when installed (about 2x faster), else json.dumps."""
-    from structlog.processors import JSONRenderer  # noqa: PLC0415
+    from structlog.processors import JSONRenderer
 
     try:
-        import orjson  # noqa: PLC0415
+        import orjson
 
         opts = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 

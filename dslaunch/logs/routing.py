@@ -87,7 +87,7 @@ def route_torch() -> None:
     if os.environ.get("TORCH_LOGS") or "torch" not in sys.modules:
         return
     try:
-        from torch._logging import _internal  # noqa: PLC0415
+        from torch._logging import _internal
 
         qnames = set(_internal.log_registry.get_log_qnames()) | {"torch"}
         is_torch: Any = _internal._is_torch_handler

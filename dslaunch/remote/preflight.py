@@ -69,13 +69,13 @@ HEADER = ("host", "reach", "python", "dslaunch", "torch", "gpus/slots", "master 
 
 
 def local_expected(port: int) -> Expected:
-    from importlib import metadata  # noqa: PLC0415
+    from importlib import metadata
 
     try:
         torch = metadata.version("torch")
     except metadata.PackageNotFoundError:
         torch = None
-    from dslaunch.cli.core_options import _gpu_labels  # noqa: PLC0415
+    from dslaunch.cli.core_options import _gpu_labels
 
     return Expected(sys.version.split()[0], __version__, torch, len(_gpu_labels(dict(os.environ))), port)
 
@@ -143,8 +143,8 @@ def _run_local(command: str, timeout: float) -> tuple[int | None, str, str]:
 
 
 def _results_ssh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, str, str]]:
-    from dslaunch.remote.command import RemoteSettings  # noqa: PLC0415
-    from dslaunch.runners.ssh import connect_all, run_on  # noqa: PLC0415
+    from dslaunch.remote.command import RemoteSettings
+    from dslaunch.runners.ssh import connect_all, run_on
 
     settings = RemoteSettings.of(plan)
     conns, failures = connect_all(plan, settings)
@@ -168,8 +168,8 @@ def _results_ssh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, 
 
 
 def _results_pdsh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, str, str]]:
-    from dslaunch.remote.command import RemoteSettings  # noqa: PLC0415
-    from dslaunch.runners.pdsh import pdsh_env  # noqa: PLC0415
+    from dslaunch.remote.command import RemoteSettings
+    from dslaunch.runners.pdsh import pdsh_env
 
     settings = RemoteSettings.of(plan)
     argv = ["pdsh", "-R", "ssh", "-f", str(max(settings.fanout, len(plan.nodes))), "-t",
@@ -192,10 +192,10 @@ def _results_pdsh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None,
 
 
 def run_preflight(draft: PlanDraft) -> int:
-    from dslaunch.cli.command import choose_launcher  # noqa: PLC0415
+    from dslaunch.cli.command import choose_launcher
 
     if draft.program is not None and draft.program.target is None:
-        import dataclasses  # noqa: PLC0415
+        import dataclasses
 
         draft.program = dataclasses.replace(draft.program, target="-")
     draft.launcher = choose_launcher(draft)

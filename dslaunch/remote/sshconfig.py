@@ -39,7 +39,7 @@ def default_config_path() -> str | None:
 
 def resolve(host: str, config_path: str | None, port: int | None = None) -> SshTarget:
     """Resolve ``[user@]host`` with ``config_path`` (None: no config); ``port`` overrides the config."""
-    import paramiko  # noqa: PLC0415 - never at CLI start-up
+    import paramiko  # never at CLI start-up
 
     user, _, alias = host.rpartition("@")
     config = paramiko.SSHConfig.from_path(config_path) if config_path else paramiko.SSHConfig()
@@ -61,8 +61,8 @@ def resolve(host: str, config_path: str | None, port: int | None = None) -> SshT
 
 def resolve_address(host: str, config_path: str | None) -> str:
     """The address ``host`` stands for (ssh_config HostName), cheaply: ``ssh -G`` when ssh exists, else paramiko."""
-    import shutil  # noqa: PLC0415
-    import subprocess  # noqa: PLC0415
+    import shutil
+    import subprocess
 
     alias = host.rpartition("@")[2]
     ssh = shutil.which("ssh")

@@ -38,7 +38,7 @@ class _ForkedAgent:
     """
 
     def __init__(self, plan: LaunchPlan, node_rank: int) -> None:
-        from dslaunch.agent.__main__ import run_node  # noqa: PLC0415 - import before fork, once
+        from dslaunch.agent.__main__ import run_node  # import before fork, once
 
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -63,7 +63,7 @@ class _ForkedAgent:
                     os.chdir(plan.cwd)
                 code = run_node(plan, node_rank, control=sys.stdin.buffer)
             except BaseException:  # noqa: BLE001 - report, then leave without running the launcher's code
-                import traceback  # noqa: PLC0415
+                import traceback
 
                 traceback.print_exc()
             finally:
@@ -155,7 +155,7 @@ class LocalRunner:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    import socket  # noqa: PLC0415
+    import socket
 
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.bind((host, 0))

@@ -138,7 +138,7 @@ def _with_port(plan: LaunchPlan) -> LaunchPlan:
     if plan.master_addr not in _LOOPBACK:
         raise MpiError(f"--master-port 0 needs the master on this machine, not {plan.master_addr!r}: "
                        "give a fixed --master-port")
-    from dslaunch.runners.local import free_port  # noqa: PLC0415
+    from dslaunch.runners.local import free_port
 
     return plan.with_port(free_port(plan.master_addr))
 

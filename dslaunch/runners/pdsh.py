@@ -125,7 +125,7 @@ class _Demux:
 
     def ssh_client(self, host: str) -> int | None:
         """The pid of the ssh client pdsh runs for ``host`` (pdsh puts each in its own session)."""
-        import psutil  # noqa: PLC0415
+        import psutil
 
         try:
             for child in psutil.Process(self.proc.pid).children():

@@ -37,7 +37,7 @@ class SlurmRunner:
             node = step.node_rank_of(plan, _environ())
             return [f"this srun task is the node agent of node {node}: "
                     + shlex.join([plan.program.python, "-m", "dslaunch.agent", "--node-rank", str(node)])]
-        from dslaunch.agent.ranks import rank_argv  # noqa: PLC0415
+        from dslaunch.agent.ranks import rank_argv
 
         return ["this srun task becomes its rank: " + shlex.join(rank_argv(plan, 0))]
 

@@ -82,7 +82,7 @@ class SshAgent:
 
 def connect_all(plan: LaunchPlan, settings: RemoteSettings) -> tuple[dict[int, Any], dict[str, str]]:
     """Connect to every node, at most ``fanout`` handshakes at a time; return connections and failures."""
-    from dslaunch.remote.paramiko_conn import ConnectError, connect  # noqa: PLC0415
+    from dslaunch.remote.paramiko_conn import ConnectError, connect
 
     def one(host: str) -> Any:
         return connect(host, settings.ssh_config, settings.ssh_port, settings.accept_new_hosts,
@@ -152,7 +152,7 @@ class SshRunner:
     @staticmethod
     def _reap_lost(plan: LaunchPlan, settings: RemoteSettings, handles: list[SshAgent]) -> None:
         """A node whose agent vanished may still hold ranks' children: kill them by run id."""
-        from dslaunch.remote.paramiko_conn import connect  # noqa: PLC0415
+        from dslaunch.remote.paramiko_conn import connect
 
         command = reap_command(plan, settings.venv_script)
         for h in handles:

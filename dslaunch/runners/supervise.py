@@ -78,7 +78,7 @@ def supervise(plan: LaunchPlan, handles: Sequence[AgentHandle], out: IO[str] | N
 
 
 def _log_teardown(outcome: Outcome) -> None:
-    from dslaunch.logs import get_logger  # noqa: PLC0415
+    from dslaunch.logs import get_logger
 
     cause = outcome.root_cause
     reason = (f"rank {cause.rank} on {cause.host} failed" if cause else

@@ -100,7 +100,7 @@ def _tell_peers(env: Mapping[str, str]) -> None:
 
 def exec_rank(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> None:
     """Become the rank this task stands for (never returns)."""
-    from dslaunch.agent import ranks as rankspec  # noqa: PLC0415
+    from dslaunch.agent import ranks as rankspec
 
     env = os.environ if env is None else env
     plan = resolve_port(plan, env)

@@ -61,7 +61,7 @@ def _two_local_slots(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _has_option(dest: str) -> bool:
-    from dslaunch.cli import command  # noqa: PLC0415
+    from dslaunch.cli import command
 
     return any(p.name == dest for p in command.build_command().params)
 
@@ -71,7 +71,7 @@ def test_accepted_spellings_are_frozen() -> None:
 
 
 def test_every_accepted_spelling_is_an_option_of_the_command() -> None:
-    from dslaunch.cli import command  # noqa: PLC0415
+    from dslaunch.cli import command
 
     names = {opt for p in command.build_command().params for opt in getattr(p, "opts", ())}
     names |= {opt for p in command.build_command().params for opt in getattr(p, "secondary_opts", ())}
@@ -156,7 +156,7 @@ def test_save_pid_points_at_deepspeeds_file_name() -> None:
 
 
 def test_migration_guide_lists_every_accepted_spelling() -> None:
-    from pathlib import Path  # noqa: PLC0415
+    from pathlib import Path
 
     guide = (Path(__file__).resolve().parents[2] / "docs" / "migration.md").read_text()
     table = guide.split("## Flags", 1)[1].split("###", 1)[0]

@@ -196,7 +196,7 @@ def test_torch_gloo_job_under_openmpi_with_local_rank_arg() -> None:
 def test_killed_agent_is_a_lost_node_not_a_success(flavour: mpi.Flavour) -> None:
     """The agents' done events are merged: one agent that never reports must fail the job."""
     _need(flavour)
-    import psutil  # noqa: PLC0415
+    import psutil
 
     run_id = f"mpilost{flavour.name}{os.getpid()}"
     proc = subprocess.Popen([*DSLAUNCH, "--launcher", flavour.name, "--master-port", "0", "--run-id", run_id,

@@ -18,7 +18,7 @@ PAYLOADS = ["$(touch pwned1)", "`touch pwned2`", "a; touch pwned3", "x' ; touch 
             "ünïcödé ✓", "--node-rank 1", "%n %h %%", "&& touch pwned5 &", "| touch pwned6", "> pwned7"]
 
 
-def _remote_agent(run_id: str, addr: str):  # noqa: ANN202
+def _remote_agent(run_id: str, addr: str):
     """The node agent that sshd started for a connection to ``addr``."""
     for p in job_processes(run_id):
         if "dslaunch.agent" in " ".join(p.cmdline()) and p.environ().get("SSH_CONNECTION", "").split()[2:3] == [addr]:

@@ -27,7 +27,7 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 
 def _cli(args: list[str], extra: dict[str, str]):  # type: ignore[no-untyped-def]
     env = _env(extra)
-    import subprocess  # noqa: PLC0415
+    import subprocess
 
     return subprocess.run([sys.executable, "-m", "dslaunch", *args], capture_output=True, text=True, timeout=60,
                           env=env)

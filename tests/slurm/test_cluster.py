@@ -168,7 +168,7 @@ def _venv_path(env: dict[str, str]) -> str:
 
 
 def test_sigterm_to_launcher_slurm_stops_the_step_gracefully(slurm_env: dict[str, str], tmp_path: Path) -> None:
-    import psutil  # noqa: PLC0415
+    import psutil
 
     run_id = _run_id()
     salloc = subprocess.Popen(

@@ -3,7 +3,7 @@ every dim and view of each is checked. Prints "rank R: OK <n> checks"."""
 
 import sys
 
-import meshcheck  # noqa: I001  (patches new_group before any mesh exists)
+import meshcheck  # patches new_group before any mesh exists
 import torch.distributed as dist
 
 import dslaunch

@@ -5,7 +5,7 @@ and all its dims and views checked. Prints "rank R: <case> ..." lines."""
 import sys
 import time
 
-import meshcheck  # noqa: I001  (patches new_group before any mesh exists)
+import meshcheck  # patches new_group before any mesh exists
 
 import torch
 import torch.distributed as dist
