@@ -80,8 +80,15 @@ def main() -> None:
         lambda: timed([*DSLAUNCH, "--nproc-per-node", "2", "--master-port", "0", str(trivial)], env),
         lambda: timed([*TORCHRUN, "--standalone", "--nproc-per-node", "2", str(trivial)], env),
     )
-    rows.append(("2 trivial ranks, start to exit", ours, theirs,
-                 "dslaunch --nproc-per-node 2 trivial.py", "torchrun --standalone --nproc-per-node 2 trivial.py"))
+    rows.append(
+        (
+            "2 trivial ranks, start to exit",
+            ours,
+            theirs,
+            "dslaunch --nproc-per-node 2 trivial.py",
+            "torchrun --standalone --nproc-per-node 2 trivial.py",
+        )
+    )
     ours, theirs = pairwise(
         max(3, args.repeat // 2),
         lambda: failure_to_exit([*DSLAUNCH, "--nproc-per-node", "2", "--master-port", "0", str(failing)], stamp),

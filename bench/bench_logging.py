@@ -38,14 +38,26 @@ def _setup() -> dict[str, object]:
     handler = logging.StreamHandler(devnull)
     handler.setFormatter(logging.Formatter("%(asctime)s [%(levelname)s] %(name)s: %(message)s"))
     on.addHandler(handler)
-    _core.configure("warning,engine=info", role="rank", fmt="json", ranks="all",
-                    facts={"rank": 3, "local_rank": 3, "node_rank": 0, "world_size": 8, "host": "bench", "run_id": "b"})
+    _core.configure(
+        "warning,engine=info",
+        role="rank",
+        fmt="json",
+        ranks="all",
+        facts={"rank": 3, "local_rank": 3, "node_rank": 0, "world_size": 8, "host": "bench", "run_id": "b"},
+    )
 
     def nop(event: str, **kw: object) -> None:
         return None
 
-    return {"std_off": off, "std_on": on, "ds_off": _core.get_logger("comm"), "ds_on": _core.get_logger("engine"),
-            "nop": nop, "i": 7, "devnull": devnull}
+    return {
+        "std_off": off,
+        "std_on": on,
+        "ds_off": _core.get_logger("comm"),
+        "ds_on": _core.get_logger("engine"),
+        "nop": nop,
+        "i": 7,
+        "devnull": devnull,
+    }
 
 
 CASES = {
@@ -91,9 +103,23 @@ def _irefs(name: str, n: int) -> int:
     import re
 
     proc = subprocess.run(
-        ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-         sys.executable, __file__, "--case", name, "--n", str(n)],
-        capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+        [
+            "valgrind",
+            "--tool=cachegrind",
+            "--cache-sim=no",
+            "--cachegrind-out-file=/dev/null",
+            sys.executable,
+            __file__,
+            "--case",
+            name,
+            "--n",
+            str(n),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+    )
     match = re.search(r"I\s+refs:\s+([\d,]+)", proc.stderr)
     assert match, proc.stderr[-2000:]
     return int(match.group(1).replace(",", ""))

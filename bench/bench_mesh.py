@@ -42,7 +42,8 @@ def rank_main(variant: str, spec: str, out_dir: str) -> None:
     ready = time.time()
     assert mesh.get_coordinate() is not None
     Path(out_dir, f"{variant}-{rank}.json").write_text(
-        json.dumps({"total": ready - started, "build": ready - imported}))
+        json.dumps({"total": ready - started, "build": ready - imported})
+    )
     if variant == "dslaunch":
         _micro(spec, out_dir, rank)
     dist.barrier()
@@ -88,8 +89,20 @@ def _micro(spec: str, out_dir: str, rank: int, reps: int = 9) -> None:
 
 def launch(variant: str, spec: str, nproc: int) -> tuple[dict[str, float], dict[str, list[float]]]:
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, "-m", "dslaunch", "--nproc-per-node", str(nproc), "--master-port", "0",
-               __file__, "--rank", variant, spec, out]
+        cmd = [
+            sys.executable,
+            "-m",
+            "dslaunch",
+            "--nproc-per-node",
+            str(nproc),
+            "--master-port",
+            "0",
+            __file__,
+            "--rank",
+            variant,
+            spec,
+            out,
+        ]
         env = {**os.environ, "DSLAUNCH_PG_TIMEOUT": "60", "PYTHONPATH": str(ROOT)}
         subprocess.run(cmd, check=True, capture_output=True, timeout=300, env=env, cwd=ROOT)
         rows = [json.loads(p.read_text()) for p in Path(out).glob(f"{variant}-*.json")]
@@ -114,24 +127,30 @@ def main() -> None:
     micro: dict[str, list[float]] = {"bare": [], "dslaunch": []}
     for rep in range(args.reps):
         pair = {}
-        for variant in (("bare", "dslaunch") if rep % 2 == 0 else ("dslaunch", "bare")):
+        for variant in ("bare", "dslaunch") if rep % 2 == 0 else ("dslaunch", "bare"):
             pair[variant], extra = launch(variant, args.spec, args.nproc)
             runs[variant].append(pair[variant])
             for key, values in extra.items():
                 micro[key].extend(values)
         ratios.append(pair["dslaunch"]["total"] / pair["bare"]["total"])
     med = {v: {k: statistics.median(r[k] for r in rows) for k in ("total", "build")} for v, rows in runs.items()}
-    print(f"mesh {args.spec} on {args.nproc} CPU ranks (gloo); {args.reps} launch pairs, order alternating; "
-          "slowest rank per launch; medians")
+    print(
+        f"mesh {args.spec} on {args.nproc} CPU ranks (gloo); {args.reps} launch pairs, order alternating; "
+        "slowest rank per launch; medians"
+    )
     print("| variant | start -> mesh ready (s) | after `import torch` -> mesh ready (s) | mesh build alone (s) |")
     print("|---|---|---|---|")
     for variant in ("bare", "dslaunch"):
-        print(f"| {variant} | {med[variant]['total']:.3f} | {med[variant]['build']:.3f} | "
-              f"{statistics.median(micro[variant]):.4f} |")
+        print(
+            f"| {variant} | {med[variant]['total']:.3f} | {med[variant]['build']:.3f} | "
+            f"{statistics.median(micro[variant]):.4f} |"
+        )
     ratio = statistics.median(ratios)
-    print(f"| dslaunch / bare | {ratio:.3f}x (median of pairs) | "
-          f"{med['dslaunch']['build'] / med['bare']['build']:.2f}x | "
-          f"{statistics.median(micro['dslaunch']) / statistics.median(micro['bare']):.2f}x |")
+    print(
+        f"| dslaunch / bare | {ratio:.3f}x (median of pairs) | "
+        f"{med['dslaunch']['build'] / med['bare']['build']:.2f}x | "
+        f"{statistics.median(micro['dslaunch']) / statistics.median(micro['bare']):.2f}x |"
+    )
     print(f"target start -> mesh ready <= 1.1x: {'met' if ratio <= 1.1 else 'NOT met'}")
 
 

@@ -43,10 +43,21 @@ def bench(n: int, repeat: int) -> dict[str, float]:
         hostfile.write_text("".join(f"{a} slots=1\n" for a in cluster.aliases))
         env = {k: v for k, v in os.environ.items() if not k.startswith("PDSH_")}
         pdsh_env = {**env, "PDSH_SSH_ARGS_APPEND": f"-F {cluster.config}"}
-        common = ["--hostfile", str(hostfile), "--ssh-config", str(cluster.config), "--fanout", "32",
-                  "--no-python", "/bin/true"]
+        common = [
+            "--hostfile",
+            str(hostfile),
+            "--ssh-config",
+            str(cluster.config),
+            "--fanout",
+            "32",
+            "--no-python",
+            "/bin/true",
+        ]
         cmds = {
-            "pdsh true (baseline)": (["pdsh", "-R", "ssh", "-f", "64", "-w", ",".join(cluster.aliases), "true"], pdsh_env),
+            "pdsh true (baseline)": (
+                ["pdsh", "-R", "ssh", "-f", "64", "-w", ",".join(cluster.aliases), "true"],
+                pdsh_env,
+            ),
             "dslaunch --launcher pdsh": ([*DSLAUNCH, "--launcher", "pdsh", *common], env),
             "dslaunch --launcher ssh": ([*DSLAUNCH, "--launcher", "ssh", *common], env),
         }

@@ -22,8 +22,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS = {
-    "demo": ["--nproc-per-node", "4", "--master-port", "0", "--mesh", "dp=2,tp=2",
-             str(ROOT / "examples" / "train.py"), "--steps", "8"],
+    "demo": [
+        "--nproc-per-node",
+        "4",
+        "--master-port",
+        "0",
+        "--mesh",
+        "dp=2,tp=2",
+        str(ROOT / "examples" / "train.py"),
+        "--steps",
+        "8",
+    ],
     "ddp": ["--nproc-per-node", "2", "--master-port", "0", str(ROOT / "tests" / "teardown" / "scripts" / "ending.py")],
 }
 JOB_ENV = {"demo": {}, "ddp": {"MODE": "ddp"}}
@@ -38,8 +47,14 @@ def run_once(job: str, extra: list[str], timeout: float) -> tuple[int, str, floa
     env = {**os.environ, "DSLAUNCH_PG_TIMEOUT": "60", "CUDA_VISIBLE_DEVICES": "", **JOB_ENV[job]}
     started = time.monotonic()
     try:
-        out = subprocess.run([sys.executable, "-m", "dslaunch", *extra, *JOBS[job]], capture_output=True,
-                             text=True, env=env, timeout=timeout, cwd=ROOT)
+        out = subprocess.run(
+            [sys.executable, "-m", "dslaunch", *extra, *JOBS[job]],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            cwd=ROOT,
+        )
         code, err = out.returncode, out.stderr
     except subprocess.TimeoutExpired as exc:
         code, err = -1, f"timed out after {timeout} s\n{exc.stderr or ''}"
@@ -63,8 +78,11 @@ def main() -> int:
     hogs = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(args.load)]
     for hog in hogs:
         hog.start()
-    print(f"torch {torch.__version__}, python {sys.version.split()[0]}, {args.runs} runs of {jobs}, "
-          f"{args.load} busy process(es) beside", flush=True)
+    print(
+        f"torch {torch.__version__}, python {sys.version.split()[0]}, {args.runs} runs of {jobs}, "
+        f"{args.load} busy process(es) beside",
+        flush=True,
+    )
     failures: dict[str, int] = dict.fromkeys(jobs, 0)
     seconds: dict[str, float] = dict.fromkeys(jobs, 0.0)
     try:
@@ -83,8 +101,10 @@ def main() -> int:
             hog.kill()
     for job in jobs:
         rate = 100.0 * failures[job] / args.runs
-        print(f"{job}: {failures[job]} failed of {args.runs} ({rate:.1f} per 100), "
-              f"mean {seconds[job] / args.runs:.1f} s per run")
+        print(
+            f"{job}: {failures[job]} failed of {args.runs} ({rate:.1f} per 100), "
+            f"mean {seconds[job] / args.runs:.1f} s per run"
+        )
     return 1 if any(failures.values()) else 0
 
 

@@ -67,7 +67,7 @@ def rank_cores(cores: Sequence[int], nproc: int, local_rank: int) -> tuple[int, 
     per_rank = len(cores) // nproc
     if per_rank < 1:  # more ranks than cores: share round-robin rather than fail on a remote node
         return (cores[local_rank % len(cores)],)
-    return tuple(cores[local_rank * per_rank:(local_rank + 1) * per_rank])
+    return tuple(cores[local_rank * per_rank : (local_rank + 1) * per_rank])
 
 
 def cores_for(option: object, nproc: int, local_rank: int) -> tuple[int, ...] | None:

@@ -76,8 +76,11 @@ class Comm:
 
         start = time.perf_counter()
         size = self._mesh.size(dim)
-        out = torch.empty((size * tensor.shape[0], *tensor.shape[1:]) if tensor.dim() else (size,),
-                          dtype=tensor.dtype, device=tensor.device)
+        out = torch.empty(
+            (size * tensor.shape[0], *tensor.shape[1:]) if tensor.dim() else (size,),
+            dtype=tensor.dtype,
+            device=tensor.device,
+        )
         _c10d("all_gather_single", "all_gather_into_tensor")(out, tensor.contiguous(), group=self._mesh.group(dim))
         self._report("all_gather", dim, tensor, start)
         return out
@@ -92,7 +95,8 @@ class Comm:
             raise ValueError(f"reduce_scatter over {dim}: tensor dim 0 ({tensor.shape[0]}) is not divisible by {size}")
         out = torch.empty((tensor.shape[0] // size, *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
         _c10d("reduce_scatter_single", "reduce_scatter_tensor")(
-            out, tensor.contiguous(), op=_reduce_op(op), group=self._mesh.group(dim))
+            out, tensor.contiguous(), op=_reduce_op(op), group=self._mesh.group(dim)
+        )
         self._report("reduce_scatter", dim, tensor, start)
         return out
 

@@ -17,7 +17,9 @@ def load_config(path: str) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"cannot read config {path!r}: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"config {path!r} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        raise ConfigError(
+            f"config {path!r} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"config {path!r} must hold a JSON object, not {type(data).__name__}")
     return data

@@ -59,7 +59,7 @@ def decode(line: str) -> dict[str, Any] | None:
     if not line.startswith(MARKER):
         return None
     try:
-        event = json.loads(line[len(MARKER):])
+        event = json.loads(line[len(MARKER) :])
     except json.JSONDecodeError:
         return None
     return event if isinstance(event, dict) and "ev" in event else None

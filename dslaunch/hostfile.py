@@ -129,7 +129,9 @@ def select(
         if num_nodes < 1:
             raise FilterError(f"--num-nodes must be at least 1, got {num_nodes}")
         if num_nodes > len(result):
-            raise FilterError(f"--num-nodes {num_nodes} asks for more nodes than available ({len(result)}: {', '.join(result)})")
+            raise FilterError(
+                f"--num-nodes {num_nodes} asks for more nodes than available ({len(result)}: {', '.join(result)})"
+            )
         result = dict(list(result.items())[:num_nodes])
     if num_slots is not None:
         if num_slots < 1:

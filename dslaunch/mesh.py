@@ -52,8 +52,11 @@ class MeshSpec:
 
     def text(self) -> str:
         """Canonical, order-independent text (dp_shard and every size that is not 1); equal specs, equal text."""
-        return ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)
-                        if f.name == "dp_shard" or getattr(self, f.name) != 1)
+        return ",".join(
+            f"{f.name}={getattr(self, f.name)}"
+            for f in fields(self)
+            if f.name == "dp_shard" or getattr(self, f.name) != 1
+        )
 
 
 def _int_value(name: str, value: Any) -> int:
@@ -192,8 +195,9 @@ def locality_warnings(layout: MeshLayout, local_world_size: int) -> list[str]:
     for label, size in (("tp", layout.tp), ("tp*cp*sp", layout.tp * layout.cp * layout.sp)):
         if size > 1 and (size > local_world_size or local_world_size % size):
             verb = "exceeds" if size > local_world_size else "does not divide"
-            out.append(f"mesh: {label}={size} {verb} the {local_world_size} ranks per node; "
-                       "its collectives will cross nodes")
+            out.append(
+                f"mesh: {label}={size} {verb} the {local_world_size} ranks per node; its collectives will cross nodes"
+            )
             break
     return out
 
@@ -286,8 +290,11 @@ class MeshLayout:
 
     def view_sources(self) -> dict[str, tuple[str, ...]]:
         """Each view with members > 1 -> those members; a repeated member set is an alias, not a new mesh."""
-        return {v: tuple(n for n in m if getattr(self, n) > 1) for v, m in VIEWS.items()
-                if any(getattr(self, n) > 1 for n in m)}
+        return {
+            v: tuple(n for n in m if getattr(self, n) > 1)
+            for v, m in VIEWS.items()
+            if any(getattr(self, n) > 1 for n in m)
+        }
 
     def built_views(self) -> tuple[str, ...]:
         """Views that need their own process groups: two or more members > 1, member set not seen before."""

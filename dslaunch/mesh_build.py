@@ -144,8 +144,10 @@ def check_torch(layout: MeshLayout) -> None:
         needs.append(("_unflatten", "2.10", f"ep={layout.ep} with efsdp={layout.size('efsdp')}"))
     for attr, version, why in needs:
         if not hasattr(DeviceMesh, attr):
-            raise MeshConfigError(f"mesh: {layout.summary()} needs torch >= {version} for {why} "
-                                  f"(DeviceMesh.{attr}); this is torch {torch.__version__}")
+            raise MeshConfigError(
+                f"mesh: {layout.summary()} needs torch >= {version} for {why} "
+                f"(DeviceMesh.{attr}); this is torch {torch.__version__}"
+            )
 
 
 def build(layout: MeshLayout, device_type: str, rank: int) -> BuiltMesh:
@@ -194,8 +196,10 @@ def bootstrap(arg: Any, local_world_size: int, device_type: str) -> BuiltMesh:
 
     global _failed
     if _failed is not None:
-        raise MeshConfigError(f"mesh: an earlier mesh build in this process failed ({_failed}); its process groups "
-                              "may be half made, so ranks cannot safely try again: restart the job")
+        raise MeshConfigError(
+            f"mesh: an earlier mesh build in this process failed ({_failed}); its process groups "
+            "may be half made, so ranks cannot safely try again: restart the job"
+        )
     rank, world = dist.get_rank(), dist.get_world_size()
     error: MeshConfigError | None = None
     try:

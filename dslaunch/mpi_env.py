@@ -7,8 +7,15 @@ from collections.abc import Mapping, MutableMapping
 # The process's rank in the MPI job = its node rank (one agent per host): Open MPI, PMIx, MPICH/Hydra.
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
 # MPI's idea of rank and size describes the agents, not the job's ranks: user code must not see it.
-IDENTITY_PREFIXES = ("OMPI_COMM_WORLD_", "OMPI_UNIVERSE_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE",
-                     "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
+IDENTITY_PREFIXES = (
+    "OMPI_COMM_WORLD_",
+    "OMPI_UNIVERSE_SIZE",
+    "PMIX_RANK",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "MPI_LOCALRANKID",
+    "MPI_LOCALNRANKS",
+)
 PLAN_VAR = "DSLAUNCH_PLAN_B64"  # the plan travels in the environment, not in a visible argv
 
 

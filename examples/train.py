@@ -1,6 +1,6 @@
 """Train a tiny MLP on CPU ranks: tensor parallel over ``tp``, FSDP2 over ``dp``.
 
-    dslaunch --nproc-per-node 4 --mesh dp=2,tp=2 examples/train.py --steps 8
+dslaunch --nproc-per-node 4 --mesh dp=2,tp=2 examples/train.py --steps 8
 """
 
 import argparse
@@ -65,11 +65,15 @@ def main() -> None:
         times = engine.timers.step(step)
         if engine.is_main:
             parts = "  ".join(f"{name} {seconds * 1e3:5.1f} ms" for name, seconds in times.items())
-            print(f"step {step}: all_reduce over {engine.world_size} ranks = {total:.0f} (ok) | loss {mean:.4f} | {parts}",
-                  flush=True)
+            print(
+                f"step {step}: all_reduce over {engine.world_size} ranks = {total:.0f} (ok) | loss {mean:.4f} | {parts}",
+                flush=True,
+            )
     if engine.is_main:
-        print(f"done: {engine.world_size} ranks, backend {engine.backend}, device {engine.device}, "
-              f"{engine.mesh_layout.summary()}, loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+        print(
+            f"done: {engine.world_size} ranks, backend {engine.backend}, device {engine.device}, "
+            f"{engine.mesh_layout.summary()}, loss {losses[0]:.4f} -> {losses[-1]:.4f}"
+        )
     if len(losses) >= 6 and sum(losses[-3:]) >= sum(losses[:3]):
         raise SystemExit(f"rank {engine.rank}: loss did not go down: {losses}")
 

@@ -22,9 +22,7 @@ def run_cli(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``dslaunch ARGS`` to completion and capture its output as text."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [*DSLAUNCH, *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd
-    )
+    return subprocess.run([*DSLAUNCH, *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
 
 
 def job_processes(run_id: str) -> list[psutil.Process]:

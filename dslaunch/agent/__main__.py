@@ -47,8 +47,11 @@ def run_node(plan: LaunchPlan, node_rank: int, control: BinaryIO | None, pending
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dslaunch.agent")
     parser.add_argument("--node-rank", required=True, help="N, or 'mpi': this process's rank under mpirun/mpiexec")
-    parser.add_argument("--plan-b64", default=os.environ.pop(mpi_env.PLAN_VAR, None),
-                        help=f"the plan, base64 JSON (default: ${mpi_env.PLAN_VAR}, else first line of stdin)")
+    parser.add_argument(
+        "--plan-b64",
+        default=os.environ.pop(mpi_env.PLAN_VAR, None),
+        help=f"the plan, base64 JSON (default: ${mpi_env.PLAN_VAR}, else first line of stdin)",
+    )
     parser.add_argument("--no-control", action="store_true", help="do not watch stdin for stop/EOF")
     args = parser.parse_args(argv)
     try:

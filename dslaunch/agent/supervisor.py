@@ -73,7 +73,9 @@ class _Rank:
 
 
 class NodeSupervisor:
-    def __init__(self, plan: LaunchPlan, node_rank: int, *, control: BinaryIO | None, out: IO[bytes], err: IO[bytes]) -> None:
+    def __init__(
+        self, plan: LaunchPlan, node_rank: int, *, control: BinaryIO | None, out: IO[bytes], err: IO[bytes]
+    ) -> None:
         self.plan = plan
         self.node = plan.node(node_rank)
         self.control = control

@@ -164,6 +164,8 @@ def engine(mesh: Any = None) -> Engine:
             from dslaunch.mesh import MeshConfigError, as_spec
 
             if as_spec(mesh).text() != _engine.built_mesh.requested:
-                raise MeshConfigError(f"the engine already exists with {_engine.mesh_layout.summary()}; "
-                                      f"it cannot be rebuilt with mesh={mesh!r}")
+                raise MeshConfigError(
+                    f"the engine already exists with {_engine.mesh_layout.summary()}; "
+                    f"it cannot be rebuilt with mesh={mesh!r}"
+                )
         return _engine

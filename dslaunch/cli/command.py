@@ -57,8 +57,9 @@ def choose_launcher(draft: PlanDraft) -> str:
             f"is available; known launchers: {', '.join(sorted(RUNNERS))}"
         )
     if name not in RUNNERS:
-        raise click.BadParameter(f"unknown launcher {name!r}; known: auto, {', '.join(sorted(RUNNERS))}",
-                                 param_hint="'--launcher'")
+        raise click.BadParameter(
+            f"unknown launcher {name!r}; known: auto, {', '.join(sorted(RUNNERS))}", param_hint="'--launcher'"
+        )
     return name
 
 
@@ -106,8 +107,9 @@ def _check_target(draft: PlanDraft) -> None:
     if program.module or program.no_python:
         return
     if not os.path.isfile(program.target):
-        raise click.BadParameter(f"script {program.target!r} does not exist (use -m for a module)",
-                                 param_hint="'SCRIPT'")
+        raise click.BadParameter(
+            f"script {program.target!r} does not exist (use -m for a module)", param_hint="'SCRIPT'"
+        )
 
 
 def _dry_run(plan: LaunchPlan, commands: list[str], draft: PlanDraft) -> None:
@@ -122,8 +124,14 @@ def _dry_run(plan: LaunchPlan, commands: list[str], draft: PlanDraft) -> None:
 
 def build_command() -> click.Command:
     params: list[click.Parameter] = [
-        click.Option(["--version"], is_flag=True, expose_value=False, is_eager=True, callback=_version,
-                     help="Show the version and exit."),
+        click.Option(
+            ["--version"],
+            is_flag=True,
+            expose_value=False,
+            is_eager=True,
+            callback=_version,
+            help="Show the version and exit.",
+        ),
     ]
     for area in AREAS:
         params.extend(importlib.import_module(area).PARAMS)
@@ -137,6 +145,9 @@ def build_command() -> click.Command:
         callback=_run,
         help="Start the ranks of a PyTorch job on this machine or many, and stop all of them "
         "the moment one fails.\n\nOptions go before SCRIPT; everything after SCRIPT is passed to it untouched.",
-        context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"],
-                          "max_content_width": 110},
+        context_settings={
+            "allow_interspersed_args": False,
+            "help_option_names": ["-h", "--help"],
+            "max_content_width": 110,
+        },
     )

@@ -54,43 +54,105 @@ def _pid_path(_value: bool) -> str:
 _ELASTIC = "elastic training was removed in DeepSpeed 0.19.8 and dslaunch has none: a failing rank stops the job"
 
 TABLE: tuple[DsFlag, ...] = (
-    DsFlag(("--num_nodes",), "ds_num_nodes", "--num-nodes", "num_nodes", type=click.IntRange(min=-1),
-           convert=_minus_one),
-    DsFlag(("--num_gpus",), "ds_num_gpus", "--nproc-per-node", "nproc_per_node", type=click.IntRange(min=-1),
-           convert=_minus_one, note="checked against the hostfile's slots"),
-    DsFlag(("--num_accelerators",), "ds_num_accelerators", "--nproc-per-node", "nproc_per_node", type=click.IntRange(min=-1),
-           convert=_minus_one, note="checked against the hostfile's slots"),
+    DsFlag(
+        ("--num_nodes",), "ds_num_nodes", "--num-nodes", "num_nodes", type=click.IntRange(min=-1), convert=_minus_one
+    ),
+    DsFlag(
+        ("--num_gpus",),
+        "ds_num_gpus",
+        "--nproc-per-node",
+        "nproc_per_node",
+        type=click.IntRange(min=-1),
+        convert=_minus_one,
+        note="checked against the hostfile's slots",
+    ),
+    DsFlag(
+        ("--num_accelerators",),
+        "ds_num_accelerators",
+        "--nproc-per-node",
+        "nproc_per_node",
+        type=click.IntRange(min=-1),
+        convert=_minus_one,
+        note="checked against the hostfile's slots",
+    ),
     DsFlag(("--master_addr",), "ds_master_addr", "--master-addr", "master_addr", convert=_none_string),
     DsFlag(("--master_port",), "ds_master_port", "--master-port", "master_port", type=click.IntRange(0, 65535)),
-    DsFlag(("--node_rank",), "ds_node_rank", "--node-rank", "node_rank", type=click.IntRange(min=-1),
-           convert=_minus_one),
+    DsFlag(
+        ("--node_rank",), "ds_node_rank", "--node-rank", "node_rank", type=click.IntRange(min=-1), convert=_minus_one
+    ),
     DsFlag(("--launcher_args",), "ds_launcher_args", "--launcher-args", "launcher_args"),
     DsFlag(("--no_python",), "ds_no_python", "--no-python", "no_python", is_flag=True),
-    DsFlag(("--no_local_rank",), "ds_no_local_rank", "(the default; --local-rank-arg turns it on)",
-           "local_rank_arg", is_flag=True, convert=lambda _v: False, v1_option="--local-rank-arg",
-           note="dslaunch appends --local_rank=N only with --local-rank-arg"),
-    DsFlag(("--no_ssh",), "ds_no_ssh", "--node-rank N", is_flag=True,
-           note="--node-rank N alone starts only this node's agent and never opens ssh"),
-    DsFlag(("--no_ssh_check",), "ds_no_ssh_check", "", is_flag=True,
-           note="it has no effect: dslaunch runs no separate ssh check"),
+    DsFlag(
+        ("--no_local_rank",),
+        "ds_no_local_rank",
+        "(the default; --local-rank-arg turns it on)",
+        "local_rank_arg",
+        is_flag=True,
+        convert=lambda _v: False,
+        v1_option="--local-rank-arg",
+        note="dslaunch appends --local_rank=N only with --local-rank-arg",
+    ),
+    DsFlag(
+        ("--no_ssh",),
+        "ds_no_ssh",
+        "--node-rank N",
+        is_flag=True,
+        note="--node-rank N alone starts only this node's agent and never opens ssh",
+    ),
+    DsFlag(
+        ("--no_ssh_check",),
+        "ds_no_ssh_check",
+        "",
+        is_flag=True,
+        note="it has no effect: dslaunch runs no separate ssh check",
+    ),
     DsFlag(("--force_multi",), "ds_force_multi", "--force-multi", "force_multi", is_flag=True),
-    DsFlag(("--save_pid",), "ds_save_pid", "--save-pid PATH", "save_pid", is_flag=True, convert=_pid_path,
-           note="the launcher's pid goes to /tmp/<launcher pid>.deepspeed, removed when the job ends"),
-    DsFlag(("--enable_each_rank_log",), "ds_enable_each_rank_log", "--log-dir", "log_dir", convert=_none_string,
-           note="files are DIR/rank<N>.stdout.log and DIR/rank<N>.stderr.log"),
-    DsFlag(("--bind_cores_to_rank",), "ds_bind_cores_to_rank", "--bind-cores-to-rank", "bind_cores_to_rank",
-           is_flag=True, note="the default core list is the node's usable cores (CPU affinity)"),
+    DsFlag(
+        ("--save_pid",),
+        "ds_save_pid",
+        "--save-pid PATH",
+        "save_pid",
+        is_flag=True,
+        convert=_pid_path,
+        note="the launcher's pid goes to /tmp/<launcher pid>.deepspeed, removed when the job ends",
+    ),
+    DsFlag(
+        ("--enable_each_rank_log",),
+        "ds_enable_each_rank_log",
+        "--log-dir",
+        "log_dir",
+        convert=_none_string,
+        note="files are DIR/rank<N>.stdout.log and DIR/rank<N>.stderr.log",
+    ),
+    DsFlag(
+        ("--bind_cores_to_rank",),
+        "ds_bind_cores_to_rank",
+        "--bind-cores-to-rank",
+        "bind_cores_to_rank",
+        is_flag=True,
+        note="the default core list is the node's usable cores (CPU affinity)",
+    ),
     DsFlag(("--bind_core_list",), "ds_bind_core_list", "--bind-core-list", "bind_core_list"),
     DsFlag(("--ssh_port",), "ds_ssh_port", "--ssh-port", "ssh_port", type=click.IntRange(1, 65535)),
     DsFlag(("--venv_script",), "ds_venv_script", "--venv-script", "venv_script"),
-    DsFlag(("--log_level",), "ds_log_level", "--log-level", "log_level",
-           type=click.Choice(["debug", "info", "warning", "error", "critical"], case_sensitive=False),
-           convert=str.lower,
-           note="the default is warning, and the level reaches every rank on every node"),
-    DsFlag(("-q", "--quiet"), "ds_quiet", "--log-level error", "log_level", is_flag=True,
-           convert=lambda _v: "error"),
-    DsFlag(("--autotuning",), "ds_autotuning", "", type=click.Choice(["tune", "run"]), reject=True,
-           note="the autotuner is part of DeepSpeed: run it with `deepspeed --autotuning ...`"),
+    DsFlag(
+        ("--log_level",),
+        "ds_log_level",
+        "--log-level",
+        "log_level",
+        type=click.Choice(["debug", "info", "warning", "error", "critical"], case_sensitive=False),
+        convert=str.lower,
+        note="the default is warning, and the level reaches every rank on every node",
+    ),
+    DsFlag(("-q", "--quiet"), "ds_quiet", "--log-level error", "log_level", is_flag=True, convert=lambda _v: "error"),
+    DsFlag(
+        ("--autotuning",),
+        "ds_autotuning",
+        "",
+        type=click.Choice(["tune", "run"]),
+        reject=True,
+        note="the autotuner is part of DeepSpeed: run it with `deepspeed --autotuning ...`",
+    ),
     DsFlag(("--elastic_training",), "ds_elastic_training", "", is_flag=True, note=_ELASTIC),
     DsFlag(("--min_elastic_nodes",), "ds_min_elastic_nodes", "", type=click.INT, note=_ELASTIC),
     DsFlag(("--max_elastic_nodes",), "ds_max_elastic_nodes", "", type=click.INT, note=_ELASTIC),
@@ -102,8 +164,14 @@ SAME_SPELLING: tuple[str, ...] = ("-H", "--hostfile", "-i", "--include", "-e", "
 ACCEPTED: tuple[str, ...] = tuple(sorted({*SAME_SPELLING, *(name for f in TABLE for name in f.names)}))
 
 PARAMS: list[click.Parameter] = [
-    click.Option([*f.names, f.dest], is_flag=f.is_flag, default=None if not f.is_flag else False,
-                 type=None if f.is_flag else f.type, hidden=True, expose_value=True)
+    click.Option(
+        [*f.names, f.dest],
+        is_flag=f.is_flag,
+        default=None if not f.is_flag else False,
+        type=None if f.is_flag else f.type,
+        hidden=True,
+        expose_value=True,
+    )
     for f in TABLE
     if not f.external
 ]
@@ -167,8 +235,11 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
         if flag.target is not None:
             _apply(flag, values, applied)
     if str(values.get("launcher", "")).lower() in _NO_V1_LAUNCHERS:
-        raise click.BadParameter(f"DeepSpeed's {values['launcher']!r} launcher has no dslaunch equivalent: "
-                                 "use --launcher openmpi or --launcher mpich (or auto)", param_hint="'--launcher'")
+        raise click.BadParameter(
+            f"DeepSpeed's {values['launcher']!r} launcher has no dslaunch equivalent: "
+            "use --launcher openmpi or --launcher mpich (or auto)",
+            param_hint="'--launcher'",
+        )
     if _used(_BY_DEST["ds_no_ssh"], values) and values.get("node_rank") is None:
         raise click.UsageError("--no_ssh needs --node_rank N (in dslaunch: --node-rank N): the rank of this node")
 

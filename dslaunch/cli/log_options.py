@@ -38,18 +38,45 @@ def _ranks_option(ctx: click.Context, param: click.Parameter, value: str) -> str
 
 
 PARAMS: list[click.Parameter] = [
-    click.Option(["--log-level", "log_level"], metavar="SPEC", is_eager=True, callback=_level_option,
-                 help="Log levels, e.g. 'info', 'comm=debug', 'warning,comm=debug,launcher=info', '+comm,-builder'; "
-                      "'help' lists the modules [default: warning; env DSLAUNCH_LOG_LEVEL; config log_level]."),
-    click.Option(["--log-format"], type=click.Choice(["console", "json"], case_sensitive=False), default="console",
-                 envvar="DSLAUNCH_LOG_FORMAT", show_default=True, help="Console records as text or one JSON object per line."),
-    click.Option(["--log-ranks"], metavar="SPEC", default="0", envvar="DSLAUNCH_LOG_RANKS", callback=_ranks_option,
-                 show_default=True, help="Ranks whose records below WARNING reach the console: 'all', 'none', '0,8-15', "
-                      "'local:0' (local rank 0 of each node), 'node:0'."),
-    click.Option(["--log-color"], type=click.Choice(["auto", "always", "never"], case_sensitive=False), default="auto",
-                 show_default=True, help="Colour console records (auto: stdout is a terminal; honours NO_COLOR, FORCE_COLOR)."),
-    click.Option(["--wall-clock-breakdown"], is_flag=True, default=None,
-                 help="Print the timers' wall-clock breakdown at any log level [config: wall_clock_breakdown]."),
+    click.Option(
+        ["--log-level", "log_level"],
+        metavar="SPEC",
+        is_eager=True,
+        callback=_level_option,
+        help="Log levels, e.g. 'info', 'comm=debug', 'warning,comm=debug,launcher=info', '+comm,-builder'; "
+        "'help' lists the modules [default: warning; env DSLAUNCH_LOG_LEVEL; config log_level].",
+    ),
+    click.Option(
+        ["--log-format"],
+        type=click.Choice(["console", "json"], case_sensitive=False),
+        default="console",
+        envvar="DSLAUNCH_LOG_FORMAT",
+        show_default=True,
+        help="Console records as text or one JSON object per line.",
+    ),
+    click.Option(
+        ["--log-ranks"],
+        metavar="SPEC",
+        default="0",
+        envvar="DSLAUNCH_LOG_RANKS",
+        callback=_ranks_option,
+        show_default=True,
+        help="Ranks whose records below WARNING reach the console: 'all', 'none', '0,8-15', "
+        "'local:0' (local rank 0 of each node), 'node:0'.",
+    ),
+    click.Option(
+        ["--log-color"],
+        type=click.Choice(["auto", "always", "never"], case_sensitive=False),
+        default="auto",
+        show_default=True,
+        help="Colour console records (auto: stdout is a terminal; honours NO_COLOR, FORCE_COLOR).",
+    ),
+    click.Option(
+        ["--wall-clock-breakdown"],
+        is_flag=True,
+        default=None,
+        help="Print the timers' wall-clock breakdown at any log level [config: wall_clock_breakdown].",
+    ),
 ]
 
 
@@ -59,8 +86,9 @@ def merged_spec(cli: str | None, env_text: str | None, config: dict[str, Any]) -
     value = config.get("log_level")
     if value is not None:
         if not isinstance(value, str):
-            raise click.BadParameter(f"config key log_level must be a string spec like 'info', not {value!r}",
-                                     param_hint="'--config'")
+            raise click.BadParameter(
+                f"config key log_level must be a string spec like 'info', not {value!r}", param_hint="'--config'"
+            )
         try:
             spec = S.parse_spec(value).merged_over(spec)
         except S.SpecError as exc:
@@ -100,12 +128,22 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
 
     from dslaunch.logs import _core
 
-    _core.configure(spec, role="launcher", fmt=fmt, color=color, log_dir=None if draft.dry_run else draft.log_dir,
-                    facts={"run_id": draft.run_id})
+    _core.configure(
+        spec,
+        role="launcher",
+        fmt=fmt,
+        color=color,
+        log_dir=None if draft.dry_run else draft.log_dir,
+        facts={"run_id": draft.run_id},
+    )
     log = _core.get_logger("launcher")
     if log.is_enabled_for(S.INFO):
-        log.info("hosts chosen", nodes=[f"{n.host}:{','.join(n.slots)}" for n in draft.nodes],
-                 ranks=sum(len(n.ranks) for n in draft.nodes), log_spec=spec.canonical())
+        log.info(
+            "hosts chosen",
+            nodes=[f"{n.host}:{','.join(n.slots)}" for n in draft.nodes],
+            ranks=sum(len(n.ranks) for n in draft.nodes),
+            log_spec=spec.canonical(),
+        )
 
 
 def log_launch(launcher: str, commands: Sequence[str], env: Sequence[tuple[str, str]], secrets: set[str]) -> None:

@@ -17,7 +17,9 @@ VALID_INPUT = "pp, dp_replicate, dp_shard (alias dp), cp, sp, tp, ep"
 
 PARAMS: list[click.Parameter] = [
     click.Option(
-        ["--mesh"], metavar="SPEC", envvar="DSLAUNCH_MESH",
+        ["--mesh"],
+        metavar="SPEC",
+        envvar="DSLAUNCH_MESH",
         help=f"Device mesh, e.g. 'pp=2,dp=-1,tp=2'. Dims: {VALID_INPUT}; one may be -1 (the rest of the ranks). "
         "Order outermost first: pp, dp_replicate, dp_shard, cp|sp, tp. [default: the config's mesh, else dp=-1]",
     ),

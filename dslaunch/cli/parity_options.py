@@ -18,18 +18,35 @@ REMOTE_LAUNCHERS = ("pdsh", "ssh")  # what --force-multi picks, in choose_launch
 LAUNCHER_ARGS_USERS = ("openmpi", "mpich", "slurm")  # runners that read runner_options["launcher_args"]
 
 PARAMS: list[click.Parameter] = [
-    click.Option(["--local-rank-arg"], is_flag=True,
-                 help="Append --local_rank=N to each rank's arguments, as DeepSpeed does by default."),
-    click.Option(["--bind-cores-to-rank"], is_flag=True,
-                 help="Give each rank an equal slice of the node's cores (numactl -C) and set OMP_NUM_THREADS to it."),
-    click.Option(["--bind-core-list"], metavar="LIST",
-                 help="Cores to split with --bind-cores-to-rank, e.g. '0-15,32-47' [default: the node's usable cores]."),
-    click.Option(["--save-pid"], type=click.Path(dir_okay=False), metavar="PATH",
-                 help="Write the launcher's pid to PATH while the job runs (signal it to stop the whole job)."),
-    click.Option(["--force-multi"], is_flag=True,
-                 help="Use a remote launcher (pdsh/ssh) even when the only host is this one."),
-    click.Option(["--launcher-args"], metavar="ARGS",
-                 help="Extra arguments for the launcher program (mpirun, srun, pdsh), split like a shell would."),
+    click.Option(
+        ["--local-rank-arg"],
+        is_flag=True,
+        help="Append --local_rank=N to each rank's arguments, as DeepSpeed does by default.",
+    ),
+    click.Option(
+        ["--bind-cores-to-rank"],
+        is_flag=True,
+        help="Give each rank an equal slice of the node's cores (numactl -C) and set OMP_NUM_THREADS to it.",
+    ),
+    click.Option(
+        ["--bind-core-list"],
+        metavar="LIST",
+        help="Cores to split with --bind-cores-to-rank, e.g. '0-15,32-47' [default: the node's usable cores].",
+    ),
+    click.Option(
+        ["--save-pid"],
+        type=click.Path(dir_okay=False),
+        metavar="PATH",
+        help="Write the launcher's pid to PATH while the job runs (signal it to stop the whole job).",
+    ),
+    click.Option(
+        ["--force-multi"], is_flag=True, help="Use a remote launcher (pdsh/ssh) even when the only host is this one."
+    ),
+    click.Option(
+        ["--launcher-args"],
+        metavar="ARGS",
+        help="Extra arguments for the launcher program (mpirun, srun, pdsh), split like a shell would.",
+    ),
 ]
 
 
@@ -49,8 +66,9 @@ def _core_list(values: dict[str, Any], draft: PlanDraft) -> list[int] | None:
         raise click.BadParameter(str(exc), param_hint="'--bind-core-list'") from None
     most = max(node.nproc for node in draft.nodes)
     if cores and len(cores) < most:
-        raise click.BadParameter(f"{len(cores)} core(s) cannot give each of {most} ranks a core of its own",
-                                 param_hint="'--bind-core-list'")
+        raise click.BadParameter(
+            f"{len(cores)} core(s) cannot give each of {most} ranks a core of its own", param_hint="'--bind-core-list'"
+        )
     local_only = draft.launcher in ("auto", "local") and all(n.host in LOCAL_NAMES for n in draft.nodes)
     if local_only and not draft.dry_run and shutil.which("numactl") is None:
         raise click.UsageError("--bind-cores-to-rank needs numactl on PATH (apt-get install numactl)")
@@ -63,8 +81,9 @@ def _pid_file(path: str) -> None:
         with open(path, "x", encoding="ascii") as f:
             f.write(f"{os.getpid()}\n")
     except FileExistsError:
-        raise click.BadParameter(f"pid file {path!r} already exists: is another job running?",
-                                 param_hint="'--save-pid'") from None
+        raise click.BadParameter(
+            f"pid file {path!r} already exists: is another job running?", param_hint="'--save-pid'"
+        ) from None
     except OSError as exc:
         raise click.BadParameter(f"cannot write pid file {path!r}: {exc.strerror}", param_hint="'--save-pid'") from None
 
@@ -88,19 +107,24 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
         try:
             draft.runner_options["launcher_args"] = shlex.split(values["launcher_args"])
         except ValueError as exc:
-            raise click.BadParameter(f"cannot split {values['launcher_args']!r}: {exc}",
-                                     param_hint="'--launcher-args'") from None
+            raise click.BadParameter(
+                f"cannot split {values['launcher_args']!r}: {exc}", param_hint="'--launcher-args'"
+            ) from None
         if draft.launcher not in LAUNCHER_ARGS_USERS:
-            click.echo(f"dslaunch: warning: --launcher-args is only used by the {', '.join(LAUNCHER_ARGS_USERS)} "
-                       f"launchers; ignored with --launcher {_shown(draft.launcher)}", err=True)
+            click.echo(
+                f"dslaunch: warning: --launcher-args is only used by the {', '.join(LAUNCHER_ARGS_USERS)} "
+                f"launchers; ignored with --launcher {_shown(draft.launcher)}",
+                err=True,
+            )
     if values.get("force_multi") and draft.launcher == "auto":
         from dslaunch.runners import RUNNERS
 
         found = [name for name in REMOTE_LAUNCHERS if name in RUNNERS and (name != "pdsh" or shutil.which("pdsh"))]
         if not found:
-            raise click.UsageError(f"--force-multi needs a remote launcher ({', '.join(REMOTE_LAUNCHERS)}); "
-                                   f"known launchers: {', '.join(sorted(RUNNERS))}")
+            raise click.UsageError(
+                f"--force-multi needs a remote launcher ({', '.join(REMOTE_LAUNCHERS)}); "
+                f"known launchers: {', '.join(sorted(RUNNERS))}"
+            )
         draft.launcher = found[0]
     if values.get("save_pid") and not draft.dry_run:
         _pid_file(values["save_pid"])
-

@@ -13,29 +13,74 @@ from dslaunch.cli.files import read_option_file
 from dslaunch.cli.render import is_secret_name
 
 PARAMS: list[click.Parameter] = [
-    click.Option(["--fanout"], type=click.IntRange(min=1), default=32, show_default=True, metavar="N",
-                 help="ssh: at most N connections opened at once (pdsh always runs every node at once)."),
-    click.Option(["--remote-python"], metavar="PATH",
-                 help="Python on the remote nodes [default: this launcher's interpreter, same path]."),
+    click.Option(
+        ["--fanout"],
+        type=click.IntRange(min=1),
+        default=32,
+        show_default=True,
+        metavar="N",
+        help="ssh: at most N connections opened at once (pdsh always runs every node at once).",
+    ),
+    click.Option(
+        ["--remote-python"],
+        metavar="PATH",
+        help="Python on the remote nodes [default: this launcher's interpreter, same path].",
+    ),
     click.Option(["--remote-cwd"], metavar="DIR", help="Working directory on the remote nodes [default: this one]."),
-    click.Option(["--venv-script", "venv_script"], metavar="PATH",
-                 help="Source this file on each node before starting (e.g. a venv's bin/activate)."),
-    click.Option(["--ssh-config"], type=click.Path(dir_okay=False), metavar="FILE",
-                 help="ssh client config for both runners [default: ~/.ssh/config]."),
-    click.Option(["--ssh-port", "ssh_port"], type=click.IntRange(1, 65535), metavar="PORT",
-                 help="ssh port, overriding the ssh config."),
-    click.Option(["--ssh-accept-new-hosts"], is_flag=True,
-                 help="Trust and record host keys not yet in known_hosts (changed keys are always refused)."),
-    click.Option(["--ssh-connect-timeout"], type=click.FloatRange(min=0.1), default=10.0, show_default=True,
-                 metavar="SECONDS", help="Give up on a host that does not answer ssh within this time."),
-    click.Option(["--export", "exports"], multiple=True, metavar="NAME[=VALUE]",
-                 help="Send this variable to every rank on every node (repeatable); NAME alone sends its current value."),
-    click.Option(["--env-file", "env_files"], multiple=True, type=click.Path(dir_okay=False), metavar="PATH",
-                 help="NAME=VALUE lines for every rank (repeatable) [also read: ~/.deepspeed_env, ./.deepspeed_env, $DS_ENV_FILE]."),
-    click.Option(["--node-rank"], type=click.IntRange(min=0), metavar="N",
-                 help="Manual multi-node mode: start only node N's ranks here, no ssh (needs a fixed --master-port)."),
-    click.Option(["--preflight"], is_flag=True,
-                 help="Check every host (reachable, Python, dslaunch, torch, GPUs vs slots, master port) and exit; SCRIPT is optional."),
+    click.Option(
+        ["--venv-script", "venv_script"],
+        metavar="PATH",
+        help="Source this file on each node before starting (e.g. a venv's bin/activate).",
+    ),
+    click.Option(
+        ["--ssh-config"],
+        type=click.Path(dir_okay=False),
+        metavar="FILE",
+        help="ssh client config for both runners [default: ~/.ssh/config].",
+    ),
+    click.Option(
+        ["--ssh-port", "ssh_port"],
+        type=click.IntRange(1, 65535),
+        metavar="PORT",
+        help="ssh port, overriding the ssh config.",
+    ),
+    click.Option(
+        ["--ssh-accept-new-hosts"],
+        is_flag=True,
+        help="Trust and record host keys not yet in known_hosts (changed keys are always refused).",
+    ),
+    click.Option(
+        ["--ssh-connect-timeout"],
+        type=click.FloatRange(min=0.1),
+        default=10.0,
+        show_default=True,
+        metavar="SECONDS",
+        help="Give up on a host that does not answer ssh within this time.",
+    ),
+    click.Option(
+        ["--export", "exports"],
+        multiple=True,
+        metavar="NAME[=VALUE]",
+        help="Send this variable to every rank on every node (repeatable); NAME alone sends its current value.",
+    ),
+    click.Option(
+        ["--env-file", "env_files"],
+        multiple=True,
+        type=click.Path(dir_okay=False),
+        metavar="PATH",
+        help="NAME=VALUE lines for every rank (repeatable) [also read: ~/.deepspeed_env, ./.deepspeed_env, $DS_ENV_FILE].",
+    ),
+    click.Option(
+        ["--node-rank"],
+        type=click.IntRange(min=0),
+        metavar="N",
+        help="Manual multi-node mode: start only node N's ranks here, no ssh (needs a fixed --master-port).",
+    ),
+    click.Option(
+        ["--preflight"],
+        is_flag=True,
+        help="Check every host (reachable, Python, dslaunch, torch, GPUs vs slots, master port) and exit; SCRIPT is optional.",
+    ),
 ]
 
 
@@ -54,8 +99,9 @@ def _read_env_file(path: str, explicit: bool) -> dict[str, str]:
     try:
         return envs.parse_env_file(text, path)
     except envs.EnvError as exc:
-        raise click.BadParameter(f"{exc} (lines are NAME=VALUE, '#' comments, optional quotes)",
-                                 param_hint="'--env-file'") from None
+        raise click.BadParameter(
+            f"{exc} (lines are NAME=VALUE, '#' comments, optional quotes)", param_hint="'--env-file'"
+        ) from None
 
 
 def _exports(values: dict[str, Any], draft: PlanDraft, remote: bool) -> None:
@@ -109,11 +155,15 @@ def _ssh_config(values: dict[str, Any]) -> str | None:
 def _manual_node(values: dict[str, Any], draft: PlanDraft) -> None:
     node_rank = values["node_rank"]
     if node_rank >= len(draft.nodes):
-        raise click.BadParameter(f"{node_rank} is not a node of this plan: valid node ranks are 0..{len(draft.nodes) - 1}",
-                                 param_hint="'--node-rank'")
+        raise click.BadParameter(
+            f"{node_rank} is not a node of this plan: valid node ranks are 0..{len(draft.nodes) - 1}",
+            param_hint="'--node-rank'",
+        )
     if draft.master_port == 0:
-        raise click.BadParameter("every node must agree on the port: give a fixed --master-port with --node-rank",
-                                 param_hint="'--master-port'")
+        raise click.BadParameter(
+            "every node must agree on the port: give a fixed --master-port with --node-rank",
+            param_hint="'--master-port'",
+        )
     draft.launcher = "node"
     draft.runner_options["node_rank"] = node_rank
 

@@ -22,8 +22,11 @@ def mask(text: str, secrets: set[str] = frozenset()) -> str:  # type: ignore[ass
     """Replace known secret values, and values of secret-looking NAME=VALUE pairs."""
     for secret in sorted((s for s in secrets if s), key=len, reverse=True):
         text = text.replace(secret, MASK)
-    return re.sub(r"(\b[A-Za-z_][A-Za-z0-9_]*=)('[^']*'|\"[^\"]*\"|\S+)",
-                  lambda m: m.group(1) + MASK if is_secret_name(m.group(1)[:-1]) else m.group(0), text)
+    return re.sub(
+        r"(\b[A-Za-z_][A-Za-z0-9_]*=)('[^']*'|\"[^\"]*\"|\S+)",
+        lambda m: m.group(1) + MASK if is_secret_name(m.group(1)[:-1]) else m.group(0),
+        text,
+    )
 
 
 def _ranges(ranks: tuple[int, ...]) -> str:
@@ -45,7 +48,9 @@ def plan_text(plan: LaunchPlan, commands: list[str], secrets: set[str] = frozens
     ]
     width = max(len(n.host) for n in plan.nodes)
     for n in plan.nodes:
-        lines.append(f"    node {n.node_rank:<3} {n.host:<{width}}  slots {','.join(n.slots):<12} ranks {_ranges(n.ranks)}")
+        lines.append(
+            f"    node {n.node_rank:<3} {n.host:<{width}}  slots {','.join(n.slots):<12} ranks {_ranges(n.ranks)}"
+        )
     if plan.env:
         lines.append("  rank environment:")
         lines += [f"    {k}={mask_value(k, v, secrets)}" for k, v in plan.env]

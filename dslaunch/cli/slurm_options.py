@@ -33,8 +33,10 @@ def slurm_context(values: Mapping[str, Any], env: Mapping[str, str]) -> str | No
 
     if not layout.in_allocation(env):
         if launcher == "slurm":
-            raise click.UsageError("--launcher slurm runs srun inside a Slurm allocation, but SLURM_JOB_ID is not "
-                                   "set: start it from salloc or an sbatch script")
+            raise click.UsageError(
+                "--launcher slurm runs srun inside a Slurm allocation, but SLURM_JOB_ID is not "
+                "set: start it from salloc or an sbatch script"
+            )
         return None
     if launcher == "auto" and (values.get("hostfile") or "RANK" in env):
         return None  # an explicit hostfile, or a rank started by another launcher
@@ -64,8 +66,9 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
     draft.master_addr = values["master_addr"]
     if not draft.dry_run and draft.program is not None and not (draft.program.module or draft.program.no_python):
         if not os.path.isfile(draft.program.target):
-            raise click.BadParameter(f"script {draft.program.target!r} does not exist (use -m for a module)",
-                                     param_hint="'SCRIPT'")
+            raise click.BadParameter(
+                f"script {draft.program.target!r} does not exist (use -m for a module)", param_hint="'SCRIPT'"
+            )
 
 
 def _explicit_port(values: Mapping[str, Any]) -> int:
@@ -119,7 +122,9 @@ def _allocation(values: dict[str, Any], draft: PlanDraft, env: Mapping[str, str]
     num_nodes = filters.get("num_nodes")
     if num_nodes:
         if num_nodes > len(chosen):
-            raise click.UsageError(f"--num-nodes {num_nodes} but only {len(chosen)} node(s) are left: {', '.join(chosen)}")
+            raise click.UsageError(
+                f"--num-nodes {num_nodes} but only {len(chosen)} node(s) are left: {', '.join(chosen)}"
+            )
         chosen = chosen[:num_nodes]
     if not chosen:
         raise click.UsageError("no nodes of the allocation are left after --include/--exclude")
@@ -129,8 +134,10 @@ def _allocation(values: dict[str, Any], draft: PlanDraft, env: Mapping[str, str]
     launcher_args = _launcher_args(values)
     owned = srun.owned_option(launcher_args)
     if owned:
-        raise click.BadParameter(f"{owned!r} is set by dslaunch from the plan; choose nodes with "
-                                 "--include/--exclude/--num-nodes instead", param_hint="'--launcher-args'")
+        raise click.BadParameter(
+            f"{owned!r} is set by dslaunch from the plan; choose nodes with --include/--exclude/--num-nodes instead",
+            param_hint="'--launcher-args'",
+        )
     draft.runner_options.update(slurm_mode="srun", slurm_exclude=list(exclude), slurm_launcher_args=launcher_args)
     draft.master_port = _explicit_port(values)
 
@@ -143,8 +150,11 @@ def _hosts_of(spec: str | None, hint: str) -> list[str]:
     hosts: list[str] = []
     for part in spec.split("@"):
         if ":" in part:
-            raise click.BadParameter(f"{part!r}: under Slurm only whole nodes can be chosen, e.g. 'n1@n[3-4]'; "
-                                     "GPUs within a node are Slurm's to assign", param_hint=f"'{hint}'")
+            raise click.BadParameter(
+                f"{part!r}: under Slurm only whole nodes can be chosen, e.g. 'n1@n[3-4]'; "
+                "GPUs within a node are Slurm's to assign",
+                param_hint=f"'{hint}'",
+            )
         hosts.extend(hostlist.expand(part))
     return hosts
 

@@ -62,5 +62,4 @@ class MeshMpu:
 
 mpu = MeshMpu()
 
-__all__ = ["MeshGrid", "MeshMpu", "ProcessTopology", "groups", "is_initialized", "mpu", "parallel_state",
-           *MPU_METHODS]
+__all__ = ["MeshGrid", "MeshMpu", "ProcessTopology", "groups", "is_initialized", "mpu", "parallel_state", *MPU_METHODS]

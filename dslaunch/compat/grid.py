@@ -50,15 +50,17 @@ class ProcessTopology:
             rank = rank * dim + coord[axis]
         return rank
 
-    def get_rank_repr(self, rank: int, omit_axes: list[str] | None = None, inner_sep: str = "_",
-                      outer_sep: str = "-") -> str:
+    def get_rank_repr(
+        self, rank: int, omit_axes: list[str] | None = None, inner_sep: str = "_", outer_sep: str = "-"
+    ) -> str:
         omit = ["data", "pipe"] if omit_axes is None else omit_axes
         coord = self.get_coord(rank)
         return outer_sep.join(f"{axis}{inner_sep}{getattr(coord, axis):02d}" for axis in self.axes if axis not in omit)
 
     def filter_match(self, **filters: int) -> list[int]:
-        return [r for r in range(self.world_size())
-                if all(getattr(self.get_coord(r), a) == v for a, v in filters.items())]
+        return [
+            r for r in range(self.world_size()) if all(getattr(self.get_coord(r), a) == v for a, v in filters.items())
+        ]
 
     def get_axis_list(self, axis: str, idx: int) -> list[int]:
         return self.filter_match(**{axis: idx})

@@ -12,16 +12,38 @@ from __future__ import annotations
 from typing import Any
 
 from dslaunch.logs.spec import (
-    DEBUG, INFO, WARNING, ERROR, CRITICAL, OFF, MODULES, LogSpec, RankFilter, SpecError,
-    parse_spec, parse_ranks, help_text,
+    DEBUG,
+    INFO,
+    WARNING,
+    ERROR,
+    CRITICAL,
+    OFF,
+    MODULES,
+    LogSpec,
+    RankFilter,
+    SpecError,
+    parse_spec,
+    parse_ranks,
+    help_text,
 )
 
 _LAZY = {
-    "Logger": "_core", "get_logger": "_core", "configure": "_core", "configure_from_env": "_core", "configure_agent": "_core",
-    "set_levels": "_core", "level_of": "_core", "shutdown": "_core",
-    "comm_record": "channels", "comm_enabled": "channels", "flush_comm_summary": "channels",
-    "timers_report": "channels", "timers_enabled": "channels",
-    "setup_rank": "routing", "route_torch": "routing", "route_warnings": "routing",
+    "Logger": "_core",
+    "get_logger": "_core",
+    "configure": "_core",
+    "configure_from_env": "_core",
+    "configure_agent": "_core",
+    "set_levels": "_core",
+    "level_of": "_core",
+    "shutdown": "_core",
+    "comm_record": "channels",
+    "comm_enabled": "channels",
+    "flush_comm_summary": "channels",
+    "timers_report": "channels",
+    "timers_enabled": "channels",
+    "setup_rank": "routing",
+    "route_torch": "routing",
+    "route_warnings": "routing",
 }
 
 
@@ -34,5 +56,19 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(f"dslaunch.logs.{module}"), name)
 
 
-__all__ = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "OFF", "MODULES", "LogSpec", "RankFilter",
-           "SpecError", "parse_spec", "parse_ranks", "help_text", *_LAZY]
+__all__ = [
+    "DEBUG",
+    "INFO",
+    "WARNING",
+    "ERROR",
+    "CRITICAL",
+    "OFF",
+    "MODULES",
+    "LogSpec",
+    "RankFilter",
+    "SpecError",
+    "parse_spec",
+    "parse_ranks",
+    "help_text",
+    *_LAZY,
+]

@@ -88,8 +88,15 @@ def _nop(self: Any, event: str = "", *args: Any, **kw: Any) -> None:
     return None
 
 
-_METHODS = (("debug", S.DEBUG), ("info", S.INFO), ("warning", S.WARNING), ("warn", S.WARNING),
-            ("error", S.ERROR), ("exception", S.ERROR), ("critical", S.CRITICAL))
+_METHODS = (
+    ("debug", S.DEBUG),
+    ("info", S.INFO),
+    ("warning", S.WARNING),
+    ("warn", S.WARNING),
+    ("error", S.ERROR),
+    ("exception", S.ERROR),
+    ("critical", S.CRITICAL),
+)
 
 
 def _set_level(cls: type[Logger], level: int) -> None:
@@ -183,8 +190,11 @@ def configure(
         "run_id": facts.get("run_id"),
     }
     filt = S.parse_ranks(ranks) if isinstance(ranks, str) else ranks
-    st.console_all_levels = role != "rank" or st.static["rank"] is None or filt.selects(
-        int(st.static["rank"]), st.static["local_rank"], st.static["node_rank"])
+    st.console_all_levels = (
+        role != "rank"
+        or st.static["rank"] is None
+        or filt.selects(int(st.static["rank"]), st.static["local_rank"], st.static["node_rank"])
+    )
     st.who = _who(role, st.static, facts)
     if st.file is not None:
         st.file.close()
@@ -242,8 +252,16 @@ def configure_from_env(env: Mapping[str, str], *, role: str = "rank", strict: bo
             facts[key] = int(value) if value and value.isdigit() else None
     elif role == "agent":
         facts["node_rank"] = int(env["NODE_RANK"]) if env.get("NODE_RANK", "").isdigit() else None
-    configure(spec, role=role, fmt=env.get("DSLAUNCH_LOG_FORMAT", "console"), color=_bool(env.get("DSLAUNCH_LOG_COLOR")),
-              ranks=ranks, log_dir=env.get("DSLAUNCH_LOG_DIR") or None, channels=channels, facts=facts)
+    configure(
+        spec,
+        role=role,
+        fmt=env.get("DSLAUNCH_LOG_FORMAT", "console"),
+        color=_bool(env.get("DSLAUNCH_LOG_COLOR")),
+        ranks=ranks,
+        log_dir=env.get("DSLAUNCH_LOG_DIR") or None,
+        channels=channels,
+        facts=facts,
+    )
 
 
 def configure_agent(plan_env: Any, node_rank: int, host: str, run_id: str) -> None:
@@ -263,6 +281,7 @@ def set_levels(text: str) -> None:
 
 
 # ---- emitting ------------------------------------------------------------------
+
 
 def _emit(logger: Logger, level: int, event: str, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
     if args:

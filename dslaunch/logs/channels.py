@@ -21,13 +21,22 @@ def comm_enabled() -> bool:
     return _core.get_logger("comm")._level <= S.DEBUG or _core.get_logger("comm.summary")._level <= S.INFO
 
 
-def comm_record(*, op: str, dim: str | None, group_size: int, dtype: str, nbytes: int, duration_s: float,
-                **extra: Any) -> None:
+def comm_record(
+    *, op: str, dim: str | None, group_size: int, dtype: str, nbytes: int, duration_s: float, **extra: Any
+) -> None:
     """One collective: a debug record under ``comm`` and a line in the exit summary (``comm.summary``)."""
     log = _core.get_logger("comm")
     if log._level <= S.DEBUG:
-        log.debug("collective", op=op, dim=dim, group_size=group_size, dtype=dtype, bytes=nbytes,
-                  ms=round(duration_s * 1e3, 3), **extra)
+        log.debug(
+            "collective",
+            op=op,
+            dim=dim,
+            group_size=group_size,
+            dtype=dtype,
+            bytes=nbytes,
+            ms=round(duration_s * 1e3, 3),
+            **extra,
+        )
     if _core.get_logger("comm.summary")._level <= S.INFO:
         with _lock:
             row = _summary.setdefault(op, [0, 0, 0.0])
@@ -43,8 +52,14 @@ def flush_comm_summary() -> None:
         _summary.clear()
     log = _core.get_logger("comm.summary")
     for op, (count, nbytes, seconds) in rows:
-        log.info("comm summary", op=op, count=int(count), bytes=int(nbytes), total_ms=round(seconds * 1e3, 3),
-                 mean_ms=round(seconds * 1e3 / count, 3) if count else 0.0)
+        log.info(
+            "comm summary",
+            op=op,
+            count=int(count),
+            bytes=int(nbytes),
+            total_ms=round(seconds * 1e3, 3),
+            mean_ms=round(seconds * 1e3 / count, 3) if count else 0.0,
+        )
 
 
 def timers_report(step: int | None, breakdown: dict[str, float], **extra: Any) -> None:

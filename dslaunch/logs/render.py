@@ -71,8 +71,9 @@ def console_line(ed: dict[str, Any], color: bool, who: str, static: Mapping[str,
     ts = ed["ts"]
     stamp = time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int(ts % 1 * 1000):03d}"
     letter = _LETTER.get(level, "?")
-    extras = " ".join(f"{k}={_value(v)}" for k, v in ed.items()
-                      if k not in _HIDDEN and not (k in static and static[k] == v))
+    extras = " ".join(
+        f"{k}={_value(v)}" for k, v in ed.items() if k not in _HIDDEN and not (k in static and static[k] == v)
+    )
     if color:
         head = f"{_DIM}{stamp}{_RESET} {_COLOR.get(level, '')}{letter}{_RESET} [{who}] {_DIM}{ed['logger']}:{_RESET} "
     else:

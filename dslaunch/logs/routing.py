@@ -27,11 +27,18 @@ class StdlibHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             name = record.name
-            module = "torch" if name == "torch" or name.startswith("torch.") else (
-                "py:warnings" if name == "py.warnings" else f"py:{name}")
+            module = (
+                "torch"
+                if name == "torch" or name.startswith("torch.")
+                else ("py:warnings" if name == "py.warnings" else f"py:{name}")
+            )
             level = min(max(record.levelno // 10 * 10, S.DEBUG), S.CRITICAL)
-            ed: dict[str, Any] = {"ts": record.created, "level": level, "logger": module,
-                                  "event": record.getMessage().rstrip("\n")}
+            ed: dict[str, Any] = {
+                "ts": record.created,
+                "level": level,
+                "logger": module,
+                "event": record.getMessage().rstrip("\n"),
+            }
             ed.update(_core.state().static)
             if module == "torch":
                 ed["qname"] = name
@@ -66,7 +73,9 @@ def apply_levels() -> None:
             qname = "py.warnings" if module == "py:warnings" else module[3:]
             _attach(qname)
     for qname in _routed:
-        module = "torch" if qname.split(".")[0] == "torch" else "py:warnings" if qname == "py.warnings" else f"py:{qname}"
+        module = (
+            "torch" if qname.split(".")[0] == "torch" else "py:warnings" if qname == "py.warnings" else f"py:{qname}"
+        )
         if module == "torch" and qname != "torch":
             continue  # torch's children inherit from "torch"
         logging.getLogger(qname).setLevel(_stdlib_level(_core.level_of(module)))
@@ -142,5 +151,6 @@ def setup_rank(env: Any = None) -> None:
     _core.configure_from_env(os.environ if env is None else env, role="rank", strict=True)
     route_warnings()
     install_torch_hook()
-    _core.get_logger("bootstrap").debug("logging configured", spec=_core.state().spec.canonical(),
-                                        started=round(time.time(), 3))
+    _core.get_logger("bootstrap").debug(
+        "logging configured", spec=_core.state().spec.canonical(), started=round(time.time(), 3)
+    )

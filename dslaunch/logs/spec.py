@@ -1,10 +1,10 @@
 """The ``--log-level`` grammar, the ``--log-ranks`` filter and the colour choice (pure, stdlib only).
 
-    spec := item ("," item)*           whitespace around items is ignored
-    item := LEVEL                       default for every module          info
-          | MODULE "=" LEVEL            a module and everything under it  comm=debug
-          | "+" MODULE | "-" MODULE     debug / error (TORCH_LOGS habit)  +comm,-builder
-    MODULE := ALIAS ("." ident)*  |  "py:" QNAME   (any other stdlib logger)
+spec := item ("," item)*           whitespace around items is ignored
+item := LEVEL                       default for every module          info
+      | MODULE "=" LEVEL            a module and everything under it  comm=debug
+      | "+" MODULE | "-" MODULE     debug / error (TORCH_LOGS habit)  +comm,-builder
+MODULE := ALIAS ("." ident)*  |  "py:" QNAME   (any other stdlib logger)
 """
 
 from __future__ import annotations
@@ -15,8 +15,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 DEBUG, INFO, WARNING, ERROR, CRITICAL, OFF = 10, 20, 30, 40, 50, 100
-LEVELS: dict[str, int] = {"debug": DEBUG, "info": INFO, "warning": WARNING, "error": ERROR,
-                          "critical": CRITICAL, "off": OFF}
+LEVELS: dict[str, int] = {
+    "debug": DEBUG,
+    "info": INFO,
+    "warning": WARNING,
+    "error": ERROR,
+    "critical": CRITICAL,
+    "off": OFF,
+}
 _ALIASES = {"warn": "warning", "fatal": "critical"}
 LEVEL_NAMES: dict[int, str] = {v: k for k, v in LEVELS.items()}
 DEFAULT_LEVEL = WARNING
@@ -108,8 +114,7 @@ def _parse_item(item: str) -> tuple[str | None, int]:
     if item[0] in "+-":
         body = item[1:].strip()
         if "=" in body:
-            raise SpecError(f"{item!r}: use either '{item[0]}{body.partition('=')[0]}' or "
-                            f"'{body}', not both")
+            raise SpecError(f"{item!r}: use either '{item[0]}{body.partition('=')[0]}' or '{body}', not both")
         if not body:
             raise SpecError(f"missing module after {item[0]!r} in {item!r}")
         return check_module(body, item), DEBUG if item[0] == "+" else ERROR
@@ -127,8 +132,10 @@ def _parse_item(item: str) -> tuple[str | None, int]:
         raise SpecError(f"{item!r} has no level; write '{item}=info' or '+{item}' (debug)")
     close = difflib.get_close_matches(word, [*LEVELS, *TOP_MODULES], n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise SpecError(f"cannot parse item {item!r}{hint} (an item is LEVEL, MODULE=LEVEL, +MODULE or -MODULE; "
-                    f"levels: {', '.join(LEVELS)})")
+    raise SpecError(
+        f"cannot parse item {item!r}{hint} (an item is LEVEL, MODULE=LEVEL, +MODULE or -MODULE; "
+        f"levels: {', '.join(LEVELS)})"
+    )
 
 
 def parse_spec(text: str) -> LogSpec:
@@ -156,16 +163,20 @@ def parse_spec(text: str) -> LogSpec:
 
 def help_text() -> str:
     width = max(len(m) for m in MODULES)
-    lines = ["dslaunch --log-level SPEC: a comma list of LEVEL, MODULE=LEVEL, +MODULE (debug), -MODULE (error).",
-             f"Levels: {', '.join(LEVELS)} (default: warning). The most specific setting wins;",
-             "--log-level beats DSLAUNCH_LOG_LEVEL, which beats log_level in the --config file.",
-             "Examples: info | comm=debug | warning,comm=debug,launcher=info | +comm,-builder | timers=off",
-             "", "Modules:"]
+    lines = [
+        "dslaunch --log-level SPEC: a comma list of LEVEL, MODULE=LEVEL, +MODULE (debug), -MODULE (error).",
+        f"Levels: {', '.join(LEVELS)} (default: warning). The most specific setting wins;",
+        "--log-level beats DSLAUNCH_LOG_LEVEL, which beats log_level in the --config file.",
+        "Examples: info | comm=debug | warning,comm=debug,launcher=info | +comm,-builder | timers=off",
+        "",
+        "Modules:",
+    ]
     lines += [f"  {m:<{width}}  {d}" for m, d in MODULES.items()]
     return "\n".join(lines)
 
 
 # ---- --log-ranks -----------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class RankFilter:
@@ -178,16 +189,19 @@ class RankFilter:
         if self.everyone:
             return True
         values = {"": rank, "local": local_rank, "node": node_rank}
-        return any(values[kind] is not None and lo <= values[kind] <= hi  # type: ignore[operator]
-                   for kind, lo, hi in self.ranges)
+        return any(
+            values[kind] is not None and lo <= values[kind] <= hi  # type: ignore[operator]
+            for kind, lo, hi in self.ranges
+        )
 
     def canonical(self) -> str:
         if self.everyone:
             return "all"
         if not self.ranges:
             return "none"
-        return ",".join((f"{kind}:" if kind else "") + (str(lo) if lo == hi else f"{lo}-{hi}")
-                        for kind, lo, hi in self.ranges)
+        return ",".join(
+            (f"{kind}:" if kind else "") + (str(lo) if lo == hi else f"{lo}-{hi}") for kind, lo, hi in self.ranges
+        )
 
 
 def parse_ranks(text: str) -> RankFilter:
@@ -201,8 +215,10 @@ def parse_ranks(text: str) -> RankFilter:
         item = raw.strip()
         m = re.fullmatch(r"(?:(local|node):)?(\d+)(?:-(\d+))?", item)
         if not m:
-            raise SpecError(f"bad rank item {item!r} in {text!r} (expected 'all', 'none', or global ranks and "
-                            f"ranges like 0,8-15, or local:0 / node:0-1)")
+            raise SpecError(
+                f"bad rank item {item!r} in {text!r} (expected 'all', 'none', or global ranks and "
+                f"ranges like 0,8-15, or local:0 / node:0-1)"
+            )
         lo, hi = int(m.group(2)), int(m.group(3) or m.group(2))
         if hi < lo:
             raise SpecError(f"empty rank range {item!r} in {text!r} (write low-high)")

@@ -9,12 +9,33 @@ from dataclasses import dataclass
 
 # DeepSpeed's EXPORT_ENVS + the CUDA accelerator's NCCL, plus what users keep asking for.
 EXPORT_PREFIXES: tuple[str, ...] = (
-    "DSLAUNCH_", "NCCL", "PYTHON", "UCX", "MV2", "MLFLOW",
-    "WANDB", "HF_", "HUGGING", "TORCH", "CUDA", "OMP_", "GLOO", "FI_", "TRANSFORMERS",
+    "DSLAUNCH_",
+    "NCCL",
+    "PYTHON",
+    "UCX",
+    "MV2",
+    "MLFLOW",
+    "WANDB",
+    "HF_",
+    "HUGGING",
+    "TORCH",
+    "CUDA",
+    "OMP_",
+    "GLOO",
+    "FI_",
+    "TRANSFORMERS",
 )
 # Launcher-local facts that must not overwrite the remote node's own.
-NEVER_EXPORTED = frozenset({"CUDA_VISIBLE_DEVICES", "DSLAUNCH_RUN_ID", "DSLAUNCH_ERROR_FILE", "DSLAUNCH_HOST",
-                            "PYTHONHOME", "PYTHONEXECUTABLE"})
+NEVER_EXPORTED = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "DSLAUNCH_RUN_ID",
+        "DSLAUNCH_ERROR_FILE",
+        "DSLAUNCH_HOST",
+        "PYTHONHOME",
+        "PYTHONEXECUTABLE",
+    }
+)
 DEFAULT_ENV_FILE = ".deepspeed_env"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -55,7 +76,7 @@ def _unquote(raw: str, where: str) -> str:
         end = _closing_quote(raw, quote)
         if end < 0:
             raise EnvError(f"{where}: unterminated {quote} quote")
-        tail = raw[end + 1:].strip()
+        tail = raw[end + 1 :].strip()
         if tail and not tail.startswith("#"):
             raise EnvError(f"{where}: unexpected text {tail!r} after the quoted value")
         body = raw[1:end]
@@ -87,7 +108,7 @@ def parse_env_file(text: str, path: str = "<env file>") -> dict[str, str]:
             continue
         where = f"{path}:{lineno}"
         if stripped.startswith("export ") or stripped.startswith("export\t"):
-            stripped = stripped[len("export"):].lstrip()
+            stripped = stripped[len("export") :].lstrip()
         name, sep, value = stripped.partition("=")
         name = name.strip()
         if not sep or not _NAME.match(name):

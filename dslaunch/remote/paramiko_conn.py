@@ -75,10 +75,16 @@ def _client(target: SshTarget, accept_new: bool, timeout: float, sock: Any = Non
     where = f"{target.user}@{target.hostname}:{target.port}"
     try:
         client.connect(
-            target.hostname, port=target.port, username=target.user,
+            target.hostname,
+            port=target.port,
+            username=target.user,
             key_filename=list(target.identity_files) or None,
-            look_for_keys=not target.identity_files, allow_agent=True,
-            timeout=timeout, banner_timeout=timeout, auth_timeout=timeout, sock=sock,
+            look_for_keys=not target.identity_files,
+            allow_agent=True,
+            timeout=timeout,
+            banner_timeout=timeout,
+            auth_timeout=timeout,
+            sock=sock,
         )
     except ConnectError:
         client.close()

@@ -84,14 +84,16 @@ def parse_probe(output: str) -> dict[str, Any] | None:
     for line in output.splitlines():
         if line.startswith(MARK):
             try:
-                data = json.loads(line[len(MARK):])
+                data = json.loads(line[len(MARK) :])
             except json.JSONDecodeError:
                 return None
             return data if isinstance(data, dict) else None
     return None
 
 
-def evaluate(host: str, slots: int, is_master: bool, expected: Expected, status: int | None, output: str, err: str) -> Row:
+def evaluate(
+    host: str, slots: int, is_master: bool, expected: Expected, status: int | None, output: str, err: str
+) -> Row:
     """One table row from a host's probe result (pure)."""
     data = parse_probe(output) if status == 0 else None
     if data is None:
@@ -99,11 +101,17 @@ def evaluate(host: str, slots: int, is_master: bool, expected: Expected, status:
         return Row(host, False, (host, "NO", "-", "-", "-", "-", "-", "FAIL"), (f"{host}: not usable: {why}",))
     problems = []
     if data["python"] != expected.python:
-        problems.append(f"{host}: python {data['python']} ({data['executable']}) differs from the launcher's {expected.python}")
+        problems.append(
+            f"{host}: python {data['python']} ({data['executable']}) differs from the launcher's {expected.python}"
+        )
     if data["dslaunch"] != expected.dslaunch:
-        problems.append(f"{host}: dslaunch {data['dslaunch'] or 'missing'} differs from the launcher's {expected.dslaunch}")
+        problems.append(
+            f"{host}: dslaunch {data['dslaunch'] or 'missing'} differs from the launcher's {expected.dslaunch}"
+        )
     if data["torch"] != expected.torch:
-        problems.append(f"{host}: torch {data['torch'] or 'missing'} differs from the launcher's {expected.torch or 'none'}")
+        problems.append(
+            f"{host}: torch {data['torch'] or 'missing'} differs from the launcher's {expected.torch or 'none'}"
+        )
     gpus = int(data["gpus"])
     if (gpus or expected.gpus) and gpus < slots:
         problems.append(f"{host}: {gpus} visible GPU(s) for {slots} slot(s)")
@@ -116,8 +124,16 @@ def evaluate(host: str, slots: int, is_master: bool, expected: Expected, status:
         else:
             port_cell = f"{expected.port} IN USE"
             problems.append(f"{host}: master port {expected.port} is already in use")
-    cells = (host, "yes", data["python"], data["dslaunch"] or "missing", data["torch"] or "none",
-             f"{gpus}/{slots}", port_cell, "FAIL" if problems else "ok")
+    cells = (
+        host,
+        "yes",
+        data["python"],
+        data["dslaunch"] or "missing",
+        data["torch"] or "none",
+        f"{gpus}/{slots}",
+        port_cell,
+        "FAIL" if problems else "ok",
+    )
     return Row(host, not problems, cells, tuple(problems))
 
 
@@ -172,11 +188,26 @@ def _results_pdsh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None,
     from dslaunch.runners.pdsh import pdsh_env
 
     settings = RemoteSettings.of(plan)
-    argv = ["pdsh", "-R", "ssh", "-f", str(max(settings.fanout, len(plan.nodes))), "-t",
-            str(max(1, round(settings.connect_timeout))), "-w", ",".join(n.host for n in plan.nodes),
-            command.replace("%", "%%")]
-    done = subprocess.run(argv, capture_output=True, text=True, env=pdsh_env(settings, dict(os.environ)),
-                          timeout=settings.connect_timeout + 60, stdin=subprocess.DEVNULL)
+    argv = [
+        "pdsh",
+        "-R",
+        "ssh",
+        "-f",
+        str(max(settings.fanout, len(plan.nodes))),
+        "-t",
+        str(max(1, round(settings.connect_timeout))),
+        "-w",
+        ",".join(n.host for n in plan.nodes),
+        command.replace("%", "%%"),
+    ]
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        env=pdsh_env(settings, dict(os.environ)),
+        timeout=settings.connect_timeout + 60,
+        stdin=subprocess.DEVNULL,
+    )
     outs: dict[str, list[str]] = {}
     errs: dict[str, list[str]] = {}
     for text, sink in ((done.stdout, outs), (done.stderr, errs)):

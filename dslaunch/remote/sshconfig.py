@@ -9,7 +9,9 @@ from dataclasses import dataclass
 
 DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
 # A host name, IPv4/IPv6 address or alias, optionally "user@": nothing a shell or ssh option parser could act on.
-_HOST = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.+-]*@)?(?:[A-Za-z0-9_][A-Za-z0-9_.-]*|\[?[0-9A-Fa-f:.]+(?:%[A-Za-z0-9_.-]+)?\]?)$")
+_HOST = re.compile(
+    r"^(?:[A-Za-z0-9_][A-Za-z0-9_.+-]*@)?(?:[A-Za-z0-9_][A-Za-z0-9_.-]*|\[?[0-9A-Fa-f:.]+(?:%[A-Za-z0-9_.-]+)?\]?)$"
+)
 
 
 def valid_host(host: str) -> bool:
@@ -45,8 +47,11 @@ def resolve(host: str, config_path: str | None, port: int | None = None) -> SshT
     config = paramiko.SSHConfig.from_path(config_path) if config_path else paramiko.SSHConfig()
     found = config.lookup(alias)
     known = found.get("userknownhostsfile")
-    known_files = tuple(os.path.expanduser(p) for p in known.split()) if known else tuple(
-        os.path.expanduser(p) for p in DEFAULT_KNOWN_HOSTS)
+    known_files = (
+        tuple(os.path.expanduser(p) for p in known.split())
+        if known
+        else tuple(os.path.expanduser(p) for p in DEFAULT_KNOWN_HOSTS)
+    )
     return SshTarget(
         alias=alias,
         hostname=found.get("hostname", alias),

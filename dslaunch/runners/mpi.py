@@ -87,11 +87,17 @@ def ssh_wrapper_text(plan: LaunchPlan) -> str | None:
         args += ["-F", str(remote["ssh_config"])]
     if remote.get("ssh_port"):
         args += ["-p", str(remote["ssh_port"])]
-    return None if len(args) == 1 else f"#!/bin/sh\nexec {shlex.join(args)} \"$@\"\n"
+    return None if len(args) == 1 else f'#!/bin/sh\nexec {shlex.join(args)} "$@"\n'
 
 
-def mpi_argv(plan: LaunchPlan, flavour: Flavour, program: str, hostfile: str, python: str = sys.executable,
-             ssh: str | None = None) -> list[str]:
+def mpi_argv(
+    plan: LaunchPlan,
+    flavour: Flavour,
+    program: str,
+    hostfile: str,
+    python: str = sys.executable,
+    ssh: str | None = None,
+) -> list[str]:
     """The full mpirun/mpiexec command line (pure, apart from the exported names)."""
     nodes = str(len(plan.nodes))
     extra = list(plan.option("launcher_args", []))
@@ -119,7 +125,9 @@ def find_program(flavour: Flavour) -> str:
         path = shutil.which(name)
         if path:
             return path
-    raise MpiError(f"--launcher {flavour.name} needs one of {', '.join(flavour.programs)} on PATH ({flavour.install_hint})")
+    raise MpiError(
+        f"--launcher {flavour.name} needs one of {', '.join(flavour.programs)} on PATH ({flavour.install_hint})"
+    )
 
 
 def mpi_env_for(plan: LaunchPlan, base: dict[str, str]) -> dict[str, str]:
@@ -136,8 +144,9 @@ def _with_port(plan: LaunchPlan) -> LaunchPlan:
     if plan.master_port != 0:
         return plan
     if plan.master_addr not in _LOOPBACK:
-        raise MpiError(f"--master-port 0 needs the master on this machine, not {plan.master_addr!r}: "
-                       "give a fixed --master-port")
+        raise MpiError(
+            f"--master-port 0 needs the master on this machine, not {plan.master_addr!r}: give a fixed --master-port"
+        )
     from dslaunch.runners.local import free_port
 
     return plan.with_port(free_port(plan.master_addr))
@@ -158,8 +167,9 @@ class MpiJob:
         self.node_rank = 0
         self.nodes = len(plan.nodes)
         self.host = f"{argv[0].rsplit('/', 1)[-1]} ({len(plan.nodes)} node(s))"
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env,
-                                     cwd=plan.cwd or None, preexec_fn=_preexec)
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env, cwd=plan.cwd or None, preexec_fn=_preexec
+        )
         self._stopped = False
 
     def lines(self) -> Iterator[str]:

@@ -28,7 +28,9 @@ from dslaunch.remote import common
 from dslaunch.remote.command import PLAN_PLACEHOLDER, RemoteSettings, agent_command, plan_b64, reap_command
 from dslaunch.remote.sshconfig import default_config_path
 
-_SSH_END = re.compile(r"^pdsh@[^:]*: (?P<host>[^:]+): ssh (?:exited with exit code (?P<code>\d+)|killed by signal (?P<sig>\d+))")
+_SSH_END = re.compile(
+    r"^pdsh@[^:]*: (?P<host>[^:]+): ssh (?:exited with exit code (?P<code>\d+)|killed by signal (?P<sig>\d+))"
+)
 
 
 def ssh_args(settings: RemoteSettings) -> list[str]:
@@ -50,9 +52,17 @@ def pdsh_argv(plan: LaunchPlan, settings: RemoteSettings, inline_plan: str) -> l
     command = agent_command(plan, token, venv_script=settings.venv_script, inline_plan=inline_plan)
     command = command.replace("%", "%%").replace(token, rank)
     return [
-        "pdsh", "-S", "-R", "ssh", "-f", str(max(settings.fanout, len(plan.nodes))),
-        "-t", str(max(1, round(settings.connect_timeout))),
-        "-w", ",".join(n.host for n in plan.nodes), command,
+        "pdsh",
+        "-S",
+        "-R",
+        "ssh",
+        "-f",
+        str(max(settings.fanout, len(plan.nodes))),
+        "-t",
+        str(max(1, round(settings.connect_timeout))),
+        "-w",
+        ",".join(n.host for n in plan.nodes),
+        command,
     ]
 
 
@@ -199,8 +209,12 @@ class PdshRunner:
             plan = plan.with_port(port)
         try:
             proc = subprocess.Popen(
-                pdsh_argv(plan, settings, plan_b64(plan)), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, env=env, preexec_fn=lambda: set_parent_death_signal(signal.SIGKILL),
+                pdsh_argv(plan, settings, plan_b64(plan)),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                preexec_fn=lambda: set_parent_death_signal(signal.SIGKILL),
             )
         except OSError as exc:
             return common.report_start_failures({"(all)": f"cannot run pdsh: {exc}"})
@@ -220,22 +234,52 @@ class PdshRunner:
         """A node whose agent vanished may still hold ranks' children: kill them by run id."""
         if not hosts:
             return
-        argv = ["pdsh", "-R", "ssh", "-t", str(max(1, round(settings.connect_timeout))), "-w", ",".join(hosts),
-                reap_command(plan, settings.venv_script).replace("%", "%%")]
+        argv = [
+            "pdsh",
+            "-R",
+            "ssh",
+            "-t",
+            str(max(1, round(settings.connect_timeout))),
+            "-w",
+            ",".join(hosts),
+            reap_command(plan, settings.venv_script).replace("%", "%%"),
+        ]
         try:
-            subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, timeout=settings.connect_timeout + 20)
+            subprocess.run(
+                argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=settings.connect_timeout + 20,
+            )
         except (OSError, subprocess.TimeoutExpired):
             common.write_err(f"dslaunch: could not clean up {', '.join(hosts)}\n".encode())
 
     @staticmethod
     def _pick_port(plan: LaunchPlan, settings: RemoteSettings, env: dict[str, str]) -> int | None:
         host = plan.nodes[0].host
-        argv = ["pdsh", "-S", "-R", "ssh", "-N", "-t", str(max(1, round(settings.connect_timeout))), "-w", host,
-                common.port_probe_command(plan.program.python).replace("%", "%%")]
+        argv = [
+            "pdsh",
+            "-S",
+            "-R",
+            "ssh",
+            "-N",
+            "-t",
+            str(max(1, round(settings.connect_timeout))),
+            "-w",
+            host,
+            common.port_probe_command(plan.program.python).replace("%", "%%"),
+        ]
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, env=env,
-                                  timeout=settings.connect_timeout + 30, stdin=subprocess.DEVNULL)
+            done = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=settings.connect_timeout + 30,
+                stdin=subprocess.DEVNULL,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             common.report_start_failures({host: f"cannot pick a free master port there: {exc}"})
             return None

@@ -21,8 +21,9 @@ _RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal
 
 
 def srun_line(plan: LaunchPlan) -> list[str]:
-    return srun.srun_argv(plan, exclude=plan.option("slurm_exclude", ()),
-                          launcher_args=plan.option("slurm_launcher_args", ()))
+    return srun.srun_argv(
+        plan, exclude=plan.option("slurm_exclude", ()), launcher_args=plan.option("slurm_launcher_args", ())
+    )
 
 
 class SlurmRunner:
@@ -35,8 +36,10 @@ class SlurmRunner:
             return [shlex.join(argv[:-1]) + " <plan, base64 JSON>"]
         if mode == "node":
             node = step.node_rank_of(plan, _environ())
-            return [f"this srun task is the node agent of node {node}: "
-                    + shlex.join([plan.program.python, "-m", "dslaunch.agent", "--node-rank", str(node)])]
+            return [
+                f"this srun task is the node agent of node {node}: "
+                + shlex.join([plan.program.python, "-m", "dslaunch.agent", "--node-rank", str(node)])
+            ]
         from dslaunch.agent.ranks import rank_argv
 
         return ["this srun task becomes its rank: " + shlex.join(rank_argv(plan, 0))]
@@ -104,12 +107,21 @@ def _stop_step(plan: LaunchPlan) -> bool:
     """Send SIGTERM to every process of our step (found by its name); False if that failed."""
     job = os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")
     try:
-        listing = subprocess.run(["squeue", "-h", "-s", "-j", str(job), "-o", "%i %j"], capture_output=True,
-                                 text=True, timeout=10, check=False).stdout
+        listing = subprocess.run(
+            ["squeue", "-h", "-s", "-j", str(job), "-o", "%i %j"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout
         steps = [line.split()[0] for line in listing.splitlines() if line.split()[1:] == [srun.step_name(plan)]]
         if not job or not steps:
             return False
-        return subprocess.run(["scancel", "--signal=TERM", steps[0]], capture_output=True, timeout=10,
-                              check=False).returncode == 0
+        return (
+            subprocess.run(
+                ["scancel", "--signal=TERM", steps[0]], capture_output=True, timeout=10, check=False
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False

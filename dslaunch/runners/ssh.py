@@ -33,8 +33,9 @@ class SshAgent:
         self._stdout = self.channel.makefile("rb")
         self._stopped = False
         self.reported = False  # the agent sent its "done" event
-        self._relay = threading.Thread(target=common.relay_lines, args=(self.channel.makefile_stderr("rb"),),
-                                       daemon=True)
+        self._relay = threading.Thread(
+            target=common.relay_lines, args=(self.channel.makefile_stderr("rb"),), daemon=True
+        )
         self._relay.start()
 
     def lines(self) -> Iterator[str]:
@@ -85,8 +86,9 @@ def connect_all(plan: LaunchPlan, settings: RemoteSettings) -> tuple[dict[int, A
     from dslaunch.remote.paramiko_conn import ConnectError, connect
 
     def one(host: str) -> Any:
-        return connect(host, settings.ssh_config, settings.ssh_port, settings.accept_new_hosts,
-                       settings.connect_timeout)
+        return connect(
+            host, settings.ssh_config, settings.ssh_port, settings.accept_new_hosts, settings.connect_timeout
+        )
 
     conns: dict[int, Any] = {}
     failures: dict[str, str] = {}
@@ -160,8 +162,17 @@ class SshRunner:
                 continue
             try:
                 transport = h.conn.client.get_transport()
-                conn = h.conn if transport is not None and transport.is_active() else connect(
-                    h.host, settings.ssh_config, settings.ssh_port, settings.accept_new_hosts, settings.connect_timeout)
+                conn = (
+                    h.conn
+                    if transport is not None and transport.is_active()
+                    else connect(
+                        h.host,
+                        settings.ssh_config,
+                        settings.ssh_port,
+                        settings.accept_new_hosts,
+                        settings.connect_timeout,
+                    )
+                )
                 run_on(conn, command, settings.connect_timeout)
                 if conn is not h.conn:
                     conn.close()

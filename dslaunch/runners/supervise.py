@@ -81,9 +81,15 @@ def _log_teardown(outcome: Outcome) -> None:
     from dslaunch.logs import get_logger
 
     cause = outcome.root_cause
-    reason = (f"rank {cause.rank} on {cause.host} failed" if cause else
-              f"signal {signal.Signals(outcome.signal).name}" if outcome.signal else
-              f"lost node {outcome.lost_node[0]}" if outcome.lost_node else "a node agent failed")
+    reason = (
+        f"rank {cause.rank} on {cause.host} failed"
+        if cause
+        else f"signal {signal.Signals(outcome.signal).name}"
+        if outcome.signal
+        else f"lost node {outcome.lost_node[0]}"
+        if outcome.lost_node
+        else "a node agent failed"
+    )
     get_logger("launcher").info("teardown", reason=reason)
 
 

@@ -16,8 +16,14 @@ def node_address(host: str, env: Mapping[str, str]) -> str:
     except (OSError, UnicodeError):
         pass
     try:
-        out = subprocess.run(["scontrol", "show", "node", "-o", host], capture_output=True, text=True,
-                             timeout=5, env=dict(env), check=False).stdout
+        out = subprocess.run(
+            ["scontrol", "show", "node", "-o", host],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            env=dict(env),
+            check=False,
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return host
     match = re.search(r"\bNodeAddr=(\S+)", out)

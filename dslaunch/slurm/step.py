@@ -65,8 +65,12 @@ def run_node(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> int:
     finally:
         signal.signal(PEER_FAILED, previous)
     if peer_failed and outcome.code:
-        print(f"dslaunch: node {node_rank} ({plan.node(node_rank).host}) stopped: another node of the "
-              "Slurm step failed (its log names the root cause)", file=sys.stderr, flush=True)
+        print(
+            f"dslaunch: node {node_rank} ({plan.node(node_rank).host}) stopped: another node of the "
+            "Slurm step failed (its log names the root cause)",
+            file=sys.stderr,
+            flush=True,
+        )
         return PEER_STOPPED_CODE
     if outcome.code and outcome.root_cause is not None and len(plan.nodes) > 1:
         _tell_peers(env)
@@ -91,9 +95,14 @@ def _tell_peers(env: Mapping[str, str]) -> None:
     if scancel is None or not job or step is None:
         return
     try:
-        subprocess.run([scancel, "--quiet", f"--signal={PEER_FAILED.name[3:]}", f"{job}.{step}"],
-                       timeout=10, check=False, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)  # best effort: tasks that already ended make scancel complain
+        subprocess.run(
+            [scancel, "--quiet", f"--signal={PEER_FAILED.name[3:]}", f"{job}.{step}"],
+            timeout=10,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # best effort: tasks that already ended make scancel complain
     except (OSError, subprocess.TimeoutExpired):
         pass
 

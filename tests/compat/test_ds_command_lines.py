@@ -14,40 +14,104 @@ HOSTFILE = "worker-0 slots=4\nworker-1 slots=4\nworker-2 slots=2\nworker-3 slots
 
 # (DeepSpeed argv, v1 argv); "H" is replaced by the hostfile's path.
 CASES: dict[str, tuple[list[str], list[str]]] = {
-    "getting-started": (["--hostfile=H", "train.py", "--deepspeed", "--deepspeed_config", "ds_config.json"],
-                        ["--hostfile=H", "train.py", "--deepspeed", "--deepspeed_config", "ds_config.json"]),
+    "getting-started": (
+        ["--hostfile=H", "train.py", "--deepspeed", "--deepspeed_config", "ds_config.json"],
+        ["--hostfile=H", "train.py", "--deepspeed", "--deepspeed_config", "ds_config.json"],
+    ),
     "num-nodes": (["--num_nodes=2", "--hostfile", "H", "train.py"], ["--num-nodes", "2", "-H", "H", "train.py"]),
-    "include-slots": (["-H", "H", '--include=worker-2:0,1', "train.py"], ["-H", "H", "-i", "worker-2:0,1", "train.py"]),
-    "exclude": (["-H", "H", "--exclude=worker-2:0@worker-3:0,1", "train.py"],
-                ["-H", "H", "-e", "worker-2:0@worker-3:0,1", "train.py"]),
-    "help-example": (["-H", "H", "-i", "worker-0@worker-1:0,2", "train.py"],
-                     ["-H", "H", "--include", "worker-0@worker-1:0,2", "train.py"]),
+    "include-slots": (["-H", "H", "--include=worker-2:0,1", "train.py"], ["-H", "H", "-i", "worker-2:0,1", "train.py"]),
+    "exclude": (
+        ["-H", "H", "--exclude=worker-2:0@worker-3:0,1", "train.py"],
+        ["-H", "H", "-e", "worker-2:0@worker-3:0,1", "train.py"],
+    ),
+    "help-example": (
+        ["-H", "H", "-i", "worker-0@worker-1:0,2", "train.py"],
+        ["-H", "H", "--include", "worker-0@worker-1:0,2", "train.py"],
+    ),
     "one-gpu": (["--num_gpus=1", "train.py"], ["--nproc-per-node", "1", "train.py"]),
-    "nodes-and-gpus": (["-H", "H", "--num_nodes", "1", "--num_gpus", "2", "train.py"],
-                       ["-H", "H", "--num-nodes", "1", "--nproc-per-node", "2", "train.py"]),
-    "openmpi": (["-H", "H", "--master_addr", "worker-0", "--master_port", "29501", "--launcher", "openmpi",
-                 "--launcher_args", "--mca btl_tcp_if_include eth0", "train.py"],
-                ["-H", "H", "--master-addr", "worker-0", "--master-port", "29501", "--launcher", "openmpi",
-                 "--launcher-args", "--mca btl_tcp_if_include eth0", "train.py"]),
-    "no-python": (["--no_local_rank", "--no_python", "/bin/bash", "-c", "echo 'hi there' \"$X\""],
-                  ["--no-python", "/bin/bash", "-c", "echo 'hi there' \"$X\""]),
-    "module-include-local": (["--module", "-i", "localhost:1,3", "pkg.train", "--name", "it's \"quoted\""],
-                             ["-m", "--include", "localhost:1,3", "pkg.train", "--name", "it's \"quoted\""]),
-    "bind-cores": (["--bind_cores_to_rank", "--bind_core_list", "0-3", "--num_gpus", "2", "train.py"],
-                   ["--bind-cores-to-rank", "--bind-core-list", "0-3", "--nproc-per-node", "2", "train.py"]),
-    "per-rank-logs": (["--enable_each_rank_log", "/tmp/ds-logs", "train.py"], ["--log-dir", "/tmp/ds-logs", "train.py"]),
-    "ssh-port-venv": (["-H", "H", "--ssh_port", "2222", "--venv_script", "/opt/venv/bin/activate", "train.py"],
-                      ["-H", "H", "--ssh-port", "2222", "--venv-script", "/opt/venv/bin/activate", "train.py"]),
-    "no-ssh": (["-H", "H", "--no_ssh", "--node_rank", "1", "--master_addr", "worker-0", "train.py"],
-               ["-H", "H", "--node-rank", "1", "--master-addr", "worker-0", "train.py"]),
+    "nodes-and-gpus": (
+        ["-H", "H", "--num_nodes", "1", "--num_gpus", "2", "train.py"],
+        ["-H", "H", "--num-nodes", "1", "--nproc-per-node", "2", "train.py"],
+    ),
+    "openmpi": (
+        [
+            "-H",
+            "H",
+            "--master_addr",
+            "worker-0",
+            "--master_port",
+            "29501",
+            "--launcher",
+            "openmpi",
+            "--launcher_args",
+            "--mca btl_tcp_if_include eth0",
+            "train.py",
+        ],
+        [
+            "-H",
+            "H",
+            "--master-addr",
+            "worker-0",
+            "--master-port",
+            "29501",
+            "--launcher",
+            "openmpi",
+            "--launcher-args",
+            "--mca btl_tcp_if_include eth0",
+            "train.py",
+        ],
+    ),
+    "no-python": (
+        ["--no_local_rank", "--no_python", "/bin/bash", "-c", "echo 'hi there' \"$X\""],
+        ["--no-python", "/bin/bash", "-c", "echo 'hi there' \"$X\""],
+    ),
+    "module-include-local": (
+        ["--module", "-i", "localhost:1,3", "pkg.train", "--name", 'it\'s "quoted"'],
+        ["-m", "--include", "localhost:1,3", "pkg.train", "--name", 'it\'s "quoted"'],
+    ),
+    "bind-cores": (
+        ["--bind_cores_to_rank", "--bind_core_list", "0-3", "--num_gpus", "2", "train.py"],
+        ["--bind-cores-to-rank", "--bind-core-list", "0-3", "--nproc-per-node", "2", "train.py"],
+    ),
+    "per-rank-logs": (
+        ["--enable_each_rank_log", "/tmp/ds-logs", "train.py"],
+        ["--log-dir", "/tmp/ds-logs", "train.py"],
+    ),
+    "ssh-port-venv": (
+        ["-H", "H", "--ssh_port", "2222", "--venv_script", "/opt/venv/bin/activate", "train.py"],
+        ["-H", "H", "--ssh-port", "2222", "--venv-script", "/opt/venv/bin/activate", "train.py"],
+    ),
+    "no-ssh": (
+        ["-H", "H", "--no_ssh", "--node_rank", "1", "--master_addr", "worker-0", "train.py"],
+        ["-H", "H", "--node-rank", "1", "--master-addr", "worker-0", "train.py"],
+    ),
     "quiet": (["-q", "train.py"], ["--log-level", "error", "train.py"]),
     "log-level": (["--log_level", "DEBUG", "train.py"], ["--log-level", "debug", "train.py"]),
-    "force-multi-mpi": (["--force_multi", "--launcher", "openmpi", "--num_gpus", "1", "train.py"],
-                        ["--force-multi", "--launcher", "openmpi", "--nproc-per-node", "1", "train.py"]),
-    "defaults-spelled-out": (["-H", "H", "--num_nodes", "-1", "--num_gpus", "-1", "--master_addr", "",
-                              "--master_port", "29500", "--enable_each_rank_log", "None", "--no_ssh_check",
-                              "train.py", "--local_rank", "5"],
-                             ["-H", "H", "train.py", "--local_rank", "5"]),
+    "force-multi-mpi": (
+        ["--force_multi", "--launcher", "openmpi", "--num_gpus", "1", "train.py"],
+        ["--force-multi", "--launcher", "openmpi", "--nproc-per-node", "1", "train.py"],
+    ),
+    "defaults-spelled-out": (
+        [
+            "-H",
+            "H",
+            "--num_nodes",
+            "-1",
+            "--num_gpus",
+            "-1",
+            "--master_addr",
+            "",
+            "--master_port",
+            "29500",
+            "--enable_each_rank_log",
+            "None",
+            "--no_ssh_check",
+            "train.py",
+            "--local_rank",
+            "5",
+        ],
+        ["-H", "H", "train.py", "--local_rank", "5"],
+    ),
 }
 
 BASE = ["--dry-run", "--run-id", "compat"]
@@ -75,7 +139,10 @@ def test_deepspeed_spelling_gives_the_v1_plan(case: str, hostfile: str) -> None:
 
 def test_include_keeps_device_order_and_hostfile_order(hostfile: str) -> None:
     plan = plan_of([*BASE, "-H", hostfile, "-i", "worker-1:2,0@worker-0:3", "train.py"])
-    assert [(n.host, n.slots, n.ranks) for n in plan.nodes] == [("worker-0", ("3",), (0,)), ("worker-1", ("0", "2"), (1, 2))]
+    assert [(n.host, n.slots, n.ranks) for n in plan.nodes] == [
+        ("worker-0", ("3",), (0,)),
+        ("worker-1", ("0", "2"), (1, 2)),
+    ]
 
 
 @pytest.mark.parametrize(("case", "warnings"), [("openmpi", 3), ("module-include-local", 0), ("no-python", 2)])

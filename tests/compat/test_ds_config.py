@@ -13,8 +13,14 @@ import pytest
 from tests.helpers import DSLAUNCH, run_cli
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "view.py")
-FULL = {"train_batch_size": 8, "log_level": "info", "wall_clock_breakdown": True,
-        "comms_logger": {"enabled": True, "verbose": False}, "steps_per_print": 10, "mesh_param": [2, 2]}
+FULL = {
+    "train_batch_size": 8,
+    "log_level": "info",
+    "wall_clock_breakdown": True,
+    "comms_logger": {"enabled": True, "verbose": False},
+    "steps_per_print": 10,
+    "mesh_param": [2, 2],
+}
 
 
 def _config(tmp_path: Path, data: dict[str, object]) -> str:
@@ -24,8 +30,10 @@ def _config(tmp_path: Path, data: dict[str, object]) -> str:
 
 
 def _env(tmp_path: Path, data: dict[str, object], *args: str, shell: dict[str, str] | None = None) -> dict[str, str]:
-    result = run_cli(["--dry-run", "--json", "--config", _config(tmp_path, data), "--nproc-per-node", "4", *args,
-                      "train.py"], env={"CUDA_VISIBLE_DEVICES": "", "DSLAUNCH_LOG_LEVEL": "", **(shell or {})})
+    result = run_cli(
+        ["--dry-run", "--json", "--config", _config(tmp_path, data), "--nproc-per-node", "4", *args, "train.py"],
+        env={"CUDA_VISIBLE_DEVICES": "", "DSLAUNCH_LOG_LEVEL": "", **(shell or {})},
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)["env"]  # type: ignore[no-any-return]
 
@@ -77,23 +85,46 @@ def test_defaults_without_config_keys(tmp_path: Path) -> None:
     ],
 )
 def test_bad_config_keys_exit_2_before_anything_starts(tmp_path: Path, data: dict[str, object], needle: str) -> None:
-    result = run_cli(["--config", _config(tmp_path, data), "--nproc-per-node", "4", "train.py"],
-                     env={"CUDA_VISIBLE_DEVICES": ""})
+    result = run_cli(
+        ["--config", _config(tmp_path, data), "--nproc-per-node", "4", "train.py"], env={"CUDA_VISIBLE_DEVICES": ""}
+    )
     assert result.returncode == 2 and needle in result.stderr and "Traceback" not in result.stderr
 
 
 def test_deepspeed_command_line_with_ds_config_reaches_real_ranks(tmp_path: Path) -> None:
     """`deepspeed --num_gpus 4 --log_level warning train.py --deepspeed_config cfg` with dslaunch instead."""
     cfg = _config(tmp_path, FULL)
-    result = subprocess.run([*DSLAUNCH, "--num_gpus", "4", "--master_port", "0", "--log_level", "warning",
-                             "--config", cfg, SCRIPT, "--deepspeed_config", cfg], capture_output=True, text=True,
-                            timeout=60, env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONDONTWRITEBYTECODE": "1"})
+    result = subprocess.run(
+        [
+            *DSLAUNCH,
+            "--num_gpus",
+            "4",
+            "--master_port",
+            "0",
+            "--log_level",
+            "warning",
+            "--config",
+            cfg,
+            SCRIPT,
+            "--deepspeed_config",
+            cfg,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONDONTWRITEBYTECODE": "1"},
+    )
     assert result.returncode == 0, result.stderr
     views = [json.loads(line.split("VIEW ", 1)[1]) for line in result.stdout.splitlines() if "VIEW " in line]
     assert sorted(v["rank"] for v in views) == [0, 1, 2, 3]
     for view in views:
         assert view["argv"] == ["--deepspeed_config", cfg]
-        assert view["env"] == {"DSLAUNCH_LOG_LEVEL": "warning", "DSLAUNCH_MESH": "dp_shard=2,sp=2", "DSLAUNCH_CONFIG": cfg,
-                               "DSLAUNCH_WALL_CLOCK_BREAKDOWN": "1", "DSLAUNCH_COMMS_LOGGER": "1"}
+        assert view["env"] == {
+            "DSLAUNCH_LOG_LEVEL": "warning",
+            "DSLAUNCH_MESH": "dp_shard=2,sp=2",
+            "DSLAUNCH_CONFIG": cfg,
+            "DSLAUNCH_WALL_CLOCK_BREAKDOWN": "1",
+            "DSLAUNCH_COMMS_LOGGER": "1",
+        }
     assert result.stderr.count("--num_gpus is DeepSpeed's spelling") == 1
     assert result.stderr.count("--log_level is DeepSpeed's spelling") == 1

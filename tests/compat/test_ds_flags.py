@@ -15,11 +15,39 @@ from tests.compat.plans import comparable, plan_of
 # Every `deepspeed` 0.19.8 launcher flag (deepspeed-launcher.md §1.5.1) plus the removed elastic ones.
 # Changing this list is a compatibility decision: update the migration guide with it.
 FROZEN_SPELLINGS = (
-    "--autotuning", "--bind_core_list", "--bind_cores_to_rank", "--elastic_training", "--enable_each_rank_log",
-    "--exclude", "--force_multi", "--hostfile", "--include", "--launcher", "--launcher_args", "--log_level",
-    "--master_addr", "--master_port", "--max_elastic_nodes", "--min_elastic_nodes", "--module", "--no_local_rank",
-    "--no_python", "--no_ssh", "--no_ssh_check", "--node_rank", "--num_accelerators", "--num_gpus", "--num_nodes",
-    "--quiet", "--save_pid", "--ssh_port", "--venv_script", "-H", "-e", "-i", "-q",
+    "--autotuning",
+    "--bind_core_list",
+    "--bind_cores_to_rank",
+    "--elastic_training",
+    "--enable_each_rank_log",
+    "--exclude",
+    "--force_multi",
+    "--hostfile",
+    "--include",
+    "--launcher",
+    "--launcher_args",
+    "--log_level",
+    "--master_addr",
+    "--master_port",
+    "--max_elastic_nodes",
+    "--min_elastic_nodes",
+    "--module",
+    "--no_local_rank",
+    "--no_python",
+    "--no_ssh",
+    "--no_ssh_check",
+    "--node_rank",
+    "--num_accelerators",
+    "--num_gpus",
+    "--num_nodes",
+    "--quiet",
+    "--save_pid",
+    "--ssh_port",
+    "--venv_script",
+    "-H",
+    "-e",
+    "-i",
+    "-q",
 )
 
 # One command-line use of each flag that warns, and what the same job looks like in v1 spelling.
@@ -41,8 +69,10 @@ WARNED_USES: dict[str, tuple[list[str], list[str]]] = {
     "ds_save_pid": (["--save_pid"], []),  # dry run: nothing written
     "ds_enable_each_rank_log": (["--enable_each_rank_log", "/tmp/ds-logs"], ["--log-dir", "/tmp/ds-logs"]),
     "ds_bind_cores_to_rank": (["--bind_cores_to_rank"], ["--bind-cores-to-rank"]),
-    "ds_bind_core_list": (["--bind_cores_to_rank", "--bind_core_list", "0-1"],
-                          ["--bind-cores-to-rank", "--bind-core-list", "0-1"]),
+    "ds_bind_core_list": (
+        ["--bind_cores_to_rank", "--bind_core_list", "0-1"],
+        ["--bind-cores-to-rank", "--bind-core-list", "0-1"],
+    ),
     "ds_log_level": (["--log_level", "info"], ["--log-level", "info"]),
     "ds_quiet": (["-q"], ["--log-level", "error"]),
     "ds_elastic_training": (["--elastic_training"], []),
@@ -94,7 +124,9 @@ def test_flag_warns_exactly_once_and_maps_to_v1(dest: str, capsys: pytest.Captur
     ds_plan = plan_of([*BASE, *ds_args, *(ds_args if flag.is_flag else []), "train.py", "--x", "1"])
     err = capsys.readouterr().err
     assert err.count(ds_compat.message(flag)) == 1, err
-    assert err.count("dslaunch: warning:") == (2 if dest in ("ds_bind_core_list", "ds_no_ssh", "ds_launcher_args") else 1), err
+    assert err.count("dslaunch: warning:") == (
+        2 if dest in ("ds_bind_core_list", "ds_no_ssh", "ds_launcher_args") else 1
+    ), err
     v1_plan = plan_of([*BASE, *v1_args, "train.py", "--x", "1"])
     assert "DeepSpeed" not in capsys.readouterr().err
     assert comparable(ds_plan) == comparable(v1_plan)
@@ -160,8 +192,11 @@ def test_migration_guide_lists_every_accepted_spelling() -> None:
 
     guide = (Path(__file__).resolve().parents[2] / "docs" / "migration.md").read_text()
     table = guide.split("## Flags", 1)[1].split("###", 1)[0]
-    missing = [name for name in FROZEN_SPELLINGS if f"`{name}" not in table and f" {name}`" not in table
-               and f"{name}`" not in table]
+    missing = [
+        name
+        for name in FROZEN_SPELLINGS
+        if f"`{name}" not in table and f" {name}`" not in table and f"{name}`" not in table
+    ]
     assert missing == []
 
 

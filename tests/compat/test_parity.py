@@ -20,8 +20,13 @@ ENV = {"CUDA_VISIBLE_DEVICES": "", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*DSLAUNCH, "--master-port", "0", *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **ENV, **(env or {})})
+    return subprocess.run(
+        [*DSLAUNCH, "--master-port", "0", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **ENV, **(env or {})},
+    )
 
 
 def _views(stdout: str) -> dict[int, dict[str, object]]:
@@ -31,6 +36,7 @@ def _views(stdout: str) -> dict[int, dict[str, object]]:
 
 # ---- pure -------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("text", "cores"),
     [("0", (0,)), ("1,3-5,7", (1, 3, 4, 5, 7)), ("8-9,0-1", (8, 9, 0, 1)), (" 2 , 4-4 ", (2, 4))],
@@ -39,9 +45,18 @@ def test_parse_core_list(text: str, cores: tuple[int, ...]) -> None:
     assert binding.parse_core_list(text) == cores
 
 
-@pytest.mark.parametrize(("text", "needle"), [("", "bad item"), ("a", "bad item"), ("5-3", "backwards"),
-                                              ("1,1", "more than once"), ("0-2,2", "more than once"),
-                                              ("-1", "bad item"), ("1-", "bad item")])
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("", "bad item"),
+        ("a", "bad item"),
+        ("5-3", "backwards"),
+        ("1,1", "more than once"),
+        ("0-2,2", "more than once"),
+        ("-1", "bad item"),
+        ("1-", "bad item"),
+    ],
+)
 def test_bad_core_list(text: str, needle: str) -> None:
     with pytest.raises(binding.CoreListError, match=needle):
         binding.parse_core_list(text)
@@ -57,11 +72,15 @@ def test_compress_and_slices() -> None:
 
 # ---- real runs --------------------------------------------------------------------------------
 
+
 def test_local_rank_arg_appends_after_user_args() -> None:
     result = _run("--nproc-per-node", "2", "--local-rank-arg", SCRIPT, "--lr", "it's")
     assert result.returncode == 0, result.stderr
     views = _views(result.stdout)
-    assert [views[r]["argv"] for r in (0, 1)] == [["--lr", "it's", "--local_rank=0"], ["--lr", "it's", "--local_rank=1"]]
+    assert [views[r]["argv"] for r in (0, 1)] == [
+        ["--lr", "it's", "--local_rank=0"],
+        ["--lr", "it's", "--local_rank=1"],
+    ]
 
 
 def test_no_local_rank_by_default() -> None:
@@ -79,7 +98,7 @@ def test_bind_cores_to_rank_gives_each_rank_its_slice() -> None:
     assert result.stderr.count("--bind_cores_to_rank is DeepSpeed's spelling") == 1
     views = _views(result.stdout)
     half = len(usable) // 2
-    assert views[0]["cores"] == list(usable[:half]) and views[1]["cores"] == list(usable[half:2 * half])
+    assert views[0]["cores"] == list(usable[:half]) and views[1]["cores"] == list(usable[half : 2 * half])
     assert views[0]["omp"] == str(half)
 
 
@@ -106,8 +125,13 @@ def test_enable_each_rank_log_writes_per_rank_files(tmp_path: Path) -> None:
 @pytest.mark.parametrize("spelling", ["--save-pid", "--save_pid"])
 def test_pid_file_holds_the_launcher_pid_while_running_and_is_removed(spelling: str, tmp_path: Path) -> None:
     args = [spelling, str(tmp_path / "job.pid")] if spelling == "--save-pid" else [spelling]
-    proc = subprocess.Popen([*DSLAUNCH, "--master-port", "0", *args, SCRIPT], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV, "SLEEP": "2"})
+    proc = subprocess.Popen(
+        [*DSLAUNCH, "--master-port", "0", *args, SCRIPT],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **ENV, "SLEEP": "2"},
+    )
     path = tmp_path / "job.pid" if spelling == "--save-pid" else Path(f"/tmp/{proc.pid}.deepspeed")
     try:
         deadline = time.monotonic() + 20
@@ -137,6 +161,9 @@ def test_force_multi_uses_a_remote_launcher_for_localhost() -> None:
 def test_launcher_args_unused_by_the_launcher_warn() -> None:
     result = _run("--dry-run", "--launcher", "local", "--launcher-args", "-x A", SCRIPT)
     assert result.returncode == 0
-    assert "--launcher-args is only used by the openmpi, mpich, slurm launchers; ignored with --launcher local" in result.stderr
+    assert (
+        "--launcher-args is only used by the openmpi, mpich, slurm launchers; ignored with --launcher local"
+        in result.stderr
+    )
     quiet = _run("--dry-run", "--launcher", "openmpi", "--launcher-args", "-x A", SCRIPT)
     assert "--launcher-args" not in quiet.stderr

@@ -24,7 +24,9 @@ LINES = st.one_of(
     flt=st.one_of(st.none(), st.tuples(st.sampled_from(["-i", "-e"]), st.text(alphabet="ab01:,@-", max_size=12))),
     nproc=st.one_of(st.none(), st.sampled_from(["1", "2", "auto", "0", "x", "-1"])),
 )
-def test_cli_plan_or_usage_error(tmp_path: Path, lines: list[str], flt: tuple[str, str] | None, nproc: str | None) -> None:
+def test_cli_plan_or_usage_error(
+    tmp_path: Path, lines: list[str], flt: tuple[str, str] | None, nproc: str | None
+) -> None:
     hosts = tmp_path / "hosts"
     hosts.write_text("\n".join(lines))
     args = ["--dry-run", "--json", "--launcher", "local", "-H", str(hosts)]

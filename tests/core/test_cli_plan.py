@@ -31,8 +31,18 @@ def normalise(plan: dict) -> dict:  # type: ignore[type-arg]
 
 def test_dry_run_json_golden() -> None:
     """Uneven slots: ranks are numbered in hostfile order, the plan is a stable JSON object."""
-    plan = dry_json("-H", "hostfiles/uneven.txt", "--master-addr", "10.0.0.1", "--launcher", "local",
-                    "train.py", "--lr", "3e-4", "it's")
+    plan = dry_json(
+        "-H",
+        "hostfiles/uneven.txt",
+        "--master-addr",
+        "10.0.0.1",
+        "--launcher",
+        "local",
+        "train.py",
+        "--lr",
+        "3e-4",
+        "it's",
+    )
     golden = GOLDEN / "dry_run_uneven.json"
     if os.environ.get("DSLAUNCH_REGEN_GOLDEN"):
         golden.write_text(json.dumps(normalise(plan), indent=2) + "\n")
@@ -40,8 +50,11 @@ def test_dry_run_json_golden() -> None:
 
 
 def test_dry_run_text_names_every_node() -> None:
-    result = run_cli(["--dry-run", "-H", "hostfiles/two-nodes.txt", "-i", "worker-0:1@worker-1", "--launcher", "local", "t.py"],
-                     cwd=str(ROOT), env=CLEAN_ENV)
+    result = run_cli(
+        ["--dry-run", "-H", "hostfiles/two-nodes.txt", "-i", "worker-0:1@worker-1", "--launcher", "local", "t.py"],
+        cwd=str(ROOT),
+        env=CLEAN_ENV,
+    )
     assert result.returncode == 0, result.stderr
     assert "world size   5 rank(s) on 2 node(s)" in result.stdout
     assert "node 0   worker-0  slots 1" in result.stdout
@@ -64,7 +77,9 @@ def test_visible_devices_are_labels_in_user_order() -> None:
 
 
 def test_num_nodes_and_num_gpus() -> None:
-    plan = dry_json("-H", "hostfiles/two-nodes.txt", "--num-nodes", "1", "--num-gpus", "2", "--launcher", "local", "t.py")
+    plan = dry_json(
+        "-H", "hostfiles/two-nodes.txt", "--num-nodes", "1", "--num-gpus", "2", "--launcher", "local", "t.py"
+    )
     assert plan["world_size"] == 2
     assert [n["host"] for n in plan["nodes"]] == ["worker-0"]
 
@@ -79,7 +94,10 @@ def test_script_args_are_not_options() -> None:
     [
         (["-H", "/does/not/exist", "t.py"], "hostfile '/does/not/exist' does not exist"),
         (["-H", "tests/core/golden/bad_hostfile.txt", "t.py"], "bad_hostfile.txt:3 'worker-2 slots=two'"),
-        (["-H", "hostfiles/two-nodes.txt", "-i", "worker-9", "t.py"], "host 'worker-9' is not in the hostfile; known hosts: worker-0, worker-1"),
+        (
+            ["-H", "hostfiles/two-nodes.txt", "-i", "worker-9", "t.py"],
+            "host 'worker-9' is not in the hostfile; known hosts: worker-0, worker-1",
+        ),
         (["-H", "hostfiles/two-nodes.txt", "-e", "worker-0:7", "t.py"], "no slot '7' on host 'worker-0'"),
         (["-H", "hostfiles/two-nodes.txt", "-i", "worker-0", "--num-nodes", "1", "t.py"], "cannot be combined"),
         (["-i", "localhost", "--num-gpus", "1", "t.py"], "cannot be combined"),
@@ -93,8 +111,10 @@ def test_script_args_are_not_options() -> None:
         (["/no/such/script.py"], "script '/no/such/script.py' does not exist"),
         ([], "Missing argument 'SCRIPT'"),
         (["--config", "hostfiles/uneven.txt", "t.py"], "is not valid JSON"),
-        (["--master-addr", "no-such-host.invalid", "--master-port", "0", "tests/core/scripts/touch_env.py"],
-         "cannot pick a free port on 'no-such-host.invalid'"),
+        (
+            ["--master-addr", "no-such-host.invalid", "--master-port", "0", "tests/core/scripts/touch_env.py"],
+            "cannot pick a free port on 'no-such-host.invalid'",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_a_clear_message(args: list[str], message: str) -> None:
@@ -107,7 +127,22 @@ def test_bad_input_exits_2_with_a_clear_message(args: list[str], message: str) -
 def test_version_and_help() -> None:
     assert run_cli(["--version"]).stdout.startswith("dslaunch 0.")
     help_text = run_cli(["--help"]).stdout
-    for flag in ("--hostfile", "--include", "--exclude", "--num-nodes", "--nproc-per-node", "--num-gpus",
-                 "--launcher", "--master-addr", "--master-port", "--module", "--no-python", "--log-dir",
-                 "--shutdown-timeout", "--dry-run", "--json", "--version"):
+    for flag in (
+        "--hostfile",
+        "--include",
+        "--exclude",
+        "--num-nodes",
+        "--nproc-per-node",
+        "--num-gpus",
+        "--launcher",
+        "--master-addr",
+        "--master-port",
+        "--module",
+        "--no-python",
+        "--log-dir",
+        "--shutdown-timeout",
+        "--dry-run",
+        "--json",
+        "--version",
+    ):
         assert flag in help_text

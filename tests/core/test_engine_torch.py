@@ -22,8 +22,10 @@ def test_two_ranks_all_reduce_through_the_engine(mode: str) -> None:
     assert result.returncode == 0, result.stderr
     owns = "True" if mode == "engine" else "False"
     for rank in range(2):
-        assert (f"[rank{rank}]: rank={rank} local_rank={rank} world=2 device=cpu backend=gloo owns={owns} sum=3 ok=True"
-                in result.stdout), result.stdout
+        assert (
+            f"[rank{rank}]: rank={rank} local_rank={rank} world=2 device=cpu backend=gloo owns={owns} sum=3 ok=True"
+            in result.stdout
+        ), result.stdout
 
 
 def test_plain_python_is_a_world_of_one() -> None:
@@ -35,7 +37,12 @@ def test_plain_python_is_a_world_of_one() -> None:
 
 def test_engine_under_torchrun() -> None:
     torchrun = Path(sys.executable).with_name("torchrun")
-    out = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "2", SCRIPT], capture_output=True,
-                         text=True, env={**os.environ, **FAST, "MODE": "engine"}, timeout=180)
+    out = subprocess.run(
+        [str(torchrun), "--standalone", "--nproc-per-node", "2", SCRIPT],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **FAST, "MODE": "engine"},
+        timeout=180,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("world=2 device=cpu backend=gloo owns=True sum=3 ok=True") == 2, out.stdout

@@ -140,7 +140,10 @@ def test_hostfile_extras() -> None:
 @pytest.mark.parametrize(
     ("text", "match"),
     [
-        ("worker-1 slots=2\nworker-2 slots=1\nworker-1 slots=1\n", r"hosts:3 'worker-1 slots=1': host 'worker-1' is listed more than once"),
+        (
+            "worker-1 slots=2\nworker-2 slots=1\nworker-1 slots=1\n",
+            r"hosts:3 'worker-1 slots=1': host 'worker-1' is listed more than once",
+        ),
         ("this is bad slots=1\n", r"hosts:1 'this is bad slots=1': expected '<host> slots=<n>'"),
         ("missingslots\n", r"hosts:1 'missingslots'"),
         ("\n   \n", r"no hosts"),
@@ -173,7 +176,9 @@ def test_filter_never_crashes(spec: str, how: str) -> None:
     """Any filter string either selects known slots or raises FilterError (never another exception)."""
     pool_ = {"a": ("0", "1"), "b": ("0", "1")}
     try:
-        result = select(pool_, include_spec=spec if how == "include" else "", exclude_spec=spec if how == "exclude" else "")
+        result = select(
+            pool_, include_spec=spec if how == "include" else "", exclude_spec=spec if how == "exclude" else ""
+        )
     except FilterError:
         return
     for host, labels in result.items():

@@ -19,7 +19,7 @@ SCRIPTS = Path(__file__).parent / "scripts"
 
 # DeepSpeed's tests/unit/launcher/test_user_args.py prompts, plus shell metacharacters and non-ASCII.
 PAYLOADS = [
-    "I'm going to tell them \"DeepSpeed is the best\"",
+    'I\'m going to tell them "DeepSpeed is the best"',
     "'I am 72\" tall'",
     '"I am 6\' tall"',
     "'\"translate English to Romanian: \"'",
@@ -42,8 +42,11 @@ def run_id() -> str:
 
 def test_ranks_get_their_environment_and_exact_arguments(tmp_path: Path) -> None:
     rid = run_id()
-    result = run_cli(["--nproc-per-node", "4", "--run-id", rid, str(SCRIPTS / "touch_env.py"), *PAYLOADS],
-                     env={"OUT_DIR": str(tmp_path), "CUDA_VISIBLE_DEVICES": ""}, cwd=str(tmp_path))
+    result = run_cli(
+        ["--nproc-per-node", "4", "--run-id", rid, str(SCRIPTS / "touch_env.py"), *PAYLOADS],
+        env={"OUT_DIR": str(tmp_path), "CUDA_VISIBLE_DEVICES": ""},
+        cwd=str(tmp_path),
+    )
     assert result.returncode == 0, result.stderr
     for rank in range(4):
         record = json.loads((tmp_path / f"rank{rank}.json").read_text())
@@ -52,9 +55,18 @@ def test_ranks_get_their_environment_and_exact_arguments(tmp_path: Path) -> None
         assert record["path0"] == str(SCRIPTS)
         assert record["argv0"] == str(SCRIPTS / "touch_env.py")
         assert record["env"] == {
-            "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4",
-            "NODE_RANK": "0", "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
-            "DSLAUNCH_RUN_ID": rid, "CROSS_RANK": "0", "CROSS_SIZE": "1", "LOCAL_SIZE": "4",
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": "4",
+            "LOCAL_WORLD_SIZE": "4",
+            "NODE_RANK": "0",
+            "GROUP_RANK": "0",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": "29500",
+            "DSLAUNCH_RUN_ID": rid,
+            "CROSS_RANK": "0",
+            "CROSS_SIZE": "1",
+            "LOCAL_SIZE": "4",
             "CUDA_VISIBLE_DEVICES": "0,1,2,3",
         }
         assert f"[rank{rank}]: hello from {rank}" in result.stdout.splitlines()
@@ -65,12 +77,19 @@ def test_uneven_nodes_local_rank_is_index_within_node(tmp_path: Path) -> None:
     """Hosts with 3 and 2 slots: LOCAL_RANK counts within the node (DeepSpeed rotates RANK % LOCAL_SIZE)."""
     hosts = tmp_path / "hosts"
     hosts.write_text("localhost slots=3\n127.0.0.1 slots=2\n")
-    result = run_cli(["-H", str(hosts), "--launcher", "local", "--master-port", "0", str(SCRIPTS / "touch_env.py")],
-                     env={"OUT_DIR": str(tmp_path)})
+    result = run_cli(
+        ["-H", str(hosts), "--launcher", "local", "--master-port", "0", str(SCRIPTS / "touch_env.py")],
+        env={"OUT_DIR": str(tmp_path)},
+    )
     assert result.returncode == 0, result.stderr
     seen = {r: json.loads((tmp_path / f"rank{r}.json").read_text())["env"] for r in range(5)}
     assert [(seen[r]["LOCAL_RANK"], seen[r]["NODE_RANK"], seen[r]["LOCAL_WORLD_SIZE"]) for r in range(5)] == [
-        ("0", "0", "3"), ("1", "0", "3"), ("2", "0", "3"), ("0", "1", "2"), ("1", "1", "2")]
+        ("0", "0", "3"),
+        ("1", "0", "3"),
+        ("2", "0", "3"),
+        ("0", "1", "2"),
+        ("1", "1", "2"),
+    ]
     assert seen[4]["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert "[127.0.0.1:rank4]: hello from 4" in result.stdout
 
@@ -104,12 +123,15 @@ def test_partial_last_line_and_stderr_prefixed() -> None:
         ("signal", {"FAIL_SIGNAL": "SIGSEGV"}, 139, "was killed by SIGSEGV"),
     ],
 )
-def test_first_failure_stops_everyone_and_sets_exit_code(tmp_path: Path, how: str, extra_env: dict[str, str],
-                                                          code: int, says: str) -> None:
+def test_first_failure_stops_everyone_and_sets_exit_code(
+    tmp_path: Path, how: str, extra_env: dict[str, str], code: int, says: str
+) -> None:
     rid = run_id()
     started = time.monotonic()
-    result = run_cli(["--nproc-per-node", "3", "--run-id", rid, str(SCRIPTS / "fail_one.py")],
-                     env={"OUT_DIR": str(tmp_path), "FAIL_HOW": how, **extra_env})
+    result = run_cli(
+        ["--nproc-per-node", "3", "--run-id", rid, str(SCRIPTS / "fail_one.py")],
+        env={"OUT_DIR": str(tmp_path), "FAIL_HOW": how, **extra_env},
+    )
     elapsed = time.monotonic() - started
     assert result.returncode == code, result.stderr
     assert "rank 1 (local_rank 1, node 0) on host localhost" in result.stderr
@@ -122,8 +144,10 @@ def test_first_failure_stops_everyone_and_sets_exit_code(tmp_path: Path, how: st
 
 def test_exception_traceback_and_log_dir(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
-    result = run_cli(["--nproc-per-node", "2", "--log-dir", str(logs), str(SCRIPTS / "fail_one.py")],
-                     env={"OUT_DIR": str(tmp_path), "FAIL_HOW": "raise"})
+    result = run_cli(
+        ["--nproc-per-node", "2", "--log-dir", str(logs), str(SCRIPTS / "fail_one.py")],
+        env={"OUT_DIR": str(tmp_path), "FAIL_HOW": "raise"},
+    )
     assert result.returncode == 1
     assert "  | ValueError: boom from rank 1" in result.stderr
     assert "bootstrap" not in result.stderr.split("traceback:")[1], "bootstrap frames leak into the traceback"
@@ -134,9 +158,12 @@ def test_exception_traceback_and_log_dir(tmp_path: Path) -> None:
 
 
 def _start(tmp_path: Path, rid: str, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([*DSLAUNCH, "--nproc-per-node", "2", "--run-id", rid, *extra, str(SCRIPTS / "sleepy.py")],
-                            env={**os.environ, "OUT_DIR": str(tmp_path), **(env or {})},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [*DSLAUNCH, "--nproc-per-node", "2", "--run-id", rid, *extra, str(SCRIPTS / "sleepy.py")],
+        env={**os.environ, "OUT_DIR": str(tmp_path), **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     for rank in range(2):
         assert wait_for_file(str(tmp_path / f"rank{rank}.pid"), 30), "ranks did not start"
     time.sleep(0.2)

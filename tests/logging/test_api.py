@@ -54,8 +54,13 @@ def test_unknown_logger_names_are_rejected_with_a_hint() -> None:
 
 
 def test_json_record_keeps_reserved_keys_and_renames_collisions(capsys: pytest.CaptureFixture[str]) -> None:
-    logs.configure("info", role="rank", fmt="json", ranks="all",
-                   facts={"rank": 2, "local_rank": 0, "node_rank": 1, "world_size": 4, "host": "n1", "run_id": "r"})
+    logs.configure(
+        "info",
+        role="rank",
+        fmt="json",
+        ranks="all",
+        facts={"rank": 2, "local_rank": 0, "node_rank": 1, "world_size": 4, "host": "n1", "run_id": "r"},
+    )
     logs.get_logger("engine").info("evt", rank=9, level="x", payload={"a": [1, 2]})
     rec = json.loads(capsys.readouterr().err)
     assert rec["rank"] == 2 and rec["_rank"] == 9 and rec["level"] == "info" and rec["_level"] == "x"

@@ -13,13 +13,19 @@ from tests.helpers import run_cli
 
 EMIT = str(Path(__file__).parent / "scripts" / "emit.py")
 BASE = ["--nproc-per-node", "2", "--master-port", "0"]
-CLEAN = {"DSLAUNCH_LOG_LEVEL": "", "DSLAUNCH_LOG_RANKS": "", "DSLAUNCH_LOG_FORMAT": "", "NO_COLOR": "",
-         "FORCE_COLOR": ""}
+CLEAN = {
+    "DSLAUNCH_LOG_LEVEL": "",
+    "DSLAUNCH_LOG_RANKS": "",
+    "DSLAUNCH_LOG_FORMAT": "",
+    "NO_COLOR": "",
+    "FORCE_COLOR": "",
+}
 
 
 def launch(*args: str, env: dict[str, str] | None = None, nproc: int = 2) -> tuple[str, str]:
-    proc = run_cli(["--nproc-per-node", str(nproc), "--master-port", "0", *args, EMIT], timeout=60,
-                   env={**CLEAN, **(env or {})})
+    proc = run_cli(
+        ["--nproc-per-node", str(nproc), "--master-port", "0", *args, EMIT], timeout=60, env={**CLEAN, **(env or {})}
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("emit-done") == nproc, proc.stdout
     return proc.stdout, proc.stderr
@@ -36,7 +42,9 @@ def test_default_shows_warnings_only_from_every_rank() -> None:
     assert not records(err, "engine-info") and not records(err, "engine-debug")
     assert not records(err, "collective") and not records(err, "wall clock breakdown")
     line = records(err, "engine-warning")[0]
-    assert re.search(r"\[rank(\d)\]: \d\d:\d\d:\d\d\.\d{3} W \[[^:\]]+:\1\] engine: engine-warning rank_seen=\1", line), line
+    assert re.search(
+        r"\[rank(\d)\]: \d\d:\d\d:\d\d\.\d{3} W \[[^:\]]+:\1\] engine: engine-warning rank_seen=\1", line
+    ), line
 
 
 def test_engine_info_shows_info_on_rank_zero_by_default() -> None:
@@ -84,8 +92,19 @@ def test_json_console_and_per_rank_files(tmp_path: Path) -> None:
         by_event = {r["event"]: r for r in recs}
         assert {"engine-debug", "engine-info", "engine-warning", "collective"} <= set(by_event)
         rec = by_event["engine-info"]
-        assert list(rec)[:11] == ["ts", "level", "logger", "event", "rank", "local_rank", "node_rank", "world_size",
-                                   "host", "pid", "run_id"]
+        assert list(rec)[:11] == [
+            "ts",
+            "level",
+            "logger",
+            "event",
+            "rank",
+            "local_rank",
+            "node_rank",
+            "world_size",
+            "host",
+            "pid",
+            "run_id",
+        ]
         assert (rec["rank"], rec["local_rank"], rec["node_rank"], rec["world_size"]) == (rank, rank, 0, 2)
         assert rec["run_id"] == "logtest1" and rec["host"] == "localhost" and rec["logger"] == "engine"
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", rec["ts"])
@@ -142,9 +161,18 @@ def test_launcher_records_mask_secrets(capsys: pytest.CaptureFixture[str]) -> No
     saved = _core.state().spec
     _core.configure("runner=debug", role="launcher")
     try:
-        log_launch("ssh", ["ssh host 'MY_API_KEY=k-111 DB_PASSWORD=p-222 run' --flag tok-333"],
-                   [("HF_TOKEN", "t-444"), ("AWS_SECRET_ACCESS_KEY", "a-555"), ("GH_CREDENTIALS", "c-666"),
-                    ("SSH_KEY", "k-777"), ("PLAIN", "visible-888")], {"tok-333"})
+        log_launch(
+            "ssh",
+            ["ssh host 'MY_API_KEY=k-111 DB_PASSWORD=p-222 run' --flag tok-333"],
+            [
+                ("HF_TOKEN", "t-444"),
+                ("AWS_SECRET_ACCESS_KEY", "a-555"),
+                ("GH_CREDENTIALS", "c-666"),
+                ("SSH_KEY", "k-777"),
+                ("PLAIN", "visible-888"),
+            ],
+            {"tok-333"},
+        )
     finally:
         _core.configure(saved, role="process")
     err = capsys.readouterr().err
@@ -153,13 +181,16 @@ def test_launcher_records_mask_secrets(capsys: pytest.CaptureFixture[str]) -> No
     assert "visible-888" in err and "****" in err
 
 
-@pytest.mark.parametrize(("args", "needles"), [
-    (["--log-level", "com=debug"], ["unknown module 'com'", "did you mean 'comm'"]),
-    (["--log-level", "comm=loud"], ["unknown level 'loud'", "debug, info, warning, error, critical, off"]),
-    (["--log-level", "debug,,comm=info"], ["empty item #2"]),
-    (["--log-level", "comm=debug,comm=info"], ["module 'comm' set twice"]),
-    (["--log-ranks", "1-x"], ["bad rank item"]),
-])
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--log-level", "com=debug"], ["unknown module 'com'", "did you mean 'comm'"]),
+        (["--log-level", "comm=loud"], ["unknown level 'loud'", "debug, info, warning, error, critical, off"]),
+        (["--log-level", "debug,,comm=info"], ["empty item #2"]),
+        (["--log-level", "comm=debug,comm=info"], ["module 'comm' set twice"]),
+        (["--log-ranks", "1-x"], ["bad rank item"]),
+    ],
+)
 def test_bad_input_exits_2_before_anything_starts(args: list[str], needles: list[str], tmp_path: Path) -> None:
     marker = tmp_path / "started"
     script = tmp_path / "s.py"
@@ -188,8 +219,13 @@ def test_rank_rejects_a_hand_set_bad_spec() -> None:
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "dslaunch.bootstrap", EMIT], capture_output=True, text=True,
-                          timeout=30, env={**os.environ, "DSLAUNCH_LOG_LEVEL": "comm=shout"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "dslaunch.bootstrap", EMIT],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "DSLAUNCH_LOG_LEVEL": "comm=shout"},
+    )
     assert proc.returncode == 2 and "DSLAUNCH_LOG_LEVEL" in proc.stderr and "emit-done" not in proc.stdout
 
 
@@ -199,9 +235,13 @@ def test_forked_child_neither_duplicates_nor_breaks_file_lines(tmp_path: Path) -
         "import os\nfrom dslaunch.logs import get_logger\nlog = get_logger('engine')\n"
         "for i in range(50):\n    log.info('parent', i=i)\n"
         "pid = os.fork()\nif pid == 0:\n    log.info('child')\n    os._exit(0)\n"
-        "os.waitpid(pid, 0)\nlog.info('parent-after')\n")
-    proc = run_cli(["--master-port", "0", "--log-dir", str(tmp_path / "logs"), "--log-level", "info", str(script)],
-                   timeout=60, env=CLEAN)
+        "os.waitpid(pid, 0)\nlog.info('parent-after')\n"
+    )
+    proc = run_cli(
+        ["--master-port", "0", "--log-dir", str(tmp_path / "logs"), "--log-level", "info", str(script)],
+        timeout=60,
+        env=CLEAN,
+    )
     assert proc.returncode == 0, proc.stderr
     recs = [json.loads(line) for line in (tmp_path / "logs" / "rank0.jsonl").read_text().splitlines()]
     events = [r["event"] for r in recs]
@@ -214,28 +254,49 @@ def test_rank_without_the_bootstrap_still_logs_as_a_rank(tmp_path: Path) -> None
     import sys
 
     exe = tmp_path / "np.py"
-    exe.write_text(f"#!{sys.executable}\nfrom dslaunch.logs import get_logger\n"
-                   "get_logger('engine').info('np-info')\nget_logger('engine').warning('np-warn')\n")
+    exe.write_text(
+        f"#!{sys.executable}\nfrom dslaunch.logs import get_logger\n"
+        "get_logger('engine').info('np-info')\nget_logger('engine').warning('np-warn')\n"
+    )
     exe.chmod(0o755)
     proc = run_cli([*BASE, "--no-python", "--log-level", "engine=info", str(exe)], timeout=60, env=CLEAN)
     assert proc.returncode == 0, proc.stderr
     assert [line[:8] for line in records(proc.stderr, "np-info")] == ["[rank0]:"]
-    assert sorted(re.search(r"\[localhost:(\d)\]", line).group(1)  # type: ignore[union-attr]
-                  for line in records(proc.stderr, "np-warn")) == ["0", "1"]
+    assert sorted(
+        re.search(r"\[localhost:(\d)\]", line).group(1)  # type: ignore[union-attr]
+        for line in records(proc.stderr, "np-warn")
+    ) == ["0", "1"]
 
 
 def test_two_node_plan_spec_reaches_node_one(tmp_path: Path) -> None:
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("localhost slots=1\n127.0.0.1 slots=1\n")
     log_dir = tmp_path / "logs"
-    proc = run_cli(["-H", str(hostfile), "--launcher", "local", "--master-port", "0", "--log-level",
-                    "engine=info,agent=debug", "--log-ranks", "1", "--log-dir", str(log_dir), EMIT],
-                   timeout=60, env=CLEAN)
+    proc = run_cli(
+        [
+            "-H",
+            str(hostfile),
+            "--launcher",
+            "local",
+            "--master-port",
+            "0",
+            "--log-level",
+            "engine=info,agent=debug",
+            "--log-ranks",
+            "1",
+            "--log-dir",
+            str(log_dir),
+            EMIT,
+        ],
+        timeout=60,
+        env=CLEAN,
+    )
     assert proc.returncode == 0, proc.stderr
     info = records(proc.stderr, "engine-info")
     assert len(info) == 1 and info[0].startswith("[127.0.0.1:rank1]: ") and "[127.0.0.1:1] engine:" in info[0]
-    rec = next(json.loads(line) for line in (log_dir / "rank1.jsonl").read_text().splitlines()
-               if '"engine-info"' in line)
+    rec = next(
+        json.loads(line) for line in (log_dir / "rank1.jsonl").read_text().splitlines() if '"engine-info"' in line
+    )
     assert (rec["host"], rec["node_rank"], rec["rank"], rec["local_rank"]) == ("127.0.0.1", 1, 1, 0)
     agent = [json.loads(line) for line in (log_dir / "agent1.jsonl").read_text().splitlines()]
     assert agent[0]["event"] == "rank started" and agent[0]["host"] == "127.0.0.1" and agent[0]["node_rank"] == 1

@@ -77,32 +77,38 @@ def test_any_unicode_parses_or_fails_cleanly(text: str) -> None:
         pass
 
 
-@pytest.mark.parametrize(("text", "module", "channels", "level"), [
-    ("warning", "comm", (), S.WARNING),
-    ("comm=debug", "comm.ops", (), S.DEBUG),
-    ("comm=debug,comm.ops=error", "comm.ops", (), S.ERROR),
-    ("info", "engine.zero", (), S.INFO),
-    ("warning", "timers", ("timers",), S.INFO),
-    ("timers=off", "timers", ("timers",), S.OFF),
-    ("error", "timers", ("timers",), S.INFO),
-    ("warning", "comm.summary", (), S.WARNING),
-    ("warning", "comm.summary", ("comm.summary",), S.INFO),
-    ("comm=error", "comm.summary", ("comm.summary",), S.ERROR),
-    ("comm=info", "comm.summary", (), S.INFO),
-])
+@pytest.mark.parametrize(
+    ("text", "module", "channels", "level"),
+    [
+        ("warning", "comm", (), S.WARNING),
+        ("comm=debug", "comm.ops", (), S.DEBUG),
+        ("comm=debug,comm.ops=error", "comm.ops", (), S.ERROR),
+        ("info", "engine.zero", (), S.INFO),
+        ("warning", "timers", ("timers",), S.INFO),
+        ("timers=off", "timers", ("timers",), S.OFF),
+        ("error", "timers", ("timers",), S.INFO),
+        ("warning", "comm.summary", (), S.WARNING),
+        ("warning", "comm.summary", ("comm.summary",), S.INFO),
+        ("comm=error", "comm.summary", ("comm.summary",), S.ERROR),
+        ("comm=info", "comm.summary", (), S.INFO),
+    ],
+)
 def test_most_specific_setting_wins(text: str, module: str, channels: tuple[str, ...], level: int) -> None:
     assert S.parse_spec(text).level_for(module, frozenset(channels)) == level
 
 
-@pytest.mark.parametrize(("cli", "env", "config", "canonical"), [
-    (None, None, {}, "warning"),
-    (None, None, {"log_level": "info"}, "info"),
-    (None, "error", {"log_level": "info"}, "error"),
-    ("debug", "error", {"log_level": "info"}, "debug"),
-    ("comm=debug", "error", {"log_level": "info,engine=debug"}, "error,comm=debug,engine=debug"),
-    ("comm=info", "comm=debug,launcher=info", {"log_level": "comm=error"}, "warning,comm=info,launcher=info"),
-    (None, "", {"log_level": "debug"}, "debug"),
-])
+@pytest.mark.parametrize(
+    ("cli", "env", "config", "canonical"),
+    [
+        (None, None, {}, "warning"),
+        (None, None, {"log_level": "info"}, "info"),
+        (None, "error", {"log_level": "info"}, "error"),
+        ("debug", "error", {"log_level": "info"}, "debug"),
+        ("comm=debug", "error", {"log_level": "info,engine=debug"}, "error,comm=debug,engine=debug"),
+        ("comm=info", "comm=debug,launcher=info", {"log_level": "comm=error"}, "warning,comm=info,launcher=info"),
+        (None, "", {"log_level": "debug"}, "debug"),
+    ],
+)
 def test_precedence_cli_over_env_over_config(cli: str | None, env: str | None, config: dict, canonical: str) -> None:
     assert merged_spec(cli, env, config).canonical() == canonical
 
@@ -116,13 +122,16 @@ def test_bad_env_and_config_name_their_source() -> None:
         merged_spec(None, None, {"log_level": 10})
 
 
-@pytest.mark.parametrize(("text", "yes", "no", "canonical"), [
-    ("0", [0], [1, 8], "0"),
-    ("all", [0, 5, 1000], [], "all"),
-    ("none", [], [0, 1], "none"),
-    ("0,8-15", [0, 8, 12, 15], [1, 7, 16], "0,8-15"),
-    (" 3 , 1 ", [1, 3], [2], "1,3"),
-])
+@pytest.mark.parametrize(
+    ("text", "yes", "no", "canonical"),
+    [
+        ("0", [0], [1, 8], "0"),
+        ("all", [0, 5, 1000], [], "all"),
+        ("none", [], [0, 1], "none"),
+        ("0,8-15", [0, 8, 12, 15], [1, 7, 16], "0,8-15"),
+        (" 3 , 1 ", [1, 3], [2], "1,3"),
+    ],
+)
 def test_rank_filter(text: str, yes: list[int], no: list[int], canonical: str) -> None:
     filt = S.parse_ranks(text)
     assert all(filt.selects(r) for r in yes)
@@ -130,15 +139,18 @@ def test_rank_filter(text: str, yes: list[int], no: list[int], canonical: str) -
     assert filt.canonical() == canonical
 
 
-@pytest.mark.parametrize(("text", "rank", "local", "node", "selected"), [
-    ("local:0", 8, 0, 1, True),
-    ("local:0", 9, 1, 1, False),
-    ("node:1-2", 9, 1, 1, True),
-    ("node:1-2", 1, 1, 0, False),
-    ("0,local:1", 0, 0, 0, True),
-    ("0,local:1", 5, 1, 2, True),
-    ("local:0", 3, None, None, False),
-])
+@pytest.mark.parametrize(
+    ("text", "rank", "local", "node", "selected"),
+    [
+        ("local:0", 8, 0, 1, True),
+        ("local:0", 9, 1, 1, False),
+        ("node:1-2", 9, 1, 1, True),
+        ("node:1-2", 1, 1, 0, False),
+        ("0,local:1", 0, 0, 0, True),
+        ("0,local:1", 5, 1, 2, True),
+        ("local:0", 3, None, None, False),
+    ],
+)
 def test_rank_filter_local_and_node(text: str, rank: int, local: int | None, node: int | None, selected: bool) -> None:
     assert S.parse_ranks(text).selects(rank, local, node) is selected
     assert S.parse_ranks(S.parse_ranks(text).canonical()) == S.parse_ranks(text)
@@ -150,21 +162,35 @@ def test_bad_rank_filter(text: str) -> None:
         S.parse_ranks(text)
 
 
-@pytest.mark.parametrize(("choice", "tty", "env", "color"), [
-    ("auto", True, {}, True),
-    ("auto", False, {}, False),
-    ("auto", True, {"NO_COLOR": "1"}, False),
-    ("auto", False, {"FORCE_COLOR": "1"}, True),
-    ("auto", True, {"NO_COLOR": "1", "FORCE_COLOR": "1"}, False),
-    ("never", True, {"FORCE_COLOR": "1"}, False),
-    ("always", False, {"NO_COLOR": "1"}, True),
-])
+@pytest.mark.parametrize(
+    ("choice", "tty", "env", "color"),
+    [
+        ("auto", True, {}, True),
+        ("auto", False, {}, False),
+        ("auto", True, {"NO_COLOR": "1"}, False),
+        ("auto", False, {"FORCE_COLOR": "1"}, True),
+        ("auto", True, {"NO_COLOR": "1", "FORCE_COLOR": "1"}, False),
+        ("never", True, {"FORCE_COLOR": "1"}, False),
+        ("always", False, {"NO_COLOR": "1"}, True),
+    ],
+)
 def test_colour_choice(choice: str, tty: bool, env: dict, color: bool) -> None:
     assert S.decide_color(choice, tty, env) is color
 
 
 def test_help_lists_every_module() -> None:
     text = S.help_text()
-    for module in ("launcher", "runner", "agent", "bootstrap", "mesh", "comm", "engine", "timers", "builder",
-                   "torch", "py:NAME"):
+    for module in (
+        "launcher",
+        "runner",
+        "agent",
+        "bootstrap",
+        "mesh",
+        "comm",
+        "engine",
+        "timers",
+        "builder",
+        "torch",
+        "py:NAME",
+    ):
         assert f"  {module} " in text

@@ -14,9 +14,21 @@ SCRIPT = str(Path(__file__).parent / "scripts" / "torch_ranks.py")
 @pytest.mark.torch
 def test_comm_debug_and_torch_output_go_through_the_pipeline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TORCH_LOGS", raising=False)  # set, torch keeps its own handlers (and "" crashes torch)
-    proc = run_cli(["--nproc-per-node", "2", "--master-port", "0", "--log-level", "comm=debug,torch=info",
-                    "--log-ranks", "all", SCRIPT], timeout=120,
-                   env={"DSLAUNCH_PG_TIMEOUT": "30", "DSLAUNCH_LOG_LEVEL": ""})
+    proc = run_cli(
+        [
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            "0",
+            "--log-level",
+            "comm=debug,torch=info",
+            "--log-ranks",
+            "all",
+            SCRIPT,
+        ],
+        timeout=120,
+        env={"DSLAUNCH_PG_TIMEOUT": "30", "DSLAUNCH_LOG_LEVEL": ""},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("torch-done 2.0") == 2
     err = proc.stderr.splitlines()

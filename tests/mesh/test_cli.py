@@ -33,14 +33,17 @@ def test_config_mesh_and_deepspeed_keys(tmp_path: Path) -> None:
     assert plan_env("--nproc-per-node", "4", "--config", str(config))["DSLAUNCH_MESH"] == "dp_shard=2,sp=2"
     # --mesh wins over the config.
     assert plan_env("--nproc-per-node", "4", "--config", str(config), "--mesh", "tp=4")["DSLAUNCH_MESH"] == (
-        "dp_shard=-1,tp=4")
+        "dp_shard=-1,tp=4"
+    )
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--nproc-per-node", "8", "--mesh", "pp=2,dp=3,tp=2"],
-         "pp(2) * dp(3) * tp(2) = 12 != WORLD_SIZE(8) (the plan has 8 ranks)"),
+        (
+            ["--nproc-per-node", "8", "--mesh", "pp=2,dp=3,tp=2"],
+            "pp(2) * dp(3) * tp(2) = 12 != WORLD_SIZE(8) (the plan has 8 ranks)",
+        ),
         (["--nproc-per-node", "4", "--mesh", "tp=3"], "cannot infer dp_shard: WORLD_SIZE(4) is not divisible by tp(3)"),
         (["--nproc-per-node", "4", "--mesh", "mp=2"], "unknown dim 'mp'; valid dims: pp, dp_replicate"),
         (["--nproc-per-node", "4", "--mesh", "tp=2;$(touch /tmp/dslaunch-pwned)"], "needs a size"),

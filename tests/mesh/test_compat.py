@@ -43,7 +43,10 @@ def test_megatron_names_e7_with_context_parallel(use_mesh) -> None:
         assert compat.get_data_parallel_src_rank(with_context_parallel=True) == dp_cp[0]
         assert compat.get_data_parallel_world_size(partial_data_parallel=True) == 4  # dp_shard_cp
         assert compat.get_context_parallel_world_size() == 2
-        assert compat.get_context_parallel_global_ranks() == [rank - rank % 4 + rank % 2, rank - rank % 4 + rank % 2 + 2]
+        assert compat.get_context_parallel_global_ranks() == [
+            rank - rank % 4 + rank % 2,
+            rank - rank % 4 + rank % 2 + 2,
+        ]
         assert compat.get_tensor_model_parallel_rank() == rank % 2
         assert compat.get_tensor_model_parallel_src_rank() == rank - rank % 2
         assert compat.get_model_parallel_world_size() == 2  # pp=1: mp is tp

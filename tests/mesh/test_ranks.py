@@ -18,10 +18,28 @@ pytestmark = pytest.mark.torch
 SCRIPTS = Path(__file__).parent / "scripts"
 ENV = {"DSLAUNCH_PG_TIMEOUT": "30"}
 
-SPECS_4 = ["dp=2,tp=2", "dp_replicate=2,dp_shard=2", "pp=2,dp=2", "cp=2,dp=-1", "sp=2,tp=2", "tp=4", "dp=-1",
-           "dp=2,tp=2,ep=2", "dp=4,ep=2", "dp=2,tp=2,ep=4", "dp_replicate=2,sp=2", "pp=2,tp=2"]
-SPECS_8 = ["pp=2,dp=2,tp=2", "dp=2,tp=4", "dp=4,sp=2", "dp_replicate=2,dp_shard=4", "dp_replicate=2,dp=-1,cp=2",
-           "dp_replicate=2,dp_shard=2,tp=2,ep=2"]
+SPECS_4 = [
+    "dp=2,tp=2",
+    "dp_replicate=2,dp_shard=2",
+    "pp=2,dp=2",
+    "cp=2,dp=-1",
+    "sp=2,tp=2",
+    "tp=4",
+    "dp=-1",
+    "dp=2,tp=2,ep=2",
+    "dp=4,ep=2",
+    "dp=2,tp=2,ep=4",
+    "dp_replicate=2,sp=2",
+    "pp=2,tp=2",
+]
+SPECS_8 = [
+    "pp=2,dp=2,tp=2",
+    "dp=2,tp=4",
+    "dp=4,sp=2",
+    "dp_replicate=2,dp_shard=4",
+    "dp_replicate=2,dp=-1,cp=2",
+    "dp_replicate=2,dp_shard=2,tp=2,ep=2",
+]
 
 
 def _all_checked(out: str, nproc: int, specs: list[str]) -> None:
@@ -31,8 +49,11 @@ def _all_checked(out: str, nproc: int, specs: list[str]) -> None:
 
 
 def _check(nproc: int, specs: list[str]) -> None:
-    result = run_cli(["--nproc-per-node", str(nproc), "--master-port", "0", str(SCRIPTS / "check_groups.py"), *specs],
-                     timeout=150, env=ENV)
+    result = run_cli(
+        ["--nproc-per-node", str(nproc), "--master-port", "0", str(SCRIPTS / "check_groups.py"), *specs],
+        timeout=150,
+        env=ENV,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     _all_checked(result.stdout, nproc, specs)
 
@@ -43,9 +64,25 @@ def test_every_dim_and_view_on_8_ranks() -> None:
 
 def test_bad_specs_fail_on_every_rank_then_engine_api_and_every_dim_on_4_ranks() -> None:
     start = time.monotonic()
-    result = run_cli(["--nproc-per-node", "4", "--master-port", "0", "--mesh", "dp=2,tp=2", "--log-level", "comm=debug,mesh=info",
-                      "--wall-clock-breakdown",
-                      "--log-ranks", "all", str(SCRIPTS / "engine_api.py"), *SPECS_4], timeout=150, env=ENV)
+    result = run_cli(
+        [
+            "--nproc-per-node",
+            "4",
+            "--master-port",
+            "0",
+            "--mesh",
+            "dp=2,tp=2",
+            "--log-level",
+            "comm=debug,mesh=info",
+            "--wall-clock-breakdown",
+            "--log-ranks",
+            "all",
+            str(SCRIPTS / "engine_api.py"),
+            *SPECS_4,
+        ],
+        timeout=150,
+        env=ENV,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
     for case, message in [
@@ -103,19 +140,36 @@ print("ok", e.coordinate["dp"])
 
 def test_plain_python_world_of_one(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
-    result = subprocess.run([sys.executable, "-c", PLAIN], capture_output=True, text=True, timeout=60, env=env,
-                            cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-c", PLAIN], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok 0"
 
 
 def _demo_losses(nproc: int, mesh: str) -> tuple[list[float], str]:
     root = Path(__file__).resolve().parents[2]
-    result = run_cli(["--nproc-per-node", str(nproc), "--master-port", "0", "--mesh", mesh,
-                      str(root / "examples" / "train.py"), "--steps", "6"], timeout=150, env=ENV)
+    result = run_cli(
+        [
+            "--nproc-per-node",
+            str(nproc),
+            "--master-port",
+            "0",
+            "--mesh",
+            mesh,
+            str(root / "examples" / "train.py"),
+            "--steps",
+            "6",
+        ],
+        timeout=150,
+        env=ENV,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    steps = re.findall(rf"step (\d): all_reduce over {nproc} ranks = {nproc * (nproc - 1) // 2} \(ok\) \| "
-                       r"loss ([\d.]+) \| forward .* ms  backward", result.stdout)
+    steps = re.findall(
+        rf"step (\d): all_reduce over {nproc} ranks = {nproc * (nproc - 1) // 2} \(ok\) \| "
+        r"loss ([\d.]+) \| forward .* ms  backward",
+        result.stdout,
+    )
     assert [int(s) for s, _ in steps] == [1, 2, 3, 4, 5, 6], result.stdout
     return [float(loss) for _, loss in steps], result.stdout
 

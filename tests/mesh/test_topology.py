@@ -50,7 +50,11 @@ def test_grid_e3_every_rank() -> None:
     for rank in range(8):
         grid = _grid("pp=2,dp=2,tp=2", 8, rank)
         stage, data, model = rank // 4, rank // 2 % 2, rank % 2
-        assert (grid.get_stage_id(), grid.get_data_parallel_id(), grid.get_slice_parallel_rank()) == (stage, data, model)
+        assert (grid.get_stage_id(), grid.get_data_parallel_id(), grid.get_slice_parallel_rank()) == (
+            stage,
+            data,
+            model,
+        )
         assert grid.topology().get_axis_names() == ["pipe", "data", "model"]
         assert grid.pp_group == [rank % 4, rank % 4 + 4]
         assert grid.dp_group == [rank - 2 * data, rank - 2 * data + 2]

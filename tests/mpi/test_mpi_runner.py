@@ -32,11 +32,20 @@ def _need(flavour: mpi.Flavour) -> None:
 
 def _plan(hosts: list[str], **options: object) -> LaunchPlan:
     nodes = tuple(NodePlan(h, i, ("0",), (i,)) for i, h in enumerate(hosts))
-    return LaunchPlan(launcher="openmpi", run_id="r1", nodes=nodes, master_addr=hosts[0], master_port=29500,
-                      program=Program("train.py"), cwd="/work dir", runner_options=tuple(options.items()))
+    return LaunchPlan(
+        launcher="openmpi",
+        run_id="r1",
+        nodes=nodes,
+        master_addr=hosts[0],
+        master_port=29500,
+        program=Program("train.py"),
+        cwd="/work dir",
+        runner_options=tuple(options.items()),
+    )
 
 
 # ---- pure command building ------------------------------------------------------------------
+
 
 def test_hostfiles_give_one_slot_per_node_in_node_order() -> None:
     plan = _plan(["w0", "w1", "w2"])
@@ -52,21 +61,80 @@ def test_user_at_host_is_refused_with_the_fix() -> None:
 @pytest.mark.parametrize(
     ("flavour", "options", "expected"),
     [
-        (mpi.OPENMPI, {}, ["mpirun", "-n", "2", "--hostfile", "HF", "--map-by", "slot", "--bind-to", "none",
-                           "-x", "DSLAUNCH_PLAN_B64", "--wdir", "/work dir"]),
-        (mpi.OPENMPI, {"launcher_args": ["--mca", "btl", "^openib"], "remote": {"ssh_port": 2222}},
-         ["mpirun", "-n", "2", "--hostfile", "HF", "--map-by", "slot", "--bind-to", "none",
-          "--mca", "plm_rsh_args", "-p 2222", "-x", "DSLAUNCH_PLAN_B64", "--wdir", "/work dir",
-          "--mca", "btl", "^openib"]),
-        (mpi.MPICH, {}, ["mpiexec", "-n", "2", "-ppn", "1", "-f", "HF", "-genvlist", "DSLAUNCH_PLAN_B64",
-                         "-wdir", "/work dir"]),
-        (mpi.MPICH, {"launcher_args": ["-genv", "A", "b c"]},
-         ["mpiexec", "-n", "2", "-ppn", "1", "-f", "HF", "-genvlist", "DSLAUNCH_PLAN_B64", "-wdir", "/work dir",
-          "-genv", "A", "b c"]),
+        (
+            mpi.OPENMPI,
+            {},
+            [
+                "mpirun",
+                "-n",
+                "2",
+                "--hostfile",
+                "HF",
+                "--map-by",
+                "slot",
+                "--bind-to",
+                "none",
+                "-x",
+                "DSLAUNCH_PLAN_B64",
+                "--wdir",
+                "/work dir",
+            ],
+        ),
+        (
+            mpi.OPENMPI,
+            {"launcher_args": ["--mca", "btl", "^openib"], "remote": {"ssh_port": 2222}},
+            [
+                "mpirun",
+                "-n",
+                "2",
+                "--hostfile",
+                "HF",
+                "--map-by",
+                "slot",
+                "--bind-to",
+                "none",
+                "--mca",
+                "plm_rsh_args",
+                "-p 2222",
+                "-x",
+                "DSLAUNCH_PLAN_B64",
+                "--wdir",
+                "/work dir",
+                "--mca",
+                "btl",
+                "^openib",
+            ],
+        ),
+        (
+            mpi.MPICH,
+            {},
+            ["mpiexec", "-n", "2", "-ppn", "1", "-f", "HF", "-genvlist", "DSLAUNCH_PLAN_B64", "-wdir", "/work dir"],
+        ),
+        (
+            mpi.MPICH,
+            {"launcher_args": ["-genv", "A", "b c"]},
+            [
+                "mpiexec",
+                "-n",
+                "2",
+                "-ppn",
+                "1",
+                "-f",
+                "HF",
+                "-genvlist",
+                "DSLAUNCH_PLAN_B64",
+                "-wdir",
+                "/work dir",
+                "-genv",
+                "A",
+                "b c",
+            ],
+        ),
     ],
 )
-def test_mpi_argv(flavour: mpi.Flavour, options: dict[str, object], expected: list[str],
-                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mpi_argv(
+    flavour: mpi.Flavour, options: dict[str, object], expected: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("PYTHONPATH", raising=False)
     monkeypatch.delenv("VIRTUAL_ENV", raising=False)
     argv = mpi.mpi_argv(_plan(["w0", "w1"], **options), flavour, expected[0], "HF", python="/py")
@@ -82,9 +150,14 @@ def test_plan_travels_in_the_environment_not_the_argv() -> None:
 
 # ---- real jobs -----------------------------------------------------------------------------
 
-def _launch(flavour: str, *args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+
+def _launch(
+    flavour: str, *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     cmd = [*DSLAUNCH, "--launcher", flavour, "--master-port", "0", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **ENV, **(env or {})})
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **ENV, **(env or {})}
+    )
 
 
 def _reports(stdout: str) -> dict[int, dict[str, object]]:
@@ -96,8 +169,9 @@ def _reports(stdout: str) -> dict[int, dict[str, object]]:
 def test_real_job_env_args_and_launcher_args(flavour: mpi.Flavour) -> None:
     _need(flavour)
     extra = "-x FROM_LAUNCHER_ARGS=yes" if flavour is mpi.OPENMPI else "-genv FROM_LAUNCHER_ARGS yes"
-    result = _launch(flavour.name, "--nproc-per-node", "2", "--launcher-args", extra,
-                     SCRIPT, "it's", "a b", "$(touch pwned)")
+    result = _launch(
+        flavour.name, "--nproc-per-node", "2", "--launcher-args", extra, SCRIPT, "it's", "a b", "$(touch pwned)"
+    )
     assert result.returncode == 0, result.stderr
     views = _reports(result.stdout)
     assert sorted(views) == [0, 1]
@@ -114,8 +188,9 @@ def test_real_job_env_args_and_launcher_args(flavour: mpi.Flavour) -> None:
 def test_failing_rank_exit_code_propagates(flavour: mpi.Flavour) -> None:
     """DeepSpeed's MPICH helper exits 0 whatever the script did; the rank's own code must come back."""
     _need(flavour)
-    result = _launch(flavour.name, "--nproc-per-node", "2", SCRIPT,
-                     env={"FAIL_RANK": "1", "FAIL_CODE": "7", "SLEEP": "30"})
+    result = _launch(
+        flavour.name, "--nproc-per-node", "2", SCRIPT, env={"FAIL_RANK": "1", "FAIL_CODE": "7", "SLEEP": "30"}
+    )
     assert result.returncode == 7, (result.stdout, result.stderr)
     assert "rank 1 (local_rank 1, node 0) on host localhost exited with code 7" in result.stderr
 
@@ -130,9 +205,13 @@ def test_rank_killed_by_signal_gives_128_plus_n() -> None:
 def test_sigterm_to_launcher_tears_everything_down() -> None:
     _need(mpi.OPENMPI)
     run_id = f"mpiterm{os.getpid()}"
-    proc = subprocess.Popen([*DSLAUNCH, "--launcher", "openmpi", "--master-port", "0", "--run-id", run_id,
-                             "--nproc-per-node", "2", SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, **ENV, "SLEEP": "60"})
+    proc = subprocess.Popen(
+        [*DSLAUNCH, "--launcher", "openmpi", "--master-port", "0", "--run-id", run_id, "--nproc-per-node", "2", SCRIPT],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **ENV, "SLEEP": "60"},
+    )
     try:
         deadline = time.monotonic() + 30
         seen = 0
@@ -149,16 +228,26 @@ def test_sigterm_to_launcher_tears_everything_down() -> None:
 
 
 def test_missing_mpi_program_is_a_clear_error(tmp_path: Path) -> None:
-    result = subprocess.run([*DSLAUNCH, "--launcher", "mpich", SCRIPT], capture_output=True, text=True, timeout=60,
-                            env={**os.environ, **ENV, "PATH": str(tmp_path)})
+    result = subprocess.run(
+        [*DSLAUNCH, "--launcher", "mpich", SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **ENV, "PATH": str(tmp_path)},
+    )
     assert result.returncode == 2
     assert "--launcher mpich needs one of mpiexec.hydra" in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_dry_run_shows_the_mpirun_line_and_hostfile() -> None:
-    result = subprocess.run([*DSLAUNCH, "--launcher", "openmpi", "--dry-run", "--launcher-args", "--mca btl ^openib",
-                             SCRIPT], capture_output=True, text=True, timeout=60, env={**os.environ, **ENV})
+    result = subprocess.run(
+        [*DSLAUNCH, "--launcher", "openmpi", "--dry-run", "--launcher-args", "--mca btl ^openib", SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **ENV},
+    )
     assert result.returncode == 0, result.stderr
     assert "--hostfile '{hostfile}'" in result.stdout and "--mca btl '^openib'" in result.stdout
     assert "{hostfile}: localhost slots=1" in result.stdout
@@ -166,8 +255,14 @@ def test_dry_run_shows_the_mpirun_line_and_hostfile() -> None:
 
 def test_agent_outside_mpi_says_what_is_missing() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI"))}
-    result = subprocess.run([sys.executable, "-m", "dslaunch.agent", "--node-rank", "mpi"], capture_output=True,
-                            text=True, timeout=30, env=env, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        [sys.executable, "-m", "dslaunch.agent", "--node-rank", "mpi"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 2 and "OMPI_COMM_WORLD_RANK" in result.stderr
 
 
@@ -199,9 +294,24 @@ def test_killed_agent_is_a_lost_node_not_a_success(flavour: mpi.Flavour) -> None
     import psutil
 
     run_id = f"mpilost{flavour.name}{os.getpid()}"
-    proc = subprocess.Popen([*DSLAUNCH, "--launcher", flavour.name, "--master-port", "0", "--run-id", run_id,
-                             "--nproc-per-node", "2", SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, **ENV, "SLEEP": "60"})
+    proc = subprocess.Popen(
+        [
+            *DSLAUNCH,
+            "--launcher",
+            flavour.name,
+            "--master-port",
+            "0",
+            "--run-id",
+            run_id,
+            "--nproc-per-node",
+            "2",
+            SCRIPT,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **ENV, "SLEEP": "60"},
+    )
     try:
         assert proc.stdout is not None
         seen = 0
@@ -227,8 +337,13 @@ def test_killed_agent_is_a_lost_node_not_a_success(flavour: mpi.Flavour) -> None
 def test_sigusr1_reaches_the_ranks(flavour: mpi.Flavour) -> None:
     _need(flavour)
     script = str(Path(__file__).parent / "scripts" / "wait_usr1.py")
-    proc = subprocess.Popen([*DSLAUNCH, "--launcher", flavour.name, "--master-port", "0", script],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV})
+    proc = subprocess.Popen(
+        [*DSLAUNCH, "--launcher", flavour.name, "--master-port", "0", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **ENV},
+    )
     try:
         assert proc.stdout is not None
         assert "READY" in proc.stdout.readline()

@@ -79,7 +79,7 @@ def start_cluster(addrs: tuple[str, ...] = ADDRS) -> SshCluster:
         "UsePAM no\nStrictModes no\nAcceptEnv LANG LC_*\nMaxStartups 200:30:300\nMaxSessions 200\nLogLevel VERBOSE\n"
     )
     # sshd listens on at most 16 addresses: one daemon per 16 "hosts"
-    chunks = [addrs[i:i + 16] for i in range(0, len(addrs), 16)]
+    chunks = [addrs[i : i + 16] for i in range(0, len(addrs), 16)]
     for k, chunk in enumerate(chunks):
         name = "sshd_config" if k == 0 else f"sshd_config_{k}"
         listen = "".join(f"ListenAddress {a}\n" for a in chunk)
@@ -98,7 +98,9 @@ def start_cluster(addrs: tuple[str, ...] = ADDRS) -> SshCluster:
     try:
         for k, chunk in enumerate(chunks):
             name = "sshd_config" if k == 0 else f"sshd_config_{k}"
-            cluster.procs.append(subprocess.Popen([sshd, "-D", "-f", str(base / name), "-E", str(base / f"sshd{k}.log")]))
+            cluster.procs.append(
+                subprocess.Popen([sshd, "-D", "-f", str(base / name), "-E", str(base / f"sshd{k}.log")])
+            )
         for proc, chunk in zip(cluster.procs, chunks):
             _wait_listening(proc, chunk[-1], port, base)
     except BaseException:

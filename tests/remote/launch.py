@@ -20,8 +20,16 @@ def base_args(cluster: SshCluster, runner: str, hosts: list[str], slots: int = 2
     if runner == "pdsh":
         need("pdsh")
     hostfile = cluster.hostfile(hosts, slots, name=f"hosts-{uuid.uuid4().hex[:6]}")
-    return ["--hostfile", str(hostfile), "--launcher", runner, "--ssh-config", str(cluster.config),
-            "--shutdown-timeout", "2"]
+    return [
+        "--hostfile",
+        str(hostfile),
+        "--launcher",
+        runner,
+        "--ssh-config",
+        str(cluster.config),
+        "--shutdown-timeout",
+        "2",
+    ]
 
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -30,15 +38,18 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def run(args: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60
-        ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*DSLAUNCH, *args], capture_output=True, text=True, timeout=timeout,
-                          env=clean_env(env), cwd=cwd)
+def run(
+    args: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*DSLAUNCH, *args], capture_output=True, text=True, timeout=timeout, env=clean_env(env), cwd=cwd
+    )
 
 
 def start(args: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen([*DSLAUNCH, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=clean_env(env), cwd=cwd)
+    return subprocess.Popen(
+        [*DSLAUNCH, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(env), cwd=cwd
+    )
 
 
 def records(stdout: str) -> list[dict]:
@@ -61,5 +72,15 @@ def stop(proc: subprocess.Popen[str], sig: int = signal.SIGKILL) -> None:
     proc.communicate(timeout=30)
 
 
-__all__ = ["SCRIPT", "RUNNERS", "base_args", "run", "start", "records", "wait_ready", "stop", "job_processes",
-           "wait_until_gone"]
+__all__ = [
+    "SCRIPT",
+    "RUNNERS",
+    "base_args",
+    "run",
+    "start",
+    "records",
+    "wait_ready",
+    "stop",
+    "job_processes",
+    "wait_until_gone",
+]

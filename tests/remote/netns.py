@@ -86,18 +86,37 @@ def start_netns(ssh: SshCluster, count: int = 2) -> NetnsCluster:
             os.makedirs(f"/etc/netns/{ns}", exist_ok=True)
             Path(f"/etc/netns/{ns}/hosts").write_text(hosts)
             sshd_config = ssh.base / f"sshd_config_{ns}"
-            sshd_config.write_text("\n".join(
-                line for line in (ssh.base / "sshd_config").read_text().splitlines()
-                if not line.startswith(("ListenAddress", "PidFile"))
-            ) + f"\nListenAddress {cluster.addr(i)}\nPidFile {ssh.base}/sshd_{ns}.pid\n")
-            cluster.procs.append(subprocess.Popen(
-                ["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c",
-                 f'hostname {name} && exec /usr/sbin/sshd -D -f "$0" -E "$1"', str(sshd_config),
-                 str(ssh.base / f"sshd_{ns}.log")]))
+            sshd_config.write_text(
+                "\n".join(
+                    line
+                    for line in (ssh.base / "sshd_config").read_text().splitlines()
+                    if not line.startswith(("ListenAddress", "PidFile"))
+                )
+                + f"\nListenAddress {cluster.addr(i)}\nPidFile {ssh.base}/sshd_{ns}.pid\n"
+            )
+            cluster.procs.append(
+                subprocess.Popen(
+                    [
+                        "ip",
+                        "netns",
+                        "exec",
+                        ns,
+                        "unshare",
+                        "--uts",
+                        "sh",
+                        "-c",
+                        f'hostname {name} && exec /usr/sbin/sshd -D -f "$0" -E "$1"',
+                        str(sshd_config),
+                        str(ssh.base / f"sshd_{ns}.log"),
+                    ]
+                )
+            )
         config.write_text(
             "".join(f"Host {n}\n    HostName {cluster.addr(i)}\n" for i, n in enumerate(names))
-            + ssh.config.read_text().split("Host *", 1)[1].join(["Host *", ""]).replace(
-                str(ssh.known_hosts), str(known))
+            + ssh.config.read_text()
+            .split("Host *", 1)[1]
+            .join(["Host *", ""])
+            .replace(str(ssh.known_hosts), str(known))
         )
         _wait_listening(cluster, ssh.port)
     except BaseException:

@@ -11,11 +11,32 @@ import pytest
 
 from tests.remote.cluster import SshCluster
 from tests.remote.launch import (
-    RUNNERS, SCRIPT, base_args, job_processes, records, run, start, stop, wait_ready, wait_until_gone,
+    RUNNERS,
+    SCRIPT,
+    base_args,
+    job_processes,
+    records,
+    run,
+    start,
+    stop,
+    wait_ready,
+    wait_until_gone,
 )
 
-PAYLOADS = ["$(touch pwned1)", "`touch pwned2`", "a; touch pwned3", "x' ; touch pwned4 '", 'q"uo"te', "new\nline",
-            "ünïcödé ✓", "--node-rank 1", "%n %h %%", "&& touch pwned5 &", "| touch pwned6", "> pwned7"]
+PAYLOADS = [
+    "$(touch pwned1)",
+    "`touch pwned2`",
+    "a; touch pwned3",
+    "x' ; touch pwned4 '",
+    'q"uo"te',
+    "new\nline",
+    "ünïcödé ✓",
+    "--node-rank 1",
+    "%n %h %%",
+    "&& touch pwned5 &",
+    "| touch pwned6",
+    "> pwned7",
+]
 
 
 def _remote_agent(run_id: str, addr: str):
@@ -34,17 +55,28 @@ def _no_pwned(*folders: Path) -> None:
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_two_nodes_env_and_payloads(ssh_cluster: SshCluster, runner: str, tmp_path: Path) -> None:
     (tmp_path / "vars.env").write_text(
-        "# comment\n\nTEST_SPACES='with spaces here'\nexport TEST_DQ=\"say \\\"hi\\\" $HOME\"\n"
+        '# comment\n\nTEST_SPACES=\'with spaces here\'\nexport TEST_DQ="say \\"hi\\" $HOME"\n'
         "TEST_PLAIN=plain value # trailing comment\nTEST_EQ=a=b=c\n"
     )
     (tmp_path / ".deepspeed_env").write_text("TEST_DSENV=from-dot-file\nTEST_SPACES=overridden-by-env-file\n")
     args = base_args(ssh_cluster, runner, ["node1", "node2"]) + [
-        "--env-file", "vars.env", "--export", "TEST_PAYLOAD=$(touch pwned0); `touch pwned0`",
-        "--export", "TEST_FROM_ENV", "--export", "HF_TOKEN=hf-very-secret", "--log-dir", "logs", "--master-port", "0",
-        SCRIPT, "echo", *PAYLOADS,
+        "--env-file",
+        "vars.env",
+        "--export",
+        "TEST_PAYLOAD=$(touch pwned0); `touch pwned0`",
+        "--export",
+        "TEST_FROM_ENV",
+        "--export",
+        "HF_TOKEN=hf-very-secret",
+        "--log-dir",
+        "logs",
+        "--master-port",
+        "0",
+        SCRIPT,
+        "echo",
+        *PAYLOADS,
     ]
-    env = {"WANDB_PROJECT": "proj one", "NCCL_DEBUG": "INFO", "TEST_FROM_ENV": "it's \"here\"",
-           "OTHER_UNEXPORTED": "no"}
+    env = {"WANDB_PROJECT": "proj one", "NCCL_DEBUG": "INFO", "TEST_FROM_ENV": 'it\'s "here"', "OTHER_UNEXPORTED": "no"}
     done = run(args, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
     recs = records(done.stdout)
@@ -63,7 +95,7 @@ def test_two_nodes_env_and_payloads(ssh_cluster: SshCluster, runner: str, tmp_pa
         assert e["TEST_EQ"] == "a=b=c"
         assert e["TEST_DSENV"] == "from-dot-file"
         assert e["TEST_PAYLOAD"] == "$(touch pwned0); `touch pwned0`"
-        assert e["TEST_FROM_ENV"] == "it's \"here\""
+        assert e["TEST_FROM_ENV"] == 'it\'s "here"'
         assert e["HF_TOKEN"] == "hf-very-secret"
         assert e["WANDB_PROJECT"] == "proj one" and e["NCCL_DEBUG"] == "INFO"
         assert "OTHER_UNEXPORTED" not in e
@@ -78,8 +110,14 @@ def test_payload_in_cwd_and_venv_script(ssh_cluster: SshCluster, tmp_path: Path)
     weird.mkdir()
     venv = weird / "activate $(touch pwned10)"
     venv.write_text("export TEST_VENV='sourced here'\n")
-    args = base_args(ssh_cluster, "ssh", ["node1", "node2"], slots=1) + ["--fanout", "1", "--venv-script", str(venv),
-                                                                         SCRIPT, "echo"]
+    args = base_args(ssh_cluster, "ssh", ["node1", "node2"], slots=1) + [
+        "--fanout",
+        "1",
+        "--venv-script",
+        str(venv),
+        SCRIPT,
+        "echo",
+    ]
     done = run(args, cwd=weird)
     assert done.returncode == 0, done.stderr
     recs = records(done.stdout)
@@ -91,7 +129,15 @@ def test_payload_in_cwd_and_venv_script(ssh_cluster: SshCluster, tmp_path: Path)
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_rank_failure_stops_every_node(ssh_cluster: SshCluster, runner: str, tmp_path: Path) -> None:
     run_id = f"ff{runner}{os.getpid()}"
-    args = base_args(ssh_cluster, runner, ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "fail", str(tmp_path), "3", "7"]
+    args = base_args(ssh_cluster, runner, ["node1", "node2"]) + [
+        "--run-id",
+        run_id,
+        SCRIPT,
+        "fail",
+        str(tmp_path),
+        "3",
+        "7",
+    ]
     proc = start(args, cwd=tmp_path)
     assert wait_ready(tmp_path, 4), "ranks did not start"
     failed_at = time.monotonic()
@@ -103,11 +149,15 @@ def test_rank_failure_stops_every_node(ssh_cluster: SshCluster, runner: str, tmp
     assert wait_until_gone(run_id, 3) == []
 
 
-@pytest.mark.parametrize(("runner", "sig"), [("ssh", signal.SIGKILL), ("pdsh", signal.SIGKILL), ("pdsh", signal.SIGINT)])
+@pytest.mark.parametrize(
+    ("runner", "sig"), [("ssh", signal.SIGKILL), ("pdsh", signal.SIGKILL), ("pdsh", signal.SIGINT)]
+)
 def test_killed_launcher_leaves_nothing(ssh_cluster: SshCluster, runner: str, sig: int, tmp_path: Path) -> None:
     run_id = f"kill{runner}{sig}{os.getpid()}"
-    proc = start(base_args(ssh_cluster, runner, ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "sleep", str(tmp_path)],
-                 cwd=tmp_path)
+    proc = start(
+        base_args(ssh_cluster, runner, ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "sleep", str(tmp_path)],
+        cwd=tmp_path,
+    )
     assert wait_ready(tmp_path, 4)
     assert len([p for p in job_processes(run_id) if "dslaunch.bootstrap" in " ".join(p.cmdline())]) == 4
     stop(proc, sig)
@@ -129,7 +179,9 @@ def test_sigterm_stops_only_this_job(ssh_cluster: SshCluster, tmp_path: Path) ->
         _, err = job_b.communicate(timeout=20)
         assert job_b.returncode == 143, err
         assert wait_until_gone(f"jobb{os.getpid()}", 5) == []
-        assert len([p for p in job_processes(f"joba{os.getpid()}") if "dslaunch.bootstrap" in " ".join(p.cmdline())]) == 2
+        assert (
+            len([p for p in job_processes(f"joba{os.getpid()}") if "dslaunch.bootstrap" in " ".join(p.cmdline())]) == 2
+        )
     finally:
         stop(job_a, signal.SIGTERM)
     assert wait_until_gone(f"joba{os.getpid()}", 5) == []
@@ -138,8 +190,10 @@ def test_sigterm_stops_only_this_job(ssh_cluster: SshCluster, tmp_path: Path) ->
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_lost_agent_is_named_and_others_stopped(ssh_cluster: SshCluster, runner: str, tmp_path: Path) -> None:
     run_id = f"lost{runner}{os.getpid()}"
-    proc = start(base_args(ssh_cluster, runner, ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "child", str(tmp_path)],
-                 cwd=tmp_path)
+    proc = start(
+        base_args(ssh_cluster, runner, ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "child", str(tmp_path)],
+        cwd=tmp_path,
+    )
     try:
         assert wait_ready(tmp_path, 4)
         _remote_agent(run_id, "127.0.0.3").kill()  # its ranks die with it; their children are reaped by run id
@@ -156,8 +210,10 @@ def test_dropped_connection_is_named(ssh_cluster: SshCluster, tmp_path: Path) ->
     import psutil
 
     run_id = f"drop{os.getpid()}"
-    proc = start(base_args(ssh_cluster, "ssh", ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "sleep", str(tmp_path)],
-                 cwd=tmp_path)
+    proc = start(
+        base_args(ssh_cluster, "ssh", ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "sleep", str(tmp_path)],
+        cwd=tmp_path,
+    )
     try:
         assert wait_ready(tmp_path, 4)
         session = psutil.Process(_remote_agent(run_id, "127.0.0.3").ppid())
@@ -177,8 +233,10 @@ def test_pdsh_killed_ssh_client_is_named(ssh_cluster: SshCluster, tmp_path: Path
     import psutil
 
     run_id = f"sshc{os.getpid()}"
-    proc = start(base_args(ssh_cluster, "pdsh", ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "sleep", str(tmp_path)],
-                 cwd=tmp_path)
+    proc = start(
+        base_args(ssh_cluster, "pdsh", ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "sleep", str(tmp_path)],
+        cwd=tmp_path,
+    )
     try:
         assert wait_ready(tmp_path, 4)
         pdsh = next(c for c in psutil.Process(proc.pid).children() if c.name().startswith("pdsh"))
@@ -195,8 +253,10 @@ def test_sigusr1_reaches_every_remote_rank(ssh_cluster: SshCluster, tmp_path: Pa
     from tests.helpers import wait_for_file
 
     run_id = f"usr1{os.getpid()}"
-    proc = start(base_args(ssh_cluster, "ssh", ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "usr1", str(tmp_path)],
-                 cwd=tmp_path)
+    proc = start(
+        base_args(ssh_cluster, "ssh", ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "usr1", str(tmp_path)],
+        cwd=tmp_path,
+    )
     try:
         assert wait_ready(tmp_path, 4)
         proc.send_signal(signal.SIGUSR1)

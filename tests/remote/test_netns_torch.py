@@ -31,8 +31,24 @@ def test_gloo_across_namespaces(netns_cluster: NetnsCluster, runner: str, tmp_pa
     hostfile.write_text("node1 slots=2\nnode2 slots=2\n")
     run_id = f"gloo{runner}{os.getpid()}"
     env = {"DSLAUNCH_PG_TIMEOUT": "60", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
-    done = run(["--hostfile", str(hostfile), "--launcher", runner, "--ssh-config", str(netns_cluster.config),
-                "--master-port", "0", "--run-id", run_id, SCRIPT], cwd=tmp_path, env=env, timeout=240)
+    done = run(
+        [
+            "--hostfile",
+            str(hostfile),
+            "--launcher",
+            runner,
+            "--ssh-config",
+            str(netns_cluster.config),
+            "--master-port",
+            "0",
+            "--run-id",
+            run_id,
+            SCRIPT,
+        ],
+        cwd=tmp_path,
+        env=env,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     for rank in range(4):
         host = "node1" if rank < 2 else "node2"

@@ -40,12 +40,15 @@ def test_env_file_lines(text: str, expected: dict[str, str]) -> None:
     assert envs.parse_env_file(text) == expected
 
 
-@pytest.mark.parametrize(("text", "why"), [
-    ("no equals sign", "expected NAME=VALUE"),
-    ("1A=x", "expected NAME=VALUE"),
-    ("A='open", "unterminated ' quote"),
-    ('A="x" trailing', "unexpected text"),
-])
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("no equals sign", "expected NAME=VALUE"),
+        ("1A=x", "expected NAME=VALUE"),
+        ("A='open", "unterminated ' quote"),
+        ('A="x" trailing', "unexpected text"),
+    ],
+)
 def test_env_file_errors_name_the_line(text: str, why: str) -> None:
     with pytest.raises(envs.EnvError, match=why) as err:
         envs.parse_env_file("OK=1\n" + text, "f.env")
@@ -53,12 +56,33 @@ def test_env_file_errors_name_the_line(text: str, why: str) -> None:
 
 
 def test_exports_by_prefix_and_never_local_facts() -> None:
-    environ = {"NCCL_DEBUG": "INFO", "WANDB_X": "1", "HF_HOME": "/h", "PYTHONPATH": "/p", "DSLAUNCH_LOG": "x",
-               "HOME": "/root", "CUDA_VISIBLE_DEVICES": "0", "DSLAUNCH_RUN_ID": "r", "TORCH_HOME": "/t",
-               "OMP_NUM_THREADS": "2", "FI_PROVIDER": "efa", "PATH": "/bin", "MLFLOW_X": "m"}
+    environ = {
+        "NCCL_DEBUG": "INFO",
+        "WANDB_X": "1",
+        "HF_HOME": "/h",
+        "PYTHONPATH": "/p",
+        "DSLAUNCH_LOG": "x",
+        "HOME": "/root",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "DSLAUNCH_RUN_ID": "r",
+        "TORCH_HOME": "/t",
+        "OMP_NUM_THREADS": "2",
+        "FI_PROVIDER": "efa",
+        "PATH": "/bin",
+        "MLFLOW_X": "m",
+    }
     got = envs.prefixed_exports(environ)
-    assert set(got) == {"NCCL_DEBUG", "WANDB_X", "HF_HOME", "PYTHONPATH", "DSLAUNCH_LOG", "TORCH_HOME",
-                        "OMP_NUM_THREADS", "FI_PROVIDER", "MLFLOW_X"}
+    assert set(got) == {
+        "NCCL_DEBUG",
+        "WANDB_X",
+        "HF_HOME",
+        "PYTHONPATH",
+        "DSLAUNCH_LOG",
+        "TORCH_HOME",
+        "OMP_NUM_THREADS",
+        "FI_PROVIDER",
+        "MLFLOW_X",
+    }
 
 
 def test_parse_export() -> None:
@@ -77,23 +101,44 @@ def test_env_file_lookup_order() -> None:
     assert envs.env_file_paths({"DS_ENV_FILE": "/abs/job.env"}, "/h", "/w") == ["/abs/job.env"]
 
 
-@pytest.mark.parametrize(("host", "ok"), [
-    ("node1", True), ("user@node-1.example.com", True), ("10.0.0.2", True), ("::1", True), ("fe80::1%eth0", True),
-    ("-oProxyCommand=x", False), ("$(touch x)", False), ("a;b", False), ("a,b", False), ("node[1-2]", False),
-    ("a b", False), ("`x`", False), ("@host", False), ("", False),
-])
+@pytest.mark.parametrize(
+    ("host", "ok"),
+    [
+        ("node1", True),
+        ("user@node-1.example.com", True),
+        ("10.0.0.2", True),
+        ("::1", True),
+        ("fe80::1%eth0", True),
+        ("-oProxyCommand=x", False),
+        ("$(touch x)", False),
+        ("a;b", False),
+        ("a,b", False),
+        ("node[1-2]", False),
+        ("a b", False),
+        ("`x`", False),
+        ("@host", False),
+        ("", False),
+    ],
+)
 def test_valid_host(host: str, ok: bool) -> None:
     assert valid_host(host) is ok
 
 
 def test_ssh_config_resolution(tmp_path: Path) -> None:
     config = tmp_path / "config"
-    config.write_text("Host gpu*\n    HostName 10.1.0.%h\n    User alice\n    Port 2200\n    IdentityFile ~/.ssh/k\n"
-                      "    ProxyJump bastion\n    UserKnownHostsFile /kh1 /kh2\n    StrictHostKeyChecking accept-new\n"
-                      "Host *\n    Port 22\n    User nobody\n")
+    config.write_text(
+        "Host gpu*\n    HostName 10.1.0.%h\n    User alice\n    Port 2200\n    IdentityFile ~/.ssh/k\n"
+        "    ProxyJump bastion\n    UserKnownHostsFile /kh1 /kh2\n    StrictHostKeyChecking accept-new\n"
+        "Host *\n    Port 22\n    User nobody\n"
+    )
     t = resolve("gpu7", str(config))
     assert (t.hostname, t.port, t.user, t.proxy_jump, t.strict_host_key_checking) == (
-        "10.1.0.gpu7", 2200, "alice", "bastion", "accept-new")
+        "10.1.0.gpu7",
+        2200,
+        "alice",
+        "bastion",
+        "accept-new",
+    )
     assert t.identity_files == (os.path.expanduser("~/.ssh/k"),) and t.known_hosts_files == ("/kh1", "/kh2")
     assert t.known_hosts_key == "[10.1.0.gpu7]:2200"
     other = resolve("bob@plain", str(config), port=2022)
@@ -102,8 +147,16 @@ def test_ssh_config_resolution(tmp_path: Path) -> None:
 
 def _plan(cwd: str, python: str = "/usr/bin/python3", run_id: str = "r1", nodes: int = 2) -> LaunchPlan:
     node_plans = tuple(NodePlan(f"h{i}", i, ("0",), (i,)) for i in range(nodes))
-    return LaunchPlan("ssh", run_id, node_plans, "h0", 29500, Program("t.py", python=python), cwd=cwd,
-                      env=(("PYTHONPATH", "/lib $(x)"), ("SECRET_TOKEN", "never-in-command")))
+    return LaunchPlan(
+        "ssh",
+        run_id,
+        node_plans,
+        "h0",
+        29500,
+        Program("t.py", python=python),
+        cwd=cwd,
+        env=(("PYTHONPATH", "/lib $(x)"), ("SECRET_TOKEN", "never-in-command")),
+    )
 
 
 def test_agent_command_golden() -> None:
@@ -118,8 +171,9 @@ _TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters
 
 @settings(max_examples=40, deadline=None)
 @given(cwd_part=_TEXT, run_id=_TEXT)
-def test_agent_command_runs_nothing_but_the_agent(tmp_path_factory: pytest.TempPathFactory, cwd_part: str,
-                                                  run_id: str) -> None:
+def test_agent_command_runs_nothing_but_the_agent(
+    tmp_path_factory: pytest.TempPathFactory, cwd_part: str, run_id: str
+) -> None:
     """Whatever the path and run id hold, sh runs exactly the agent argv, in that directory."""
     base = tmp_path_factory.mktemp("q")
     name = cwd_part.replace("/", "_")
@@ -142,8 +196,10 @@ def test_pdsh_argv_escapes_percent_and_keeps_rank_placeholder() -> None:
     settings_ = RemoteSettings(fanout=4, connect_timeout=7)
     argv = pdsh_argv(_plan("/d %h %n"), settings_, "UExBTg==")
     assert argv[:10] == ["pdsh", "-S", "-R", "ssh", "-f", "4", "-t", "7", "-w", "h0,h1"]
-    assert argv[10] == ("cd '/d %%h %%n' && exec env DSLAUNCH_RUN_ID=r1 'PYTHONPATH=/lib $(x)' /usr/bin/python3 -u -m "
-                        "dslaunch.agent --node-rank %n --plan-b64 UExBTg==")
+    assert argv[10] == (
+        "cd '/d %%h %%n' && exec env DSLAUNCH_RUN_ID=r1 'PYTHONPATH=/lib $(x)' /usr/bin/python3 -u -m "
+        "dslaunch.agent --node-rank %n --plan-b64 UExBTg=="
+    )
     assert "never-in-command" not in " ".join(argv)
     one = pdsh_argv(_plan("/d", nodes=1), settings_, "X")
     assert "--node-rank 0 " in one[-1]
@@ -153,8 +209,9 @@ def test_pdsh_argv_escapes_percent_and_keeps_rank_placeholder() -> None:
 def test_pdsh_env_keeps_user_args_and_adds_ours() -> None:
     s = RemoteSettings(ssh_config="/etc/my_cfg", ssh_port=2222, accept_new_hosts=True)
     env = pdsh_env(s, {"PDSH_SSH_ARGS_APPEND": "-o Compression=yes", "PDSH_SSH_ARGS": "-x %h"})
-    assert env["PDSH_SSH_ARGS_APPEND"] == ("-o Compression=yes -o BatchMode=yes -F /etc/my_cfg -p 2222 "
-                                           "-o StrictHostKeyChecking=accept-new")
+    assert env["PDSH_SSH_ARGS_APPEND"] == (
+        "-o Compression=yes -o BatchMode=yes -F /etc/my_cfg -p 2222 -o StrictHostKeyChecking=accept-new"
+    )
     assert "PDSH_SSH_ARGS" not in env
     with pytest.raises(ValueError, match="spaces"):
         pdsh_env(RemoteSettings(ssh_config="/a b/cfg"), {})
@@ -166,22 +223,32 @@ EXPECTED = preflight.Expected(python="3.11.7", dslaunch="0.1.0", torch="2.13.0",
 def _probe(**over: object) -> str:
     import json
 
-    data = {"python": "3.11.7", "executable": "/py", "dslaunch": "0.1.0", "torch": "2.13.0", "gpus": 0,
-            "port_free": True, **over}
+    data = {
+        "python": "3.11.7",
+        "executable": "/py",
+        "dslaunch": "0.1.0",
+        "torch": "2.13.0",
+        "gpus": 0,
+        "port_free": True,
+        **over,
+    }
     return "noise\n" + preflight.MARK + json.dumps(data) + "\n"
 
 
-@pytest.mark.parametrize(("status", "output", "master", "ok", "problem"), [
-    (0, _probe(), True, True, None),
-    (0, _probe(python="3.10.1"), False, False, "python 3.10.1"),
-    (0, _probe(dslaunch=None), False, False, "dslaunch missing"),
-    (0, _probe(torch="2.4.0"), False, False, "torch 2.4.0"),
-    (0, _probe(port_free=False), True, False, "master port 29500 is already in use"),
-    (0, _probe(port_free=False), False, True, None),
-    (0, _probe(gpus=1), False, False, "1 visible GPU(s) for 2 slot(s)"),
-    (255, "", False, False, "not usable"),
-    (0, "no marker", False, False, "not usable"),
-])
+@pytest.mark.parametrize(
+    ("status", "output", "master", "ok", "problem"),
+    [
+        (0, _probe(), True, True, None),
+        (0, _probe(python="3.10.1"), False, False, "python 3.10.1"),
+        (0, _probe(dslaunch=None), False, False, "dslaunch missing"),
+        (0, _probe(torch="2.4.0"), False, False, "torch 2.4.0"),
+        (0, _probe(port_free=False), True, False, "master port 29500 is already in use"),
+        (0, _probe(port_free=False), False, True, None),
+        (0, _probe(gpus=1), False, False, "1 visible GPU(s) for 2 slot(s)"),
+        (255, "", False, False, "not usable"),
+        (0, "no marker", False, False, "not usable"),
+    ],
+)
 def test_preflight_rows(status: int, output: str, master: bool, ok: bool, problem: str | None) -> None:
     row = preflight.evaluate("h", 2, master, EXPECTED, status, output, "ssh: connect refused")
     assert row.ok is ok
@@ -191,8 +258,9 @@ def test_preflight_rows(status: int, output: str, master: bool, ok: bool, proble
 
 
 def test_preflight_probe_runs_here() -> None:
-    out = subprocess.run(["sh", "-c", preflight.probe_command(sys.executable, 0)], capture_output=True, text=True,
-                         timeout=30)
+    out = subprocess.run(
+        ["sh", "-c", preflight.probe_command(sys.executable, 0)], capture_output=True, text=True, timeout=30
+    )
     data = preflight.parse_probe(out.stdout)
     assert data is not None and data["dslaunch"] == "0.1.0" and data["port_free"] is None
     assert shlex.split(preflight.probe_command("/p y", 5))[0] == "/p y"
@@ -211,8 +279,9 @@ def test_reap_kills_only_the_named_run() -> None:
     mine = subprocess.Popen(["sleep", "60"], env={**os.environ, "DSLAUNCH_RUN_ID": "reap-me"})
     other = subprocess.Popen(["sleep", "60"], env={**os.environ, "DSLAUNCH_RUN_ID": "reap-me-not"})
     try:
-        out = subprocess.run([sys.executable, "-m", "dslaunch.remote.reap", "reap-me"], capture_output=True, text=True,
-                             timeout=30)
+        out = subprocess.run(
+            [sys.executable, "-m", "dslaunch.remote.reap", "reap-me"], capture_output=True, text=True, timeout=30
+        )
         assert out.returncode == 0 and "1 process(es) of run reap-me killed" in out.stdout
         assert mine.wait(5) == -9
         assert other.poll() is None

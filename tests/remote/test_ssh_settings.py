@@ -22,7 +22,9 @@ def _config_with(cluster: SshCluster, tmp_path: Path, known_hosts: Path, extra: 
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
-def test_unknown_host_key_is_refused_then_accepted_on_request(ssh_cluster: SshCluster, runner: str, tmp_path: Path) -> None:
+def test_unknown_host_key_is_refused_then_accepted_on_request(
+    ssh_cluster: SshCluster, runner: str, tmp_path: Path
+) -> None:
     known = tmp_path / "known_hosts"
     known.write_text("")
     config = _config_with(ssh_cluster, tmp_path, known)
@@ -102,8 +104,23 @@ def test_wrong_key_is_an_authentication_error(ssh_cluster: SshCluster, tmp_path:
 def test_manual_node_rank_never_opens_ssh(tmp_path: Path) -> None:
     hostfile = tmp_path / "hosts"
     hostfile.write_text("nowhere-a slots=2\nnowhere-b slots=2\n")
-    done = run(["--hostfile", str(hostfile), "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port", "29999",
-                "--ssh-config", "/dev/null", SCRIPT, "echo"], cwd=tmp_path)
+    done = run(
+        [
+            "--hostfile",
+            str(hostfile),
+            "--node-rank",
+            "1",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            "29999",
+            "--ssh-config",
+            "/dev/null",
+            SCRIPT,
+            "echo",
+        ],
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     recs = records(done.stdout)
     assert [(r["rank"], r["world"], r["node"]) for r in recs] == [(2, 4, 1), (3, 4, 1)]
@@ -136,8 +153,21 @@ def test_preflight_table(ssh_cluster: SshCluster, runner: str, tmp_path: Path) -
 
 def test_dry_run_masks_secrets_and_shows_commands(ssh_cluster: SshCluster, tmp_path: Path) -> None:
     args = base_args(ssh_cluster, "pdsh", ["node1", "node2"], slots=1)
-    done = run([*args, "--export", "HF_TOKEN=hf-secret-value", "--export", "TEST_OK=visible", "--dry-run", "--json",
-                SCRIPT, "echo"], cwd=tmp_path, env={"WANDB_API_KEY": "wandb-secret-value"})
+    done = run(
+        [
+            *args,
+            "--export",
+            "HF_TOKEN=hf-secret-value",
+            "--export",
+            "TEST_OK=visible",
+            "--dry-run",
+            "--json",
+            SCRIPT,
+            "echo",
+        ],
+        cwd=tmp_path,
+        env={"WANDB_API_KEY": "wandb-secret-value"},
+    )
     assert done.returncode == 0, done.stderr
     assert "hf-secret-value" not in done.stdout and "wandb-secret-value" not in done.stdout
     data = json.loads(done.stdout)
@@ -147,24 +177,50 @@ def test_dry_run_masks_secrets_and_shows_commands(ssh_cluster: SshCluster, tmp_p
     assert "pdsh -S -R ssh" in data["commands"][0] and "--node-rank %n" in data["commands"][0]
     for runner in RUNNERS:
         args = base_args(ssh_cluster, runner, ["node1", "node2"], slots=1)
-        text = run([*args, "--export", "HF_TOKEN=hf-secret-value", "--remote-python", "/opt/py 3/bin/python",
-                    "--remote-cwd", "/srv/job", "--dry-run", SCRIPT], cwd=tmp_path)
+        text = run(
+            [
+                *args,
+                "--export",
+                "HF_TOKEN=hf-secret-value",
+                "--remote-python",
+                "/opt/py 3/bin/python",
+                "--remote-cwd",
+                "/srv/job",
+                "--dry-run",
+                SCRIPT,
+            ],
+            cwd=tmp_path,
+        )
         assert text.returncode == 0 and "hf-secret-value" not in text.stdout and "dslaunch.agent" in text.stdout
-        as_json = run([*args, "--remote-python", "/opt/py 3/bin/python", "--remote-cwd", "/srv/job", "--dry-run",
-                       "--json", SCRIPT], cwd=tmp_path)
+        as_json = run(
+            [
+                *args,
+                "--remote-python",
+                "/opt/py 3/bin/python",
+                "--remote-cwd",
+                "/srv/job",
+                "--dry-run",
+                "--json",
+                SCRIPT,
+            ],
+            cwd=tmp_path,
+        )
         command = json.loads(as_json.stdout)["commands"][0]
         remote = shlex.split(command)[-1] if runner == "pdsh" else command
         assert "cd /srv/job && exec env" in remote and "'/opt/py 3/bin/python' -u -m dslaunch.agent" in remote
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--export", "1BAD=x"], "is not NAME or NAME=VALUE"),
-    (["--export", "TEST_SURELY_UNSET_VAR"], "is not set in the launcher's environment"),
-    (["--env-file", "missing.env"], "does not exist"),
-    (["--env-file", "bad.env"], "expected NAME=VALUE"),
-    (["--ssh-config", "missing_config"], "does not exist"),
-    (["--fanout", "0"], "0"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--export", "1BAD=x"], "is not NAME or NAME=VALUE"),
+        (["--export", "TEST_SURELY_UNSET_VAR"], "is not set in the launcher's environment"),
+        (["--env-file", "missing.env"], "does not exist"),
+        (["--env-file", "bad.env"], "expected NAME=VALUE"),
+        (["--ssh-config", "missing_config"], "does not exist"),
+        (["--fanout", "0"], "0"),
+    ],
+)
 def test_bad_remote_input_exits_2(ssh_cluster: SshCluster, tmp_path: Path, args: list[str], message: str) -> None:
     (tmp_path / "bad.env").write_text("OK=1\nthis line is wrong\n")
     base = base_args(ssh_cluster, "ssh", ["node1"], slots=1)

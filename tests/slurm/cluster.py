@@ -121,8 +121,15 @@ class Cluster:
 def start(base: Path, timeout: float = 30.0) -> Cluster:
     munge = base / "munge"
     slurm = base / "slurm"
-    for d in (munge, slurm / "etc", slurm / "state", slurm / "spool" / "n1", slurm / "spool" / "n2",
-              slurm / "log", slurm / "run"):
+    for d in (
+        munge,
+        slurm / "etc",
+        slurm / "state",
+        slurm / "spool" / "n1",
+        slurm / "spool" / "n2",
+        slurm / "log",
+        slurm / "run",
+    ):
         d.mkdir(parents=True, exist_ok=True)
     for d in (base, munge):
         d.chmod(0o755)  # munged refuses a socket path with a directory lacking o+x
@@ -137,29 +144,46 @@ def start(base: Path, timeout: float = 30.0) -> Cluster:
 
 def _spawn(cluster: Cluster, argv: list[str], log: Path, env: dict[str, str] | None = None) -> None:
     with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+        )
     cluster.pids.append(proc.pid)
 
 
 def _start(cluster: Cluster, munge: Path, slurm: Path, timeout: float) -> None:
     subprocess.run([_tool("mungekey"), "--create", f"--keyfile={munge / 'munge.key'}"], check=True, timeout=10)
-    _spawn(cluster, [_tool("munged"), "-F", f"--socket={munge / 'munge.socket.2'}", f"--key-file={munge / 'munge.key'}",
-                     f"--pid-file={munge / 'munged.pid'}", f"--log-file={munge / 'munged.log'}",
-                     f"--seed-file={munge / 'munged.seed'}"], munge / "munged.out")
+    _spawn(
+        cluster,
+        [
+            _tool("munged"),
+            "-F",
+            f"--socket={munge / 'munge.socket.2'}",
+            f"--key-file={munge / 'munge.key'}",
+            f"--pid-file={munge / 'munged.pid'}",
+            f"--log-file={munge / 'munged.log'}",
+            f"--seed-file={munge / 'munged.seed'}",
+        ],
+        munge / "munged.out",
+    )
     _wait(lambda: (munge / "munge.socket.2").exists(), 10, "munged socket")
     ctld, slurmd_port, n1, n2 = _free_ports(4)
-    cluster.conf.write_text(_CONF.format(base=cluster.base, ctld_port=ctld, slurmd_port=slurmd_port,
-                                         n1_port=n1, n2_port=n2))
+    cluster.conf.write_text(
+        _CONF.format(base=cluster.base, ctld_port=ctld, slurmd_port=slurmd_port, n1_port=n1, n2_port=n2)
+    )
     env = {**os.environ, **cluster.env}
     _spawn(cluster, [_tool("slurmctld"), "-D", "-f", str(cluster.conf)], slurm / "log" / "slurmctld.out", env)
     for node in ("n1", "n2"):
-        _spawn(cluster, [_tool("slurmd"), "-D", "-N", node, "-f", str(cluster.conf)],
-               slurm / "log" / f"slurmd-{node}.out", env)
+        _spawn(
+            cluster,
+            [_tool("slurmd"), "-D", "-N", node, "-f", str(cluster.conf)],
+            slurm / "log" / f"slurmd-{node}.out",
+            env,
+        )
 
     def idle() -> bool:
-        res = subprocess.run([_tool("sinfo"), "-h", "-N", "-o", "%T"], capture_output=True, text=True,
-                             env=env, timeout=10)
+        res = subprocess.run(
+            [_tool("sinfo"), "-h", "-N", "-o", "%T"], capture_output=True, text=True, env=env, timeout=10
+        )
         return res.stdout.split().count("idle") == 2
 
     _wait(idle, timeout, "two idle slurm nodes")

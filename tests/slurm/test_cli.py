@@ -14,8 +14,14 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "show_env.py")
 # Node names that resolve without Slurm, so no scontrol is asked for addresses.
 ALLOC = {"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "localhost,127.0.0.[2-3]", "SLURM_NNODES": "3"}
 STEP = {
-    **ALLOC, "SLURM_STEP_ID": "4", "SLURM_PROCID": "1", "SLURM_LOCALID": "0", "SLURM_NODEID": "1",
-    "SLURM_STEP_NODELIST": "localhost,127.0.0.2", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+    **ALLOC,
+    "SLURM_STEP_ID": "4",
+    "SLURM_PROCID": "1",
+    "SLURM_LOCALID": "0",
+    "SLURM_NODEID": "1",
+    "SLURM_STEP_NODELIST": "localhost,127.0.0.2",
+    "SLURM_STEP_NUM_TASKS": "2",
+    "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
     "SLURMD_NODENAME": "127.0.0.2",
 }
 
@@ -29,8 +35,9 @@ def _cli(args: list[str], extra: dict[str, str]):  # type: ignore[no-untyped-def
     env = _env(extra)
     import subprocess
 
-    return subprocess.run([sys.executable, "-m", "dslaunch", *args], capture_output=True, text=True, timeout=60,
-                          env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "dslaunch", *args], capture_output=True, text=True, timeout=60, env=env
+    )
 
 
 def _plan(args: list[str], extra: dict[str, str]) -> dict:  # type: ignore[type-arg]
@@ -52,13 +59,27 @@ def test_allocation_srun_line() -> None:
 
 
 def test_include_exclude_map_to_nodelist_and_exclude_and_launcher_args_pass_through() -> None:
-    plan = _plan(["--include", "127.0.0.[2-3]", "--exclude", "127.0.0.3", "--master-port", "31000", "--run-id", "r2",
-                  "--launcher-args", "--cpu-bind=none --mpi=none"], ALLOC)
+    plan = _plan(
+        [
+            "--include",
+            "127.0.0.[2-3]",
+            "--exclude",
+            "127.0.0.3",
+            "--master-port",
+            "31000",
+            "--run-id",
+            "r2",
+            "--launcher-args",
+            "--cpu-bind=none --mpi=none",
+        ],
+        ALLOC,
+    )
     assert plan["master_port"] == 31000 and plan["master_addr"] == "127.0.0.2"
     assert plan["commands"][0].startswith(
         "srun --nodes=1 --ntasks-per-node=1 --nodelist=127.0.0.2 --kill-on-bad-exit=1 --job-name=dslaunch-r2 "
         "--exclude=127.0.0.3 "
-        "--cpu-bind=none --mpi=none ")
+        "--cpu-bind=none --mpi=none "
+    )
 
 
 def test_auto_outside_slurm_is_unchanged_and_a_hostfile_wins_inside(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -78,27 +99,38 @@ def test_step_node_mode_plan() -> None:
 
 
 def test_step_rank_mode_plan() -> None:
-    step = {**STEP, "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_PROCID": "3",
-            "SLURM_LOCALID": "1"}
+    step = {
+        **STEP,
+        "SLURM_STEP_NUM_TASKS": "4",
+        "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+        "SLURM_PROCID": "3",
+        "SLURM_LOCALID": "1",
+    }
     plan = _plan([], step)
     assert [(n["host"], n["ranks"]) for n in plan["nodes"]] == [("localhost", [0, 1]), ("127.0.0.2", [2, 3])]
     assert "becomes its rank" in plan["commands"][0]
 
 
-@pytest.mark.parametrize(("args", "extra", "words"), [
-    (["--launcher", "slurm"], {}, ["SLURM_JOB_ID is not set", "salloc"]),
-    (["--include", "localhost:0"], ALLOC, ["only whole nodes"]),
-    (["--include", "n9"], ALLOC, ["n9 not in this allocation"]),
-    (["--exclude", "localhost,127.0.0.[2-3]"], ALLOC, ["no nodes of the allocation are left"]),
-    (["--num-nodes", "4"], ALLOC, ["--num-nodes 4 but only 3"]),
-    (["--launcher-args", "-N 3"], ALLOC, ["'-N' is set by dslaunch"]),
-    (["--include", "n[1-"], ALLOC, ["unclosed '['"]),
-    (["--nproc-per-node", "2"], {**STEP, "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_TASKS_PER_NODE": "2(x2)"},
-     ["double spawn", "--ntasks-per-node=1"]),
-    (["--exclude", "localhost"], STEP, ["drop --exclude", "srun --nodelist/--exclude"]),
-    ([], {**STEP, "SLURM_STEP_TASKS_PER_NODE": "1,2"}, ["does not add up"]),
-    (["--nproc-per-node", "2", "--mesh", "dp=3"], STEP, ["4 ranks"]),  # checked against Slurm's world size
-])
+@pytest.mark.parametrize(
+    ("args", "extra", "words"),
+    [
+        (["--launcher", "slurm"], {}, ["SLURM_JOB_ID is not set", "salloc"]),
+        (["--include", "localhost:0"], ALLOC, ["only whole nodes"]),
+        (["--include", "n9"], ALLOC, ["n9 not in this allocation"]),
+        (["--exclude", "localhost,127.0.0.[2-3]"], ALLOC, ["no nodes of the allocation are left"]),
+        (["--num-nodes", "4"], ALLOC, ["--num-nodes 4 but only 3"]),
+        (["--launcher-args", "-N 3"], ALLOC, ["'-N' is set by dslaunch"]),
+        (["--include", "n[1-"], ALLOC, ["unclosed '['"]),
+        (
+            ["--nproc-per-node", "2"],
+            {**STEP, "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_TASKS_PER_NODE": "2(x2)"},
+            ["double spawn", "--ntasks-per-node=1"],
+        ),
+        (["--exclude", "localhost"], STEP, ["drop --exclude", "srun --nodelist/--exclude"]),
+        ([], {**STEP, "SLURM_STEP_TASKS_PER_NODE": "1,2"}, ["does not add up"]),
+        (["--nproc-per-node", "2", "--mesh", "dp=3"], STEP, ["4 ranks"]),  # checked against Slurm's world size
+    ],
+)
 def test_bad_input_exits_2_with_a_clear_message(args: list[str], extra: dict[str, str], words: list[str]) -> None:
     res = _cli([*args, SCRIPT], extra)
     assert res.returncode == 2, res.stdout + res.stderr

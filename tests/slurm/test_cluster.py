@@ -20,10 +20,17 @@ DSLAUNCH = [sys.executable, "-m", "dslaunch"]
 LIMIT = 90  # seconds, for the `timeout` around every srun/salloc/sbatch
 
 
-def _run(argv: list[str], env: dict[str, str], extra: dict[str, str] | None = None,
-         limit: int = LIMIT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["timeout", "-k", "5", str(limit), *argv], capture_output=True, text=True,
-                          env={**env, **(extra or {})}, cwd=ROOT, timeout=limit + 15)
+def _run(
+    argv: list[str], env: dict[str, str], extra: dict[str, str] | None = None, limit: int = LIMIT
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["timeout", "-k", "5", str(limit), *argv],
+        capture_output=True,
+        text=True,
+        env={**env, **(extra or {})},
+        cwd=ROOT,
+        timeout=limit + 15,
+    )
 
 
 def _facts(stdout: str) -> list[dict]:  # type: ignore[type-arg]
@@ -39,14 +46,39 @@ def test_one_task_per_node_starts_the_ranks_with_the_right_env(slurm_env: dict[s
     config = tmp_path / "ds.json"
     config.write_text("{}")
     run_id = _run_id()
-    res = _run(["srun", "-N2", "--ntasks-per-node=1", *DSLAUNCH, "--nproc-per-node", "2", "--master-port", "0",
-                "--run-id", run_id, "--config", str(config), "--log-level", "info", "--mesh", "dp_shard=2,tp=2",
-                SCRIPT, "x", "$(id)"], slurm_env)
+    res = _run(
+        [
+            "srun",
+            "-N2",
+            "--ntasks-per-node=1",
+            *DSLAUNCH,
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            "0",
+            "--run-id",
+            run_id,
+            "--config",
+            str(config),
+            "--log-level",
+            "info",
+            "--mesh",
+            "dp_shard=2,tp=2",
+            SCRIPT,
+            "x",
+            "$(id)",
+        ],
+        slurm_env,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     facts = _facts(res.stdout)
     assert [f["RANK"] for f in facts] == ["0", "1", "2", "3"]
     assert [(f["LOCAL_RANK"], f["NODE_RANK"], f["DSLAUNCH_HOST"]) for f in facts] == [
-        ("0", "0", "n1"), ("1", "0", "n1"), ("0", "1", "n2"), ("1", "1", "n2")]
+        ("0", "0", "n1"),
+        ("1", "0", "n1"),
+        ("0", "1", "n2"),
+        ("1", "1", "n2"),
+    ]
     for f in facts:
         assert (f["WORLD_SIZE"], f["LOCAL_WORLD_SIZE"]) == ("4", "2")
         assert f["MASTER_ADDR"] == "127.0.0.1"  # n1 does not resolve: its NodeAddr from scontrol
@@ -71,7 +103,11 @@ def test_one_task_per_rank_becomes_the_rank(slurm_env: dict[str, str]) -> None:
     assert cyclic.returncode == 0, cyclic.stdout + cyclic.stderr
     facts = _facts(cyclic.stdout)
     assert [(f["RANK"], f["SLURM_PROCID"], f["DSLAUNCH_HOST"], f["LOCAL_RANK"]) for f in facts] == [
-        ("0", "0", "n1", "0"), ("1", "1", "n2", "0"), ("2", "2", "n1", "1"), ("3", "3", "n2", "1")]
+        ("0", "0", "n1", "0"),
+        ("1", "1", "n2", "0"),
+        ("2", "2", "n1", "1"),
+        ("3", "3", "n2", "1"),
+    ]
 
 
 def test_double_spawn_is_refused(slurm_env: dict[str, str]) -> None:
@@ -84,8 +120,11 @@ def test_double_spawn_is_refused(slurm_env: dict[str, str]) -> None:
 def test_a_failing_rank_ends_the_step_with_its_code(slurm_env: dict[str, str]) -> None:
     run_id = _run_id()
     start = time.monotonic()
-    res = _run(["srun", "-N2", "--ntasks-per-node=1", *DSLAUNCH, "--nproc-per-node", "2", "--run-id", run_id,
-                SCRIPT], slurm_env, {"FAIL_RANK": "3", "FAIL_CODE": "7", "FAIL_AFTER": "1", "SLEEP": "120"})
+    res = _run(
+        ["srun", "-N2", "--ntasks-per-node=1", *DSLAUNCH, "--nproc-per-node", "2", "--run-id", run_id, SCRIPT],
+        slurm_env,
+        {"FAIL_RANK": "3", "FAIL_CODE": "7", "FAIL_AFTER": "1", "SLEEP": "120"},
+    )
     took = time.monotonic() - start
     assert res.returncode == 7, res.stdout + res.stderr
     assert took < 30
@@ -97,15 +136,34 @@ def test_a_failing_rank_ends_the_step_with_its_code(slurm_env: dict[str, str]) -
 def test_usr1_reaches_every_rank_once_and_scancel_leaves_nothing(slurm_env: dict[str, str], tmp_path: Path) -> None:
     run_id, name = _run_id(), f"dsl-{uuid.uuid4().hex[:6]}"
     srun = subprocess.Popen(
-        ["timeout", "-k", "5", str(LIMIT), "srun", f"--job-name={name}", "-N2", "--ntasks-per-node=1", *DSLAUNCH,
-         "--nproc-per-node", "2", "--run-id", run_id, SCRIPT],
-        env={**slurm_env, "OUT_DIR": str(tmp_path), "SLEEP": "120"}, cwd=ROOT,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            "timeout",
+            "-k",
+            "5",
+            str(LIMIT),
+            "srun",
+            f"--job-name={name}",
+            "-N2",
+            "--ntasks-per-node=1",
+            *DSLAUNCH,
+            "--nproc-per-node",
+            "2",
+            "--run-id",
+            run_id,
+            SCRIPT,
+        ],
+        env={**slurm_env, "OUT_DIR": str(tmp_path), "SLEEP": "120"},
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         for rank in range(4):
             assert wait_for_file(str(tmp_path / f"rank{rank}.ready"), 60), f"rank {rank} never started"
-        job = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True,
-                             env=slurm_env, timeout=10).stdout.strip()
+        job = subprocess.run(
+            ["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True, env=slurm_env, timeout=10
+        ).stdout.strip()
         assert job.isdigit()
         subprocess.run(["scancel", "--signal=USR1", f"{job}.0"], env=slurm_env, timeout=10, check=True)
         deadline = time.monotonic() + 20
@@ -128,26 +186,59 @@ def test_usr1_reaches_every_rank_once_and_scancel_leaves_nothing(slurm_env: dict
 
 def test_launcher_slurm_inside_salloc(slurm_env: dict[str, str]) -> None:
     run_id = _run_id()
-    res = _run(["salloc", "-N2", *DSLAUNCH, "--launcher", "slurm", "--nproc-per-node", "2", "--run-id", run_id,
-                "--log-level", "debug", "--mesh", "dp_shard=-1", SCRIPT, "; touch /tmp/dslaunch-pwned", "'\""], slurm_env)
+    res = _run(
+        [
+            "salloc",
+            "-N2",
+            *DSLAUNCH,
+            "--launcher",
+            "slurm",
+            "--nproc-per-node",
+            "2",
+            "--run-id",
+            run_id,
+            "--log-level",
+            "debug",
+            "--mesh",
+            "dp_shard=-1",
+            SCRIPT,
+            "; touch /tmp/dslaunch-pwned",
+            "'\"",
+        ],
+        slurm_env,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     facts = _facts(res.stdout)
     assert [(f["RANK"], f["DSLAUNCH_HOST"]) for f in facts] == [("0", "n1"), ("1", "n1"), ("2", "n2"), ("3", "n2")]
     assert all(f["argv"] == ["; touch /tmp/dslaunch-pwned", "'\""] for f in facts)
     assert not os.path.exists("/tmp/dslaunch-pwned")
     assert len({f["MASTER_PORT"] for f in facts}) == 1
-    assert all((f["DSLAUNCH_LOG_LEVEL"], f["DSLAUNCH_MESH"], f["DSLAUNCH_RUN_ID"]) == ("debug", "dp_shard=-1", run_id)
-               for f in facts)
+    assert all(
+        (f["DSLAUNCH_LOG_LEVEL"], f["DSLAUNCH_MESH"], f["DSLAUNCH_RUN_ID"]) == ("debug", "dp_shard=-1", run_id)
+        for f in facts
+    )
 
-    fail = _run(["salloc", "-N2", *DSLAUNCH, "--nproc-per-node", "1", SCRIPT], slurm_env,
-                {"FAIL_RANK": "1", "FAIL_CODE": "5", "SLEEP": "120"})
+    fail = _run(
+        ["salloc", "-N2", *DSLAUNCH, "--nproc-per-node", "1", SCRIPT],
+        slurm_env,
+        {"FAIL_RANK": "1", "FAIL_CODE": "5", "SLEEP": "120"},
+    )
     assert fail.returncode == 5, fail.stdout + fail.stderr  # auto picks slurm inside an allocation
 
 
 def test_sbatch_example(slurm_env: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "job.out"
-    res = _run(["sbatch", "--wait", "-N2", f"--output={out}", "--export=ALL,DSLAUNCH_NPROC=2,SCRIPT=" + SCRIPT,
-                str(ROOT / "examples" / "slurm" / "train.sbatch")], {**slurm_env, "PATH": _venv_path(slurm_env)})
+    res = _run(
+        [
+            "sbatch",
+            "--wait",
+            "-N2",
+            f"--output={out}",
+            "--export=ALL,DSLAUNCH_NPROC=2,SCRIPT=" + SCRIPT,
+            str(ROOT / "examples" / "slurm" / "train.sbatch"),
+        ],
+        {**slurm_env, "PATH": _venv_path(slurm_env)},
+    )
     text = out.read_text() if out.exists() else ""
     assert res.returncode == 0, res.stdout + res.stderr + text
     assert [f["RANK"] for f in _facts(text)] == ["0", "1", "2", "3"]
@@ -155,9 +246,24 @@ def test_sbatch_example(slurm_env: dict[str, str], tmp_path: Path) -> None:
 
 @pytest.mark.torch
 def test_gloo_collectives_across_two_slurm_nodes(slurm_env: dict[str, str]) -> None:
-    res = _run(["srun", "-N2", "--ntasks-per-node=1", *DSLAUNCH, "--nproc-per-node", "2", "--master-port", "0",
-                str(ROOT / "examples" / "train.py"), "--steps", "2"], slurm_env, {"DSLAUNCH_PG_TIMEOUT": "60"},
-               limit=150)
+    res = _run(
+        [
+            "srun",
+            "-N2",
+            "--ntasks-per-node=1",
+            *DSLAUNCH,
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            "0",
+            str(ROOT / "examples" / "train.py"),
+            "--steps",
+            "2",
+        ],
+        slurm_env,
+        {"DSLAUNCH_PG_TIMEOUT": "60"},
+        limit=150,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "step 1: all_reduce over 4 ranks = 6 (ok)" in res.stdout
     assert "done: 4 ranks, backend gloo" in res.stdout
@@ -172,15 +278,36 @@ def test_sigterm_to_launcher_slurm_stops_the_step_gracefully(slurm_env: dict[str
 
     run_id = _run_id()
     salloc = subprocess.Popen(
-        ["timeout", "-k", "5", str(LIMIT), "salloc", "-N2", *DSLAUNCH, "--launcher", "slurm", "--nproc-per-node",
-         "2", "--run-id", run_id, SCRIPT],
-        env={**slurm_env, "OUT_DIR": str(tmp_path), "SLEEP": "120"}, cwd=ROOT,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            "timeout",
+            "-k",
+            "5",
+            str(LIMIT),
+            "salloc",
+            "-N2",
+            *DSLAUNCH,
+            "--launcher",
+            "slurm",
+            "--nproc-per-node",
+            "2",
+            "--run-id",
+            run_id,
+            SCRIPT,
+        ],
+        env={**slurm_env, "OUT_DIR": str(tmp_path), "SLEEP": "120"},
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         for rank in range(4):
             assert wait_for_file(str(tmp_path / f"rank{rank}.ready"), 60), f"rank {rank} never started"
-        launcher = [p for p in psutil.Process(salloc.pid).children(recursive=True)
-                    if p.cmdline()[1:5] == ["-m", "dslaunch", "--launcher", "slurm"]]
+        launcher = [
+            p
+            for p in psutil.Process(salloc.pid).children(recursive=True)
+            if p.cmdline()[1:5] == ["-m", "dslaunch", "--launcher", "slurm"]
+        ]
         assert len(launcher) == 1
         launcher[0].terminate()
         _out, err = salloc.communicate(timeout=60)

@@ -40,7 +40,8 @@ _ranges = st.lists(
     st.tuples(st.integers(0, 120), st.integers(0, 5), st.booleans()).map(
         lambda t: (f"{t[0]:03d}" if t[2] else str(t[0])) + (f"-{t[0] + t[1]}" if t[1] else "")
     ),
-    min_size=1, max_size=4,
+    min_size=1,
+    max_size=4,
 )
 _names = st.tuples(st.sampled_from(["n", "gpu", "rack-a"]), _ranges).map(lambda t: f"{t[0]}[{','.join(t[1])}]")
 
@@ -49,6 +50,7 @@ _names = st.tuples(st.sampled_from(["n", "gpu", "rack-a"]), _ranges).map(lambda 
 @given(st.lists(_names | st.sampled_from(["login1", "cpu", "x-y"]), min_size=1, max_size=3))
 def test_expand_matches_scontrol(slurm_env: dict[str, str], names: list[str]) -> None:
     expr = ",".join(names)
-    res = subprocess.run(["scontrol", "show", "hostnames", expr], capture_output=True, text=True, timeout=10,
-                         env=slurm_env, check=True)
+    res = subprocess.run(
+        ["scontrol", "show", "hostnames", expr], capture_output=True, text=True, timeout=10, env=slurm_env, check=True
+    )
     assert expand(expr) == tuple(res.stdout.split())

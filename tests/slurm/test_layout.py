@@ -9,17 +9,30 @@ from dslaunch.slurm import layout
 from dslaunch.slurm.srun import owned_option
 
 STEP_ENV = {
-    "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "3", "SLURM_PROCID": "5", "SLURM_LOCALID": "1",
-    "SLURM_NODEID": "2", "SLURM_NTASKS": "6", "SLURM_STEP_NUM_TASKS": "6",
-    "SLURM_STEP_NODELIST": "gpu[01-03]", "SLURM_JOB_NODELIST": "gpu[01-04]",
-    "SLURM_STEP_TASKS_PER_NODE": "2(x3)", "SLURMD_NODENAME": "gpu03",
+    "SLURM_JOB_ID": "4242",
+    "SLURM_STEP_ID": "3",
+    "SLURM_PROCID": "5",
+    "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "2",
+    "SLURM_NTASKS": "6",
+    "SLURM_STEP_NUM_TASKS": "6",
+    "SLURM_STEP_NODELIST": "gpu[01-03]",
+    "SLURM_JOB_NODELIST": "gpu[01-04]",
+    "SLURM_STEP_TASKS_PER_NODE": "2(x3)",
+    "SLURMD_NODENAME": "gpu03",
     "MASTER_ADDR": "10.0.0.1",  # keeps detect() from resolving gpu01
 }
 
 
-@pytest.mark.parametrize(("text", "counts"), [
-    ("1", (1,)), ("2(x3)", (2, 2, 2)), ("2(x2),1", (2, 2, 1)), ("4,3,3", (4, 3, 3)),
-])
+@pytest.mark.parametrize(
+    ("text", "counts"),
+    [
+        ("1", (1,)),
+        ("2(x3)", (2, 2, 2)),
+        ("2(x2),1", (2, 2, 1)),
+        ("4,3,3", (4, 3, 3)),
+    ],
+)
 def test_tasks_per_node(text: str, counts: tuple[int, ...]) -> None:
     assert layout.parse_tasks_per_node(text) == counts
 
@@ -46,24 +59,43 @@ def test_step_and_allocation_detection() -> None:
 
 def _step(tpn: str, hosts: str = "n[1-2]") -> layout.SlurmStep:
     counts = layout.parse_tasks_per_node(tpn)
-    env = {**STEP_ENV, "SLURM_STEP_NODELIST": hosts, "SLURM_STEP_TASKS_PER_NODE": tpn,
-           "SLURM_STEP_NUM_TASKS": str(sum(counts)), "SLURM_PROCID": "0", "SLURM_NODEID": "0"}
+    env = {
+        **STEP_ENV,
+        "SLURM_STEP_NODELIST": hosts,
+        "SLURM_STEP_TASKS_PER_NODE": tpn,
+        "SLURM_STEP_NUM_TASKS": str(sum(counts)),
+        "SLURM_PROCID": "0",
+        "SLURM_NODEID": "0",
+    }
     return layout.read_step(env)
 
 
-@pytest.mark.parametrize(("tpn", "nproc", "mode"), [
-    ("1(x2)", None, "node"), ("1(x2)", 4, "node"), ("1(x2)", "auto", "node"),
-    ("2(x2)", None, "rank"), ("2(x2)", 1, "rank"),
-])
+@pytest.mark.parametrize(
+    ("tpn", "nproc", "mode"),
+    [
+        ("1(x2)", None, "node"),
+        ("1(x2)", 4, "node"),
+        ("1(x2)", "auto", "node"),
+        ("2(x2)", None, "rank"),
+        ("2(x2)", 1, "rank"),
+    ],
+)
 def test_step_mode(tpn: str, nproc: int | str | None, mode: str) -> None:
     assert layout.step_mode(_step(tpn), nproc) == mode
 
 
-@pytest.mark.parametrize(("tpn", "nproc", "words"), [
-    ("2(x2)", 2, ["double spawn", "--ntasks-per-node=1 dslaunch --nproc-per-node 2", "--ntasks-per-node=2 dslaunch"]),
-    ("4(x2)", "auto", ["double spawn", "without --nproc-per-node"]),
-    ("2,1", None, ["different number of tasks", "--ntasks-per-node=1", "--ntasks-per-node=N"]),
-])
+@pytest.mark.parametrize(
+    ("tpn", "nproc", "words"),
+    [
+        (
+            "2(x2)",
+            2,
+            ["double spawn", "--ntasks-per-node=1 dslaunch --nproc-per-node 2", "--ntasks-per-node=2 dslaunch"],
+        ),
+        ("4(x2)", "auto", ["double spawn", "without --nproc-per-node"]),
+        ("2,1", None, ["different number of tasks", "--ntasks-per-node=1", "--ntasks-per-node=N"]),
+    ],
+)
 def test_ambiguous_layouts_are_refused_with_srun_advice(tpn: str, nproc: int | str | None, words: list[str]) -> None:
     with pytest.raises(layout.SlurmLayoutError) as err:
         layout.step_mode(_step(tpn), nproc)
@@ -94,10 +126,17 @@ def test_bootstrap_detect_ignores_a_batch_script() -> None:
     assert info.source == "single" and info.world_size == 1
 
 
-@pytest.mark.parametrize(("args", "owned"), [
-    (["--mpi=pmix", "--cpu-bind=cores"], None),
-    (["-N", "2"], "-N"), (["--nodes=3"], "--nodes=3"), (["-n4"], "-n4"), (["-wn1"], "-wn1"),
-    (["--ntasks-per-node=2"], "--ntasks-per-node=2"), (["--nodelist", "n1"], "--nodelist"),
-])
+@pytest.mark.parametrize(
+    ("args", "owned"),
+    [
+        (["--mpi=pmix", "--cpu-bind=cores"], None),
+        (["-N", "2"], "-N"),
+        (["--nodes=3"], "--nodes=3"),
+        (["-n4"], "-n4"),
+        (["-wn1"], "-wn1"),
+        (["--ntasks-per-node=2"], "--ntasks-per-node=2"),
+        (["--nodelist", "n1"], "--nodelist"),
+    ],
+)
 def test_owned_srun_options(args: list[str], owned: str | None) -> None:
     assert owned_option(args) == owned

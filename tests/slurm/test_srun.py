@@ -18,17 +18,29 @@ from dslaunch.slurm.step import node_rank_of
 
 def _plan(args: tuple[str, ...] = (), **options: object) -> LaunchPlan:
     return LaunchPlan(
-        launcher="slurm", run_id="r7", nodes=layout.rank_nodes(("gpu01", "gpu02"), ("0", "1")),
-        master_addr="gpu01", master_port=0, program=Program("train.py", args, python="/venv/bin/python"),
-        env=(("DSLAUNCH_LOG_LEVEL", "info"),), runner_options=tuple(sorted({"slurm_mode": "srun", **options}.items())),
+        launcher="slurm",
+        run_id="r7",
+        nodes=layout.rank_nodes(("gpu01", "gpu02"), ("0", "1")),
+        master_addr="gpu01",
+        master_port=0,
+        program=Program("train.py", args, python="/venv/bin/python"),
+        env=(("DSLAUNCH_LOG_LEVEL", "info"),),
+        runner_options=tuple(sorted({"slurm_mode": "srun", **options}.items())),
     )
 
 
 def test_golden_srun_line() -> None:
     argv = srun.srun_argv(_plan(), exclude=["gpu09"], launcher_args=["--cpu-bind=none"])
     assert argv[:8] == [
-        "srun", "--nodes=2", "--ntasks-per-node=1", "--nodelist=gpu01,gpu02", "--kill-on-bad-exit=1",
-        "--job-name=dslaunch-r7", "--exclude=gpu09", "--cpu-bind=none"]
+        "srun",
+        "--nodes=2",
+        "--ntasks-per-node=1",
+        "--nodelist=gpu01,gpu02",
+        "--kill-on-bad-exit=1",
+        "--job-name=dslaunch-r7",
+        "--exclude=gpu09",
+        "--cpu-bind=none",
+    ]
     assert argv[8:11] == ["/venv/bin/python", "-m", "dslaunch.slurm"]
 
 

@@ -38,16 +38,19 @@ def test_exit_status_matches_python(code: object, status: int) -> None:
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("mode, finalises", [
-    ("engine", True),                 # engine made the group; script never destroys it
-    ("adopt", True),                  # script made the group, engine adopted it
-    ("user_destroys", True),          # script calls destroy_process_group() itself
-    ("user_destroys_adopted", True),
-    ("exit_in_loop", True),           # sys.exit(0) in the middle of a collective loop
-    ("async_left", True),             # async all_reduces never waited on
-    ("ddp", None),                    # DDP model deleted (torch may still hold its group)
-    ("global_ddp", False),            # module-level DDP keeps the group: finalisation is skipped
-])
+@pytest.mark.parametrize(
+    "mode, finalises",
+    [
+        ("engine", True),  # engine made the group; script never destroys it
+        ("adopt", True),  # script made the group, engine adopted it
+        ("user_destroys", True),  # script calls destroy_process_group() itself
+        ("user_destroys_adopted", True),
+        ("exit_in_loop", True),  # sys.exit(0) in the middle of a collective loop
+        ("async_left", True),  # async all_reduces never waited on
+        ("ddp", None),  # DDP model deleted (torch may still hold its group)
+        ("global_ddp", False),  # module-level DDP keeps the group: finalisation is skipped
+    ],
+)
 def test_finished_job_ends_clean(tmp_path: Path, mode: str, finalises: bool | None) -> None:
     result = _launch(tmp_path, mode)
     assert result.returncode == 0, result.stderr
@@ -71,11 +74,14 @@ def test_world_of_one_under_dslaunch(tmp_path: Path) -> None:
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("mode, code, cause", [
-    ("raise", 1, "RuntimeError: rank 1 fails after its collectives"),
-    ("exit3", 3, "exited with code 3"),
-    ("abort", 134, "killed by SIGABRT"),
-])
+@pytest.mark.parametrize(
+    "mode, code, cause",
+    [
+        ("raise", 1, "RuntimeError: rank 1 fails after its collectives"),
+        ("exit3", 3, "exited with code 3"),
+        ("abort", 134, "killed by SIGABRT"),
+    ],
+)
 def test_failure_before_the_end_still_fails(tmp_path: Path, mode: str, code: int, cause: str) -> None:
     result = _launch(tmp_path, mode)
     assert result.returncode == code, result.stderr

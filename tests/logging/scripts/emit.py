@@ -1,4 +1,5 @@
 """A trivial rank (no torch): one record per level, a collective record, timers, an exception."""
+
 import logging
 import os
 import sys

@@ -1,4 +1,5 @@
 """Two gloo ranks: collectives through dslaunch's comm layer, torch's own loggers and warnings."""
+
 import logging
 
 import torch

@@ -42,9 +42,21 @@ except MeshConfigError as exc:
 tp_ranks = [rank - rank % 2, rank - rank % 2 + 1]
 dp_ranks = [rank % 2, rank % 2 + 2]
 assert tuple(e.mesh.mesh_dim_names) == ("dp_shard", "tp"), e.mesh
-assert {n: e.size(n) for n in ("pp", "dp", "dp_shard", "dp_replicate", "tp", "cp", "sp", "ep", "mp", "dp_cp", "world")} == {
-    "pp": 1, "dp": 2, "dp_shard": 2, "dp_replicate": 1, "tp": 2, "cp": 1, "sp": 1, "ep": 1, "mp": 2, "dp_cp": 2,
-    "world": 4}
+assert {
+    n: e.size(n) for n in ("pp", "dp", "dp_shard", "dp_replicate", "tp", "cp", "sp", "ep", "mp", "dp_cp", "world")
+} == {
+    "pp": 1,
+    "dp": 2,
+    "dp_shard": 2,
+    "dp_replicate": 1,
+    "tp": 2,
+    "cp": 1,
+    "sp": 1,
+    "ep": 1,
+    "mp": 2,
+    "dp_cp": 2,
+    "world": 4,
+}
 assert e.coordinate["tp"] == rank % 2 and e.coordinate["dp"] == rank // 2, e.coordinate
 assert dist.get_process_group_ranks(e.group("tp")) == tp_ranks
 assert dist.get_process_group_ranks(e.group("cp")) == [rank]  # size 1: a singleton group

@@ -49,6 +49,8 @@ def check_specs(specs, world, rank):
         before = len(calls)
         built = build(layout, "cpu", rank)
         made = len(calls) - before
-        assert made == layout.new_group_count(), f"{layout.summary()}: {made} new_group calls, predicted {layout.new_group_count()}"
+        assert made == layout.new_group_count(), (
+            f"{layout.summary()}: {made} new_group calls, predicted {layout.new_group_count()}"
+        )
         total += check(built, rank)
     return total

@@ -7,7 +7,17 @@ import sys
 import time
 
 rank = int(os.environ["RANK"])
-keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "FROM_LAUNCHER_ARGS", "DSLAUNCH_HOST", "SSH_CONNECTION")
+keys = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "FROM_LAUNCHER_ARGS",
+    "DSLAUNCH_HOST",
+    "SSH_CONNECTION",
+)
 view = {k: os.environ.get(k) for k in keys}
 view["mpi_vars"] = sorted(k for k in os.environ if k.startswith(("OMPI_COMM_WORLD", "PMI_RANK", "PMIX_RANK")))
 view["argv"] = sys.argv[1:]

@@ -16,12 +16,22 @@ rank = int(os.environ["RANK"])
 mode = sys.argv[1]
 if mode == "echo":
     keys = [k for k in os.environ if k.startswith(("TEST_", "WANDB_", "HF_", "NCCL_", "DSLAUNCH_"))]
-    print(json.dumps({
-        "rank": rank, "world": int(os.environ["WORLD_SIZE"]), "node": int(os.environ["NODE_RANK"]),
-        "master": os.environ["MASTER_ADDR"], "port": os.environ["MASTER_PORT"],
-        "conn": os.environ.get("SSH_CONNECTION", ""), "cwd": os.getcwd(), "argv": sys.argv[2:],
-        "env": {k: os.environ[k] for k in keys},
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "rank": rank,
+                "world": int(os.environ["WORLD_SIZE"]),
+                "node": int(os.environ["NODE_RANK"]),
+                "master": os.environ["MASTER_ADDR"],
+                "port": os.environ["MASTER_PORT"],
+                "conn": os.environ.get("SSH_CONNECTION", ""),
+                "cwd": os.getcwd(),
+                "argv": sys.argv[2:],
+                "env": {k: os.environ[k] for k in keys},
+            }
+        ),
+        flush=True,
+    )
     sys.exit(0)
 folder = sys.argv[2]
 if mode == "usr1":

@@ -6,8 +6,22 @@ import signal
 import sys
 import time
 
-KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
-        "DSLAUNCH_HOST", "DSLAUNCH_RUN_ID", "DSLAUNCH_CONFIG", "DSLAUNCH_LOG_LEVEL", "DSLAUNCH_MESH", "SLURM_PROCID", "SLURM_TASK_PID")
+KEYS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "DSLAUNCH_HOST",
+    "DSLAUNCH_RUN_ID",
+    "DSLAUNCH_CONFIG",
+    "DSLAUNCH_LOG_LEVEL",
+    "DSLAUNCH_MESH",
+    "SLURM_PROCID",
+    "SLURM_TASK_PID",
+)
 rank = os.environ.get("RANK", "?")
 out_dir = os.environ.get("OUT_DIR")
 
