@@ -130,7 +130,10 @@ def measure_instr() -> dict[str, float]:
 
 
 def import_check() -> tuple[float, bool]:
-    code = "import time, sys; t=time.perf_counter(); import dslaunch.logs; print(time.perf_counter()-t, 'torch' in sys.modules)"
+    code = (
+        "import time, sys; t=time.perf_counter(); import dslaunch.logs; "
+        "print(time.perf_counter()-t, 'torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     return float(out[0]) * 1e3, out[1] == "True"
 

@@ -62,7 +62,7 @@ def bench(n: int, repeat: int) -> dict[str, float]:
             "dslaunch --launcher ssh": ([*DSLAUNCH, "--launcher", "ssh", *common], env),
         }
         times: dict[str, list[float]] = {k: [] for k in cmds}
-        for name, (cmd, e) in cmds.items():
+        for cmd, e in cmds.values():
             timed(cmd, e)  # warm caches and known paths
         for _ in range(repeat):
             for name, (cmd, e) in cmds.items():

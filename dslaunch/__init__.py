@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from dslaunch.bootstrap.engine import Engine
 
 
-def engine(**kwargs: Any) -> "Engine":
+def engine(**kwargs: Any) -> Engine:
     """Return this process's engine (initialising torch.distributed on first use)."""
     from dslaunch.bootstrap.engine import engine as _engine
 

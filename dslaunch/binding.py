@@ -19,8 +19,8 @@ class CoreListError(ValueError):
 def parse_core_list(text: str) -> tuple[int, ...]:
     """Parse ``1,3-5,7`` into ``(1, 3, 4, 5, 7)``; order kept, duplicates rejected."""
     cores: list[int] = []
-    for item in text.split(","):
-        item = item.strip()
+    for raw in text.split(","):
+        item = raw.strip()
         low, dash, high = item.partition("-")
         if not low.isdigit() or (dash and not high.isdigit()):
             raise CoreListError(f"bad item {item!r} in core list {text!r}: expected N or N-M, e.g. '0-3,8'")

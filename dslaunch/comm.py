@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import dslaunch.logs as logs
+from dslaunch import logs
 
 _OPS = ("sum", "avg", "product", "min", "max")
 

@@ -93,8 +93,8 @@ def spec_from_mapping(values: Mapping[str, Any]) -> MeshSpec:
 def parse_spec(text: str) -> MeshSpec:
     """Parse ``"pp=2,dp=-1,tp=2"``. An empty text is the default (pure data parallel)."""
     values: dict[str, str] = {}
-    for part in text.replace(";", ",").split(","):
-        part = part.strip()
+    for raw in text.replace(";", ",").split(","):
+        part = raw.strip()
         if not part:
             continue
         name, sep, value = part.partition("=")

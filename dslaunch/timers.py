@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-import dslaunch.logs as logs
+from dslaunch import logs
 
 _TRUE = {"1", "true", "yes", "on"}
 

@@ -66,7 +66,8 @@ def main() -> None:
         if engine.is_main:
             parts = "  ".join(f"{name} {seconds * 1e3:5.1f} ms" for name, seconds in times.items())
             print(
-                f"step {step}: all_reduce over {engine.world_size} ranks = {total:.0f} (ok) | loss {mean:.4f} | {parts}",
+                f"step {step}: all_reduce over {engine.world_size} ranks = {total:.0f} (ok) "
+                f"| loss {mean:.4f} | {parts}",
                 flush=True,
             )
     if engine.is_main:

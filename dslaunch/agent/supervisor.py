@@ -22,8 +22,8 @@ from typing import IO, BinaryIO
 
 from dslaunch import events
 from dslaunch.agent import ranks as rankspec
-from dslaunch.plan import LaunchPlan
 from dslaunch.logs import get_logger
+from dslaunch.plan import LaunchPlan
 
 _PR_SET_PDEATHSIG = 1
 _STDERR_TAIL = 20
@@ -59,7 +59,7 @@ def _rank_preexec() -> None:  # runs in the child between fork and exec
 class _Rank:
     rank: int
     local_rank: int
-    proc: "os.PathLike[str] | object"
+    proc: os.PathLike[str] | object
     pid: int
     pidfd: int | None
     prefix: bytes

@@ -20,6 +20,10 @@ from dslaunch.cli.draft import PlanDraft
 UNSET = object()  # a converter's answer for DeepSpeed's "use the default" values (-1, "", "None")
 
 
+def _same(value: Any) -> Any:
+    return value
+
+
 @dataclass(frozen=True)
 class DsFlag:
     names: tuple[str, ...]  # DeepSpeed's spellings
@@ -28,7 +32,7 @@ class DsFlag:
     target: str | None = None  # values key it sets; None: no-op or rejected
     is_flag: bool = False
     type: Any = click.STRING
-    convert: Callable[[Any], Any] = staticmethod(lambda value: value)  # type: ignore[assignment]
+    convert: Callable[[Any], Any] = _same
     reject: bool = False
     note: str = ""  # behaviour change, or why it has no meaning
     external: bool = False  # the v1 option itself also accepts this spelling (no hidden option, no warning)

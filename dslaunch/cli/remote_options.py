@@ -68,7 +68,8 @@ PARAMS: list[click.Parameter] = [
         multiple=True,
         type=click.Path(dir_okay=False),
         metavar="PATH",
-        help="NAME=VALUE lines for every rank (repeatable) [also read: ~/.deepspeed_env, ./.deepspeed_env, $DS_ENV_FILE].",
+        help="NAME=VALUE lines for every rank (repeatable) "
+        "[also read: ~/.deepspeed_env, ./.deepspeed_env, $DS_ENV_FILE].",
     ),
     click.Option(
         ["--node-rank"],
@@ -79,7 +80,8 @@ PARAMS: list[click.Parameter] = [
     click.Option(
         ["--preflight"],
         is_flag=True,
-        help="Check every host (reachable, Python, dslaunch, torch, GPUs vs slots, master port) and exit; SCRIPT is optional.",
+        help="Check every host (reachable, Python, dslaunch, torch, GPUs vs slots, master port) and exit; "
+        "SCRIPT is optional.",
     ),
 ]
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from dslaunch.compat import groups, parallel_state
+from dslaunch.compat._state import is_initialized
 from dslaunch.compat.grid import MeshGrid, ProcessTopology
 from dslaunch.compat.groups import *  # noqa: F403
 from dslaunch.compat.groups import (  # underscore names are not star-exported
@@ -41,7 +42,6 @@ from dslaunch.compat.groups import (  # underscore names are not star-exported
     _get_sequence_parallel_world_size,
 )
 from dslaunch.compat.parallel_state import *  # noqa: F403  (Megatron names win over groups' public ones)
-from dslaunch.compat._state import is_initialized
 
 # DeepSpeed checks hasattr(mpu, "initialize_sequence_parallel") and then returns a None dp
 # group: this mpu deliberately has no such attribute.
@@ -62,4 +62,13 @@ class MeshMpu:
 
 mpu = MeshMpu()
 
-__all__ = ["MeshGrid", "MeshMpu", "ProcessTopology", "groups", "is_initialized", "mpu", "parallel_state", *MPU_METHODS]
+__all__ = [  # noqa: PLE0604 - the mpu method names are computed
+    "MeshGrid",
+    "MeshMpu",
+    "ProcessTopology",
+    "groups",
+    "is_initialized",
+    "mpu",
+    "parallel_state",
+    *MPU_METHODS,
+]

@@ -13,7 +13,7 @@ from dslaunch.compat._state import mesh, seq_dim
 from dslaunch.compat.parallel_state import (  # the tensor-parallel getters are the same as Megatron's
     get_tensor_model_parallel_group,
     get_tensor_model_parallel_rank,
-    get_tensor_model_parallel_src_rank,
+    get_tensor_model_parallel_src_rank,  # noqa: F401 - re-exported with the other three
     get_tensor_model_parallel_world_size,
 )
 

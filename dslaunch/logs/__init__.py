@@ -12,19 +12,19 @@ from __future__ import annotations
 from typing import Any
 
 from dslaunch.logs.spec import (
-    DEBUG,
-    INFO,
-    WARNING,
-    ERROR,
     CRITICAL,
-    OFF,
+    DEBUG,
+    ERROR,
+    INFO,
     MODULES,
+    OFF,
+    WARNING,
     LogSpec,
     RankFilter,
     SpecError,
-    parse_spec,
-    parse_ranks,
     help_text,
+    parse_ranks,
+    parse_spec,
 )
 
 _LAZY = {
@@ -56,7 +56,7 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(f"dslaunch.logs.{module}"), name)
 
 
-__all__ = [
+__all__ = [  # noqa: PLE0604 - plus the lazily imported names
     "DEBUG",
     "INFO",
     "WARNING",

@@ -1,8 +1,9 @@
 """Module loggers, process set-up and the two sinks (console, per-process JSON file).
 
 Every module has its own ``Logger`` subclass (``bind()`` children share it);
-:func:`configure` replaces its disabled level methods with a bare no-op. Enabled records run a structlog processor chain (imported on
-the first enabled record) and go to stderr and, with a log dir, a JSON-lines file.
+:func:`configure` replaces its disabled level methods with a bare no-op. Enabled records run a
+structlog processor chain (imported on the first enabled record) and go to stderr and, with a log
+dir, a JSON-lines file.
 dslaunch never calls ``structlog.configure()`` and never touches the root logger.
 """
 

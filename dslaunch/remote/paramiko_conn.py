@@ -6,14 +6,12 @@ Imported only by the ssh runner and preflight, never by the CLI at start-up.
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass, field
 from typing import Any
 
 import paramiko
 
 from dslaunch.remote.sshconfig import SshTarget, resolve
-
 
 GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")  # read, never written
 
@@ -100,7 +98,7 @@ def _client(target: SshTarget, accept_new: bool, timeout: float, sock: Any = Non
         client.close()
         keys = ", ".join(target.identity_files) or "default keys and agent"
         raise ConnectError(f"authentication failed for {where} ({keys}): {exc}") from None
-    except (OSError, socket.timeout, paramiko.SSHException, EOFError) as exc:
+    except (TimeoutError, OSError, paramiko.SSHException, EOFError) as exc:
         client.close()
         raise ConnectError(f"cannot connect to {where}: {exc or type(exc).__name__}") from None
     transport = client.get_transport()

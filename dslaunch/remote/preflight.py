@@ -29,7 +29,10 @@ def ver(name):
         return None
 vis = os.environ.get("CUDA_VISIBLE_DEVICES")
 try:
-    gpus = len([v for v in vis.split(",") if v.strip()]) if vis is not None else len(os.listdir("/proc/driver/nvidia/gpus"))
+    if vis is not None:
+        gpus = len([v for v in vis.split(",") if v.strip()])
+    else:
+        gpus = len(os.listdir("/proc/driver/nvidia/gpus"))
 except OSError:
     gpus = 0
 port = int(sys.argv[1])

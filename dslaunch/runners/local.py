@@ -162,4 +162,4 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-__all__ = ["LocalRunner", "free_port", "agent_argv"]
+__all__ = ["LocalRunner", "agent_argv", "free_port"]

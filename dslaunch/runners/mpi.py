@@ -264,4 +264,4 @@ class MpichRunner(_MpiRunner):
     name = "mpich"
 
 
-__all__ = ["OpenMpiRunner", "MpichRunner", "mpi_argv", "hostfile_text"]
+__all__ = ["MpichRunner", "OpenMpiRunner", "hostfile_text", "mpi_argv"]

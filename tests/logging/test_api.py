@@ -48,7 +48,7 @@ def test_off_silences_even_critical(capsys: pytest.CaptureFixture[str]) -> None:
 def test_unknown_logger_names_are_rejected_with_a_hint() -> None:
     with pytest.raises(ValueError, match="did you mean 'engine'"):
         logs.get_logger("engin")
-    with pytest.raises(ValueError, match="user.NAME"):
+    with pytest.raises(ValueError, match=r"user\.NAME"):
         logs.get_logger("mytrainer")
     assert logs.get_logger("user.trainer").name == "user.trainer"
 

@@ -34,8 +34,8 @@ def test_megatron_names_e7_with_context_parallel(use_mesh) -> None:
     # E7: (dp_replicate, dp_shard, cp, tp) = (2, 2, 2, 2); Megatron tp=2, cp=2, dp=4, 2 optimizer instances.
     for rank in range(16):
         use_mesh("dp_replicate=2,dp_shard=2,cp=2,tp=2", 16, rank)
-        dp = [g for g in ([0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]) if rank in g][0]
-        dp_cp = [g for g in (list(range(0, 16, 2)), list(range(1, 16, 2))) if rank in g][0]
+        dp = next(g for g in ([0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]) if rank in g)
+        dp_cp = next(g for g in (list(range(0, 16, 2)), list(range(1, 16, 2))) if rank in g)
         assert compat.get_data_parallel_world_size() == 4 and compat.get_data_parallel_rank() == dp.index(rank)
         assert compat.get_data_parallel_src_rank() == dp[0] and compat.get_data_parallel_group_ranks() == dp
         assert compat.get_data_parallel_world_size(with_context_parallel=True) == 8
@@ -73,7 +73,7 @@ def test_deepspeed_names_e8_with_sequence_parallel(use_mesh) -> None:
     # E8: (pp, dp, sp, tp) = (2, 2, 2, 2); sequence-data-parallel = dp_sp, never the plain dp group.
     for rank in range(16):
         use_mesh("pp=2,dp=2,sp=2,tp=2", 16, rank)
-        dp_sp = [g for g in ([0, 2, 4, 6], [1, 3, 5, 7], [8, 10, 12, 14], [9, 11, 13, 15]) if rank in g][0]
+        dp_sp = next(g for g in ([0, 2, 4, 6], [1, 3, 5, 7], [8, 10, 12, 14], [9, 11, 13, 15]) if rank in g)
         assert groups._get_sequence_parallel_world_size() == 2
         assert groups._get_sequence_parallel_rank() == rank // 2 % 2
         assert groups._get_sequence_data_parallel_world_size() == 4

@@ -54,7 +54,7 @@ def test_hostfiles_give_one_slot_per_node_in_node_order() -> None:
 
 
 def test_user_at_host_is_refused_with_the_fix() -> None:
-    with pytest.raises(mpi.MpiError, match="~/.ssh/config"):
+    with pytest.raises(mpi.MpiError, match=r"~/\.ssh/config"):
         mpi.hostfile_text(_plan(["alice@w0"]), mpi.OPENMPI)
 
 

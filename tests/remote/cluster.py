@@ -96,7 +96,7 @@ def start_cluster(addrs: tuple[str, ...] = ADDRS) -> SshCluster:
     os.makedirs("/run/sshd", exist_ok=True)
     cluster = SshCluster(base, port, aliases, base / "ssh_config", base / "known_hosts")
     try:
-        for k, chunk in enumerate(chunks):
+        for k in range(len(chunks)):
             name = "sshd_config" if k == 0 else f"sshd_config_{k}"
             cluster.procs.append(
                 subprocess.Popen([sshd, "-D", "-f", str(base / name), "-E", str(base / f"sshd{k}.log")])

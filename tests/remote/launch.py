@@ -73,14 +73,14 @@ def stop(proc: subprocess.Popen[str], sig: int = signal.SIGKILL) -> None:
 
 
 __all__ = [
-    "SCRIPT",
     "RUNNERS",
+    "SCRIPT",
     "base_args",
+    "job_processes",
+    "records",
     "run",
     "start",
-    "records",
-    "wait_ready",
     "stop",
-    "job_processes",
+    "wait_ready",
     "wait_until_gone",
 ]

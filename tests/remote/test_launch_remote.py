@@ -59,7 +59,8 @@ def test_two_nodes_env_and_payloads(ssh_cluster: SshCluster, runner: str, tmp_pa
         "TEST_PLAIN=plain value # trailing comment\nTEST_EQ=a=b=c\n"
     )
     (tmp_path / ".deepspeed_env").write_text("TEST_DSENV=from-dot-file\nTEST_SPACES=overridden-by-env-file\n")
-    args = base_args(ssh_cluster, runner, ["node1", "node2"]) + [
+    args = [
+        *base_args(ssh_cluster, runner, ["node1", "node2"]),
         "--env-file",
         "vars.env",
         "--export",
@@ -102,7 +103,7 @@ def test_two_nodes_env_and_payloads(ssh_cluster: SshCluster, runner: str, tmp_pa
     _no_pwned(tmp_path, Path.home(), ssh_cluster.base)
     assert "hf-very-secret" not in done.stderr
     for rank in range(4):  # each node writes its own ranks' files (one shared filesystem here)
-        assert '"rank": %d' % rank in (tmp_path / "logs" / f"rank{rank}.stdout.log").read_text()
+        assert f'"rank": {rank}' in (tmp_path / "logs" / f"rank{rank}.stdout.log").read_text()
 
 
 def test_payload_in_cwd_and_venv_script(ssh_cluster: SshCluster, tmp_path: Path) -> None:
@@ -110,7 +111,8 @@ def test_payload_in_cwd_and_venv_script(ssh_cluster: SshCluster, tmp_path: Path)
     weird.mkdir()
     venv = weird / "activate $(touch pwned10)"
     venv.write_text("export TEST_VENV='sourced here'\n")
-    args = base_args(ssh_cluster, "ssh", ["node1", "node2"], slots=1) + [
+    args = [
+        *base_args(ssh_cluster, "ssh", ["node1", "node2"], slots=1),
         "--fanout",
         "1",
         "--venv-script",
@@ -129,7 +131,8 @@ def test_payload_in_cwd_and_venv_script(ssh_cluster: SshCluster, tmp_path: Path)
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_rank_failure_stops_every_node(ssh_cluster: SshCluster, runner: str, tmp_path: Path) -> None:
     run_id = f"ff{runner}{os.getpid()}"
-    args = base_args(ssh_cluster, runner, ["node1", "node2"]) + [
+    args = [
+        *base_args(ssh_cluster, runner, ["node1", "node2"]),
         "--run-id",
         run_id,
         SCRIPT,
@@ -141,7 +144,7 @@ def test_rank_failure_stops_every_node(ssh_cluster: SshCluster, runner: str, tmp
     proc = start(args, cwd=tmp_path)
     assert wait_ready(tmp_path, 4), "ranks did not start"
     failed_at = time.monotonic()
-    out, err = proc.communicate(timeout=30)
+    _out, err = proc.communicate(timeout=30)
     elapsed = time.monotonic() - failed_at
     assert proc.returncode == 7, err
     assert "rank 3" in err and "node2" in err, err
@@ -155,7 +158,7 @@ def test_rank_failure_stops_every_node(ssh_cluster: SshCluster, runner: str, tmp
 def test_killed_launcher_leaves_nothing(ssh_cluster: SshCluster, runner: str, sig: int, tmp_path: Path) -> None:
     run_id = f"kill{runner}{sig}{os.getpid()}"
     proc = start(
-        base_args(ssh_cluster, runner, ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "sleep", str(tmp_path)],
+        [*base_args(ssh_cluster, runner, ["node1", "node2"]), "--run-id", run_id, SCRIPT, "sleep", str(tmp_path)],
         cwd=tmp_path,
     )
     assert wait_ready(tmp_path, 4)
@@ -191,7 +194,7 @@ def test_sigterm_stops_only_this_job(ssh_cluster: SshCluster, tmp_path: Path) ->
 def test_lost_agent_is_named_and_others_stopped(ssh_cluster: SshCluster, runner: str, tmp_path: Path) -> None:
     run_id = f"lost{runner}{os.getpid()}"
     proc = start(
-        base_args(ssh_cluster, runner, ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "child", str(tmp_path)],
+        [*base_args(ssh_cluster, runner, ["node1", "node2"]), "--run-id", run_id, SCRIPT, "child", str(tmp_path)],
         cwd=tmp_path,
     )
     try:
@@ -211,7 +214,7 @@ def test_dropped_connection_is_named(ssh_cluster: SshCluster, tmp_path: Path) ->
 
     run_id = f"drop{os.getpid()}"
     proc = start(
-        base_args(ssh_cluster, "ssh", ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "sleep", str(tmp_path)],
+        [*base_args(ssh_cluster, "ssh", ["node1", "node2"]), "--run-id", run_id, SCRIPT, "sleep", str(tmp_path)],
         cwd=tmp_path,
     )
     try:
@@ -234,7 +237,7 @@ def test_pdsh_killed_ssh_client_is_named(ssh_cluster: SshCluster, tmp_path: Path
 
     run_id = f"sshc{os.getpid()}"
     proc = start(
-        base_args(ssh_cluster, "pdsh", ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "sleep", str(tmp_path)],
+        [*base_args(ssh_cluster, "pdsh", ["node1", "node2"]), "--run-id", run_id, SCRIPT, "sleep", str(tmp_path)],
         cwd=tmp_path,
     )
     try:
@@ -254,7 +257,7 @@ def test_sigusr1_reaches_every_remote_rank(ssh_cluster: SshCluster, tmp_path: Pa
 
     run_id = f"usr1{os.getpid()}"
     proc = start(
-        base_args(ssh_cluster, "ssh", ["node1", "node2"]) + ["--run-id", run_id, SCRIPT, "usr1", str(tmp_path)],
+        [*base_args(ssh_cluster, "ssh", ["node1", "node2"]), "--run-id", run_id, SCRIPT, "usr1", str(tmp_path)],
         cwd=tmp_path,
     )
     try:

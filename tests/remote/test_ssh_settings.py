@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import shlex
 import os
+import shlex
+import subprocess
 from pathlib import Path
 
 import pytest

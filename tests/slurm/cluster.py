@@ -165,7 +165,7 @@ def _start(cluster: Cluster, munge: Path, slurm: Path, timeout: float) -> None:
         ],
         munge / "munged.out",
     )
-    _wait(lambda: (munge / "munge.socket.2").exists(), 10, "munged socket")
+    _wait((munge / "munge.socket.2").exists, 10, "munged socket")
     ctld, slurmd_port, n1, n2 = _free_ports(4)
     cluster.conf.write_text(
         _CONF.format(base=cluster.base, ctld_port=ctld, slurmd_port=slurmd_port, n1_port=n1, n2_port=n2)

@@ -173,7 +173,7 @@ def test_usr1_reaches_every_rank_once_and_scancel_leaves_nothing(slurm_env: dict
         for rank in range(4):
             assert (tmp_path / f"rank{rank}.signals").read_text().split() == ["SIGUSR1"]
         subprocess.run(["scancel", job], env=slurm_env, timeout=10, check=True)
-        out, err = srun.communicate(timeout=60)
+        srun.communicate(timeout=60)
     finally:
         if srun.poll() is None:
             srun.kill()

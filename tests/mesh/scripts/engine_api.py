@@ -6,7 +6,6 @@ import sys
 import time
 
 import meshcheck  # patches new_group before any mesh exists
-
 import torch
 import torch.distributed as dist
 

@@ -42,7 +42,7 @@ if MODE in ("adopt", "user_destroys_adopted"):
     dist.init_process_group("gloo")
 engine = dslaunch.engine()
 
-if MODE == "ddp" or MODE == "global_ddp":
+if MODE in ("ddp", "global_ddp"):
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
     for _ in range(5):
         model(torch.randn(3, 4)).sum().backward()
