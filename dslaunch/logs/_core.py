@@ -241,10 +241,14 @@ def configure_from_env(env: Mapping[str, str], *, role: str = "rank", strict: bo
             raise ValueError(f"DSLAUNCH_LOG_LEVEL={text!r}: {exc}") from None
         spec = S.LogSpec()
         print(f"dslaunch: ignoring DSLAUNCH_LOG_LEVEL: {exc}", file=sys.stderr)
+    ranks_text = env.get("DSLAUNCH_LOG_RANKS", "").strip() or "0"
     try:
-        ranks = S.parse_ranks(env.get("DSLAUNCH_LOG_RANKS", "0"))
-    except S.SpecError:
-        ranks = S.RankFilter(ranges=((0, 0),))
+        ranks = S.parse_ranks(ranks_text)
+    except S.SpecError as exc:
+        if strict:
+            raise ValueError(f"DSLAUNCH_LOG_RANKS={ranks_text!r}: {exc}") from None
+        ranks = S.parse_ranks("0")
+        print(f"dslaunch: ignoring DSLAUNCH_LOG_RANKS (rank 0 logs): {exc}", file=sys.stderr)
     channels = {ch for ch, switch in S.CHANNELS.items() if _bool(env.get(f"DSLAUNCH_{switch.upper()}"))}
     facts: dict[str, Any] = {"host": env.get("DSLAUNCH_HOST"), "run_id": env.get("DSLAUNCH_RUN_ID")}
     if "RANK" in env:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -92,3 +94,14 @@ def test_comm_summary_counts_per_op(capsys: pytest.CaptureFixture[str]) -> None:
     assert "op=broadcast count=1 bytes=8 total_ms=2" in lines[1]
     logs.configure("warning", role="process")
     assert not logs.comm_enabled() and not logs.timers_enabled()
+
+
+@pytest.mark.parametrize(("rank", "shown"), [("0", True), ("1", False)])
+def test_bad_log_ranks_outside_dslaunch_falls_back_to_rank_0(rank: str, shown: bool) -> None:
+    # A rank from torchrun, srun or plain python reads DSLAUNCH_LOG_RANKS unchecked by the CLI.
+    code = "import dslaunch; dslaunch.get_logger('engine').info('hello-info'); print('done')"
+    env = {"PATH": "/usr/bin:/bin", "RANK": rank, "DSLAUNCH_LOG_LEVEL": "info", "DSLAUNCH_LOG_RANKS": "garbage"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr
+    assert "ignoring DSLAUNCH_LOG_RANKS" in proc.stderr and "Traceback" not in proc.stderr
+    assert ("hello-info" in proc.stderr) == shown
