@@ -189,7 +189,7 @@ def resolve(spec: MeshSpec, world_size: int) -> MeshLayout:
 
 def locality_warnings(layout: MeshLayout, local_world_size: int) -> list[str]:
     """Layouts that work but send the busiest collectives across nodes."""
-    out = []
+    out: list[str] = []
     if layout.world_size <= local_world_size:
         return out
     for label, size in (("tp", layout.tp), ("tp*cp*sp", layout.tp * layout.cp * layout.sp)):
@@ -308,7 +308,8 @@ class MeshLayout:
 
     def new_group_count(self) -> int:
         """``new_group`` calls per rank to build the mesh and views (a world-wide dim reuses WORLD)."""
-        total = sum(self.world_size // getattr(self, n) for n in self.active if getattr(self, n) != self.world_size)
+        sizes: list[int] = [getattr(self, n) for n in self.active]
+        total = sum(self.world_size // size for size in sizes if size != self.world_size)
         total += sum(self.world_size // self.size(v) for v in self.built_views() if self.size(v) != self.world_size)
         if self.ep > 1:
             # The dense region is flattened (unless it is one dim), then unflattened into (efsdp, ep).

@@ -50,7 +50,7 @@ class Timers:
         if self.sync:
             import torch
 
-            if torch.cuda.is_available() and torch.cuda.is_initialized():
+            if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
                 torch.cuda.synchronize()
 
     def elapsed(self, name: str) -> float:

@@ -94,7 +94,8 @@ def build_engine(mesh: Any = None) -> Engine:
     if not dist.is_initialized():
         backend = "cuda:nccl,cpu:gloo" if cuda else "gloo"
         if info.world_size == 1 and info.master_addr is None:
-            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+            store = dist.HashStore()  # type: ignore[attr-defined]  # torch does not re-export it
+            dist.init_process_group(backend, store=store, rank=0, world_size=1)
         else:
             os.environ.setdefault("MASTER_ADDR", info.master_addr or "127.0.0.1")
             if info.master_port is not None:

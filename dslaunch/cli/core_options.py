@@ -17,7 +17,7 @@ from dslaunch.plan import Program, assign_ranks
 DEFAULT_HOSTFILE = "/job/hostfile"  # DeepSpeed's default, read only if it exists
 
 
-class NprocType(click.ParamType):
+class NprocType(click.ParamType):  # type: ignore[type-arg]  # generic only from click 8.5
     name = "N|auto"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:

@@ -6,11 +6,14 @@ The spec reaches every rank as ``DSLAUNCH_MESH``; the rank bootstrap resolves it
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from dslaunch.cli.draft import PlanDraft
+
+if TYPE_CHECKING:
+    from dslaunch.mesh import MeshSpec
 
 # Kept in step with dslaunch.mesh.VALID_INPUT by a test; importing dslaunch.mesh here would slow --help.
 VALID_INPUT = "pp, dp_replicate, dp_shard (alias dp), cp, sp, tp, ep"
@@ -32,6 +35,7 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
         return  # nothing to check: ranks default to pure data parallel
     from dslaunch.mesh import MeshConfigError, locality_warnings, parse_spec, resolve, spec_from_config
 
+    spec: MeshSpec | None
     try:
         if text is not None:
             spec, hint = parse_spec(text), "'--mesh'"

@@ -146,7 +146,7 @@ def _check_hosts(draft: PlanDraft) -> None:
 def _ssh_config(values: dict[str, Any]) -> str | None:
     from dslaunch.remote.sshconfig import default_config_path
 
-    path = values.get("ssh_config")
+    path: str | None = values.get("ssh_config")
     if path is None:
         return default_config_path()
     if not os.path.exists(path) or os.path.isdir(path):  # /dev/null is a valid "no config", as for ssh -F

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Set as AbstractSet
 
 from dslaunch.plan import LaunchPlan
 
@@ -14,11 +15,11 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_NAME.search(name))
 
 
-def mask_value(name: str, value: str, secrets: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+def mask_value(name: str, value: str, secrets: AbstractSet[str] = frozenset()) -> str:
     return MASK if is_secret_name(name) or value in secrets else value
 
 
-def mask(text: str, secrets: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+def mask(text: str, secrets: AbstractSet[str] = frozenset()) -> str:
     """Replace known secret values, and values of secret-looking NAME=VALUE pairs."""
     for secret in sorted((s for s in secrets if s), key=len, reverse=True):
         text = text.replace(secret, MASK)
@@ -35,7 +36,7 @@ def _ranges(ranks: tuple[int, ...]) -> str:
     return f"{ranks[0]}" if len(ranks) == 1 else f"{ranks[0]}-{ranks[-1]}"
 
 
-def plan_text(plan: LaunchPlan, commands: list[str], secrets: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+def plan_text(plan: LaunchPlan, commands: list[str], secrets: AbstractSet[str] = frozenset()) -> str:
     p = plan.program
     kind = "module" if p.module else "executable" if p.no_python else "script"
     lines = [

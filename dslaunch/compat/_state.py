@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dslaunch.mesh_build import BuiltMesh
 
 
-def mesh() -> Any:
+def mesh() -> BuiltMesh:
     """The engine's BuiltMesh; raises if ``dslaunch.engine()`` has not run in this process."""
     from dslaunch.bootstrap import engine as engine_module
 
-    built = engine_module._engine.built_mesh if engine_module._engine is not None else None
+    built: BuiltMesh | None = engine_module._engine.built_mesh if engine_module._engine is not None else None
     if built is None:
         raise RuntimeError("no mesh yet: call dslaunch.engine() (it builds the mesh) before the parallel-state getters")
     return built

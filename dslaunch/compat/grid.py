@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import math
 from collections import namedtuple
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dslaunch.compat._state import mesh
 from dslaunch.mesh import MeshConfigError
+
+if TYPE_CHECKING:
+    from dslaunch.mesh_build import BuiltMesh
 
 
 class ProcessTopology:
@@ -22,7 +25,7 @@ class ProcessTopology:
         if len(axes) != len(dims):
             raise ValueError(f"axes {axes} and dims {dims} differ in length")
         self.axes, self.dims = list(axes), list(dims)
-        self.ProcessCoord = namedtuple("ProcessCoord", self.axes)  # type: ignore[misc]
+        self.ProcessCoord: Any = namedtuple("ProcessCoord", self.axes)  # type: ignore[misc]  # fields known at run time
 
     def world_size(self) -> int:
         return math.prod(self.dims)
@@ -80,7 +83,7 @@ class ProcessTopology:
 class MeshGrid:
     """The ``PipelineParallelGrid`` surface (``PipelineModule._grid``, ``mpu`` for PipelineEngine)."""
 
-    def __init__(self, built: Any = None) -> None:
+    def __init__(self, built: BuiltMesh | None = None) -> None:
         self._mesh = built = mesh() if built is None else built
         if built.size("cp") > 1 or built.size("sp") > 1:
             raise MeshConfigError("the pipeline grid has axes pipe, data, model only; cp/sp > 1 does not fit it")

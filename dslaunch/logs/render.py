@@ -45,7 +45,8 @@ def json_line(ed: dict[str, Any]) -> str:
     out["ts"] = _iso(ed["ts"])
     out["level"] = S.LEVEL_NAMES.get(ed["level"], str(ed["level"]))
     out.pop("_exc_text", None)
-    return _CACHE["json"](out) + "\n"
+    line: str = _CACHE["json"](out)
+    return line + "\n"
 
 
 def _serializer() -> Any:

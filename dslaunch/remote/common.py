@@ -1,4 +1,4 @@
-"""Pieces both remote runners share: supervision with a summary, a free-port probe, stderr relay."""
+"""Pieces both remote runners share: a free-port probe, stderr relay."""
 
 from __future__ import annotations
 
@@ -6,8 +6,6 @@ import shlex
 import sys
 import threading
 from collections.abc import Iterable
-
-from dslaunch.runners.supervise import supervise_and_report  # noqa: F401 - the remote runners' entry point
 
 _err_lock = threading.Lock()
 CONNECT_FAILED = 255  # what ssh itself exits with when it cannot run the remote command

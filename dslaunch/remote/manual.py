@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dslaunch.plan import LaunchPlan
-from dslaunch.remote.common import supervise_and_report
 from dslaunch.runners.local import LocalAgent
+from dslaunch.runners.supervise import supervise_and_report
 
 
 class NodeRunner:

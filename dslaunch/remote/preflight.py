@@ -217,7 +217,7 @@ def _results_pdsh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None,
         for line in text.splitlines():
             host, _, rest = line.removeprefix(f"pdsh@{os.uname().nodename}: ").partition(": ")
             sink.setdefault(host, []).append(rest)
-    results = {}
+    results: dict[int, tuple[int | None, str, str]] = {}
     for node in plan.nodes:
         key = node.host.rpartition("@")[2]
         out = "\n".join(outs.get(key, []))

@@ -27,6 +27,7 @@ from dslaunch.plan import LaunchPlan
 from dslaunch.remote import common
 from dslaunch.remote.command import PLAN_PLACEHOLDER, RemoteSettings, agent_command, plan_b64, reap_command
 from dslaunch.remote.sshconfig import default_config_path
+from dslaunch.runners.supervise import supervise_and_report
 
 _SSH_END = re.compile(
     r"^pdsh@[^:]*: (?P<host>[^:]+): ssh (?:exited with exit code (?P<code>\d+)|killed by signal (?P<sig>\d+))"
@@ -221,7 +222,7 @@ class PdshRunner:
         demux = _Demux(proc, [_host_of(n.host) for n in plan.nodes])
         handles = [PdshNode(n.node_rank, n.host, demux) for n in plan.nodes]
         try:
-            code = common.supervise_and_report(plan, handles)
+            code = supervise_and_report(plan, handles)
         finally:
             if proc.poll() is None:
                 proc.kill()

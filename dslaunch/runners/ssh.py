@@ -19,6 +19,7 @@ from dslaunch import events
 from dslaunch.plan import LaunchPlan
 from dslaunch.remote import common
 from dslaunch.remote.command import RemoteSettings, agent_command, reap_command
+from dslaunch.runners.supervise import supervise_and_report
 
 
 class SshAgent:
@@ -141,7 +142,7 @@ class SshRunner:
                     for h in handles:
                         h.stop()
                     return common.report_start_failures({node.host: f"{type(exc).__name__}: {exc}"})
-            code = common.supervise_and_report(plan, handles)
+            code = supervise_and_report(plan, handles)
             self._reap_lost(plan, settings, handles)
             return code
         finally:
