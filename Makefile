@@ -7,14 +7,14 @@ NEWEST ?= .venv-torch-newest
 NEWEST_PY := $(NEWEST)/bin/python
 NEWEST_STAMP := $(NEWEST)/.dslaunch-installed
 
-.PHONY: demo test install install-newest bench clean
+.PHONY: demo test lint install install-newest bench clean
 
 $(PY):
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
 $(STAMP): $(PY) pyproject.toml
-	$(PY) -m pip install -q -e '.[test]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q -e '.[test,lint]' --config-settings editable_mode=compat
 	$(PY) -m compileall -q dslaunch  # bytecode even where PYTHONDONTWRITEBYTECODE is set: every rank imports it
 	touch $(STAMP)
 
@@ -30,6 +30,11 @@ install-newest: $(NEWEST_STAMP)
 
 demo: install
 	$(VENV)/bin/dslaunch --nproc-per-node 4 --master-port 0 --mesh dp=2,tp=2 examples/train.py --steps 8
+
+lint: install
+	$(VENV)/bin/ruff check dslaunch tests bench
+	$(VENV)/bin/ruff format --check dslaunch tests bench examples
+	$(VENV)/bin/mypy dslaunch
 
 test: install install-newest
 	$(PY) -m pytest -q
