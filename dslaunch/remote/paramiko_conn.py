@@ -76,7 +76,8 @@ def _client(target: SshTarget, accept_new: bool, timeout: float, sock: Any = Non
             target.hostname,
             port=target.port,
             username=target.user,
-            key_filename=list(target.identity_files) or None,  # type: ignore[arg-type]  # a list works; the stub says str
+            # paramiko takes a list of key files too; its stub says str
+            key_filename=list(target.identity_files) or None,  # type: ignore[arg-type]
             look_for_keys=not target.identity_files,
             allow_agent=True,
             timeout=timeout,
