@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+from dslaunch import wire
 from dslaunch.plan import LaunchPlan
 from dslaunch.slurm import srun, step
 
@@ -22,7 +23,10 @@ _RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal
 
 def srun_line(plan: LaunchPlan) -> list[str]:
     return srun.srun_argv(
-        plan, exclude=plan.option("slurm_exclude", ()), launcher_args=plan.option("slurm_launcher_args", ())
+        plan,
+        exclude=plan.option("slurm_exclude", ()),
+        launcher_args=plan.option("slurm_launcher_args", ()),
+        environ=os.environ,
     )
 
 
@@ -32,8 +36,7 @@ class SlurmRunner:
     def describe(self, plan: LaunchPlan) -> list[str]:
         mode = plan.option("slurm_mode", "srun")
         if mode == "srun":
-            argv = srun_line(plan)
-            return [shlex.join(argv[:-1]) + " <plan, base64 JSON>"]
+            return [shlex.join(srun_line(plan)) + f"  # plan in ${wire.PLAN_VAR}"]
         if mode == "node":
             node = step.node_rank_of(plan, _environ())
             return [
@@ -50,14 +53,14 @@ class SlurmRunner:
             return step.run_node(plan)
         if mode == "rank":
             step.exec_rank(plan)
-        return _run_srun(srun_line(plan), plan)
+        return _run_srun(srun_line(plan), plan, srun.srun_env(plan, os.environ))
 
 
 def _environ() -> dict[str, str]:
     return dict(os.environ)
 
 
-def _run_srun(argv: list[str], plan: LaunchPlan) -> int:
+def _run_srun(argv: list[str], plan: LaunchPlan, env: dict[str, str]) -> int:
     """Run srun in the foreground; its exit code is the step's.
 
     A first SIGINT/SIGTERM/SIGHUP becomes ``scancel --signal=TERM`` on the step, so ranks get
@@ -67,7 +70,7 @@ def _run_srun(argv: list[str], plan: LaunchPlan) -> int:
     caught: list[int] = []
     previous = {s: signal.signal(s, lambda signum, _f: caught.append(signum)) for s in _RELAYED}
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env)
     except OSError as exc:
         for s, h in previous.items():
             signal.signal(s, h)

@@ -1,13 +1,13 @@
-"""``python -m dslaunch.slurm --plan-b64 B64``: what each task of ``--launcher slurm``'s srun runs."""
+"""``python -m dslaunch.slurm``: what each task of ``--launcher slurm``'s srun runs (the plan is in its environment)."""
 
 from __future__ import annotations
 
 import argparse
-import base64
 import os
 import sys
 from dataclasses import replace
 
+from dslaunch import wire
 from dslaunch.plan import LaunchPlan
 from dslaunch.slurm import layout
 from dslaunch.slurm.step import node_rank_of, run_node
@@ -25,10 +25,21 @@ def _with_local_gpus(plan: LaunchPlan, node_rank: int) -> LaunchPlan:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dslaunch.slurm")
-    parser.add_argument("--plan-b64", required=True)
-    args = parser.parse_args(argv)
-    plan = LaunchPlan.from_json(base64.urlsafe_b64decode(args.plan_b64.encode()).decode())
+    parser = argparse.ArgumentParser(
+        prog="python -m dslaunch.slurm", description=f"reads the plan from ${wire.PLAN_VAR}"
+    )
+    parser.parse_args(argv)
+    try:
+        plan = wire.plan_from_env(os.environ)
+    except wire.WireError as exc:
+        print(f"dslaunch: {exc}", file=sys.stderr)
+        return 2
+    if plan is None:
+        print(
+            f"dslaunch: no launch plan in ${wire.PLAN_VAR}: this runs as a task of dslaunch's own srun step",
+            file=sys.stderr,
+        )
+        return 2
     try:
         node_rank = node_rank_of(plan, os.environ)
     except layout.SlurmLayoutError as exc:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import base64
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from dslaunch import wire
 from dslaunch.plan import LaunchPlan
 
 # srun options dslaunch sets itself; passing them in --launcher-args would contradict the plan.
@@ -12,9 +12,21 @@ _OWNED = ("--nodes", "-N", "--ntasks-per-node", "--ntasks", "-n", "--nodelist", 
 
 
 def step_argv(plan: LaunchPlan) -> list[str]:
-    """What each srun task runs: the in-step entry point with the whole plan."""
-    blob = base64.urlsafe_b64encode(plan.to_json().encode()).decode()
-    return [plan.program.python, "-m", "dslaunch.slurm", "--plan-b64", blob]
+    """What each srun task runs: the in-step entry point, which finds the plan in its environment."""
+    return [plan.program.python, "-m", "dslaunch.slurm"]
+
+
+def srun_env(plan: LaunchPlan, base: Mapping[str, str]) -> dict[str, str]:
+    """srun's environment: the plan rides in ``wire.PLAN_VAR``, never on a command line."""
+    return {**base, wire.PLAN_VAR: wire.plan_to_b64(plan)}
+
+
+def export_option(base: Mapping[str, str]) -> list[str]:
+    """srun exports its whole environment unless SLURM_EXPORT_ENV narrows it: then add the plan's variable."""
+    export = base.get("SLURM_EXPORT_ENV", "ALL")
+    if export.split(",")[0] in ("ALL", ""):
+        return []
+    return [f"--export={wire.PLAN_VAR}" if export == "NONE" else f"--export={export},{wire.PLAN_VAR}"]
 
 
 def step_name(plan: LaunchPlan) -> str:
@@ -28,6 +40,7 @@ def srun_argv(
     exclude: Sequence[str] = (),
     launcher_args: Sequence[str] = (),
     srun: str = "srun",
+    environ: Mapping[str, str] | None = None,
 ) -> list[str]:
     """One task per node of the plan; Slurm kills the step when any task fails."""
     hosts = [node.host for node in plan.nodes]
@@ -41,6 +54,7 @@ def srun_argv(
     ]
     if exclude:
         argv.append(f"--exclude={','.join(exclude)}")
+    argv += export_option(environ or {})
     argv += list(launcher_args)
     return argv + step_argv(plan)
 

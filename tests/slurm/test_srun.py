@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import base64
 import shlex
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dslaunch import wire
 from dslaunch.plan import LaunchPlan, Program
 from dslaunch.runners.slurm import SlurmRunner
 from dslaunch.slurm import layout, srun
@@ -50,15 +50,33 @@ def test_payloads_survive_the_srun_line(script_args: list[str], launcher_args: l
     plan = _plan(tuple(script_args))
     argv = srun.srun_argv(plan, launcher_args=launcher_args)
     assert argv[6 : 6 + len(launcher_args)] == launcher_args  # passed through untouched, one argv item each
-    blob = argv[argv.index("--plan-b64") + 1]
-    assert LaunchPlan.from_json(base64.urlsafe_b64decode(blob).decode()) == plan  # no shell ever parses it
+    assert argv[-3:] == [plan.program.python, "-m", "dslaunch.slurm"]  # the plan is not on the command line
+    env = srun.srun_env(plan, {"PATH": "/bin"})
+    assert wire.plan_from_env(env) == plan and wire.PLAN_VAR not in env  # read once, then gone
+
+
+@pytest.mark.parametrize(
+    "export, option",
+    [
+        (None, []),
+        ("ALL", []),
+        ("ALL,FOO", []),
+        ("NONE", ["--export=DSLAUNCH_PLAN_B64"]),
+        ("FOO,BAR", ["--export=FOO,BAR,DSLAUNCH_PLAN_B64"]),
+    ],
+)
+def test_a_narrowed_slurm_export_still_carries_the_plan(export: str | None, option: list[str]) -> None:
+    environ = {} if export is None else {"SLURM_EXPORT_ENV": export}
+    assert srun.export_option(environ) == option
+    assert srun.srun_argv(_plan(), environ=environ)[6 : 6 + len(option)] == option
 
 
 def test_dry_run_line_is_shell_quoted_and_hides_the_plan() -> None:
     plan = _plan(("; rm -rf /",), slurm_launcher_args=["--comment=a b;c"])
     (line,) = SlurmRunner().describe(plan)
-    assert line.endswith(" <plan, base64 JSON>")
-    assert shlex.split(line.removesuffix(" <plan, base64 JSON>"))[6] == "--comment=a b;c"
+    command, _, note = line.partition("  # ")
+    assert note == "plan in $DSLAUNCH_PLAN_B64"
+    assert shlex.split(command)[6] == "--comment=a b;c"
     assert "rm -rf" not in line
 
 

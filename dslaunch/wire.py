@@ -1,0 +1,184 @@
+"""Everything that crosses the launcher ↔ node-agent boundary, in one place (stdlib only).
+
+- **The plan**: JSON, base64 for transports that need one line or one variable. It carries
+  exported environment values (tokens, keys), so it never travels on a command line, which
+  any user can read in ``/proc/PID/cmdline``. The launcher sends it on the agent's stdin
+  (local, ssh), in the agent's environment (srun, mpirun/mpiexec: ``PLAN_VAR``), or in a
+  0600 file that the agent deletes once read (pdsh, which cannot carry stdin).
+- **Events**, agent → launcher: one JSON object per line on the agent's stdout, after
+  ``MARKER``. Rank output always carries a prefix, so a marked line comes from the agent.
+- **Control messages**, launcher → agent: whole lines on the agent's stdin
+  (``stop``, ``signal SIGUSR1``), parsed exactly, never by substring. EOF means stop.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import signal
+from dataclasses import asdict, dataclass, field
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dslaunch.plan import LaunchPlan
+
+PLAN_VAR = "DSLAUNCH_PLAN_B64"
+MARKER = "@dslaunch-event "
+STOP = "stop"
+FORWARDED_SIGNALS = ("SIGUSR1", "SIGUSR2")
+
+
+class WireError(ValueError):
+    """A plan or message that does not decode."""
+
+
+# ---- the plan ------------------------------------------------------------------------------------
+
+
+def plan_to_b64(plan: LaunchPlan) -> str:
+    return base64.urlsafe_b64encode(plan.to_json().encode()).decode()
+
+
+def plan_from_b64(text: str) -> LaunchPlan:
+    from dslaunch.plan import LaunchPlan
+
+    try:
+        return LaunchPlan.from_json(base64.urlsafe_b64decode(text.encode()).decode())
+    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
+        raise WireError(f"the launch plan does not decode: {exc}") from None
+
+
+def plan_from_env(env: MutableMapping[str, str]) -> LaunchPlan | None:
+    """The plan in ``PLAN_VAR``, removed from ``env`` so no rank inherits it; None when absent."""
+    text = env.pop(PLAN_VAR, None)
+    return None if text is None else plan_from_b64(text)
+
+
+def plan_from_file(path: str) -> LaunchPlan:
+    """Read the plan from a 0600 file and delete it at once: it holds the job's secrets."""
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read().strip()
+    except OSError as exc:
+        raise WireError(f"cannot read the launch plan {path}: {exc.strerror}") from None
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    return plan_from_b64(text)
+
+
+# ---- events: agent -> launcher --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spawned:
+    rank: int
+    local_rank: int
+    pid: int
+    host: str
+
+
+@dataclass(frozen=True)
+class RankExit:
+    """How one rank ended."""
+
+    rank: int
+    local_rank: int
+    node_rank: int
+    host: str
+    pid: int
+    code: int  # shell-style: 128+N for a death by signal N
+    signal: str | None
+    ts: float
+    by_agent: bool  # it ended after the agent had signalled it (teardown)
+    error: str | None = None  # traceback text from the rank's error file
+    stderr_tail: tuple[str, ...] = field(default=())
+
+    @property
+    def failed(self) -> bool:
+        return self.code != 0
+
+
+@dataclass(frozen=True)
+class Done:
+    """The node agent is finishing with this exit code."""
+
+    node_rank: int
+    code: int
+
+
+Event = Spawned | RankExit | Done
+_KINDS: dict[str, type[Spawned] | type[RankExit] | type[Done]] = {
+    "spawned": Spawned,
+    "exit": RankExit,
+    "done": Done,
+}
+_NAMES = {cls: name for name, cls in _KINDS.items()}
+
+
+def encode(event: Event) -> str:
+    return MARKER + json.dumps({"ev": _NAMES[type(event)], **asdict(event)}, separators=(",", ":")) + "\n"
+
+
+def decode(line: str) -> Event | None:
+    """The event on a marked line; None for ordinary output or anything malformed."""
+    if not line.startswith(MARKER):
+        return None
+    try:
+        raw = json.loads(line[len(MARKER) :])
+        cls = _KINDS[raw.pop("ev")]
+        if cls is RankExit:
+            raw["stderr_tail"] = tuple(raw.get("stderr_tail", ()))
+        return cls(**raw)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def exit_code_of(returncode: int) -> tuple[int, str | None]:
+    """Map a Popen returncode (negative for signals) to (shell code, signal name)."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return 128 - returncode, name
+    return returncode, None
+
+
+# ---- control: launcher -> agent -------------------------------------------------------------------
+
+
+def control_stop() -> bytes:
+    return f"{STOP}\n".encode()
+
+
+def control_signal(signum: int) -> bytes:
+    name = signal.Signals(signum).name
+    if name not in FORWARDED_SIGNALS:
+        raise WireError(f"only {', '.join(FORWARDED_SIGNALS)} are forwarded to ranks, not {name}")
+    return f"signal {name}\n".encode()
+
+
+@dataclass
+class ControlReader:
+    """Splits the control stream into whole lines; ``feed`` returns the commands they carry."""
+
+    _partial: bytes = b""
+
+    def feed(self, data: bytes) -> list[str | int]:
+        """``"stop"`` or a signal number per complete line; unknown lines are ignored."""
+        self._partial += data
+        *lines, self._partial = self._partial.split(b"\n")
+        commands: list[str | int] = []
+        for raw in lines:
+            line = raw.strip().decode("ascii", "replace")
+            if line == STOP:
+                commands.append(STOP)
+            elif line.startswith("signal ") and line[7:] in FORWARDED_SIGNALS:
+                commands.append(int(signal.Signals[line[7:]]))
+        return commands
