@@ -16,7 +16,6 @@ IDENTITY_PREFIXES = (
     "MPI_LOCALRANKID",
     "MPI_LOCALNRANKS",
 )
-PLAN_VAR = "DSLAUNCH_PLAN_B64"  # the plan travels in the environment, not in a visible argv
 
 
 class MpiEnvError(ValueError):

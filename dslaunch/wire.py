@@ -18,8 +18,8 @@ import binascii
 import json
 import os
 import signal
-from dataclasses import asdict, dataclass, field
 from collections.abc import MutableMapping
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:

@@ -1,9 +1,8 @@
-"""``python -m dslaunch.agent --node-rank N [--plan-b64 B64] [--no-control]``."""
+"""``python -m dslaunch.agent --node-rank N [--plan-file PATH] [--no-control]``."""
 
 from __future__ import annotations
 
 import argparse
-import base64
 import os
 import shutil
 import signal
@@ -11,7 +10,7 @@ import sys
 import tempfile
 from typing import BinaryIO
 
-from dslaunch import mpi_env
+from dslaunch import mpi_env, wire
 from dslaunch.agent.supervisor import NodeSupervisor, set_parent_death_signal
 from dslaunch.plan import LaunchPlan
 
@@ -37,8 +36,7 @@ def run_node(plan: LaunchPlan, node_rank: int, control: BinaryIO | None, pending
     error_dir = tempfile.mkdtemp(prefix=f"dslaunch-{plan.run_id}-")
     try:
         sup.start(error_dir)
-        if b"stop" in pending:
-            sup._teardown(signal.SIGTERM)
+        sup.feed_control(pending)  # control lines that arrived with the plan
         return sup.run()
     finally:
         shutil.rmtree(error_dir, ignore_errors=True)
@@ -48,9 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dslaunch.agent")
     parser.add_argument("--node-rank", required=True, help="N, or 'mpi': this process's rank under mpirun/mpiexec")
     parser.add_argument(
-        "--plan-b64",
-        default=os.environ.pop(mpi_env.PLAN_VAR, None),
-        help=f"the plan, base64 JSON (default: ${mpi_env.PLAN_VAR}, else first line of stdin)",
+        "--plan-file",
+        help=f"read the plan from this file (relative: to $HOME) and delete it; default: ${wire.PLAN_VAR}, "
+        "else the first line of stdin",
     )
     parser.add_argument("--no-control", action="store_true", help="do not watch stdin for stop/EOF")
     args = parser.parse_args(argv)
@@ -67,14 +65,19 @@ def main(argv: list[str] | None = None) -> int:
     if os.getppid() == 1:
         return 143
 
-    stdin_fd = sys.stdin.fileno()
     pending = b""
-    if args.plan_b64:
-        text = base64.urlsafe_b64decode(args.plan_b64.encode()).decode()
-    else:
-        line, pending = _read_line(stdin_fd)
-        text = line.decode()
-    plan = LaunchPlan.from_json(text)
+    try:
+        if args.plan_file:
+            plan = wire.plan_from_file(os.path.join(os.path.expanduser("~"), args.plan_file))
+        else:
+            found = wire.plan_from_env(os.environ)
+            if found is None:
+                line, pending = _read_line(sys.stdin.fileno())
+                found = wire.plan_from_b64(line.decode("ascii", "replace").strip())
+            plan = found
+    except wire.WireError as exc:
+        print(f"dslaunch agent: {exc}", file=sys.stderr)
+        return 2
     if not 0 <= args.node_rank < len(plan.nodes):
         print(f"dslaunch agent: node rank {args.node_rank} is not in 0..{len(plan.nodes) - 1}", file=sys.stderr)
         return 2

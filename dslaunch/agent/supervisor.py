@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, BinaryIO
 
-from dslaunch import events
+from dslaunch import wire
 from dslaunch.agent import ranks as rankspec
 from dslaunch.logs import get_logger
 from dslaunch.plan import LaunchPlan
@@ -84,9 +84,10 @@ class NodeSupervisor:
         self.ranks: list[_Rank] = []
         self.sel = selectors.DefaultSelector()
         self.stop_deadline: float | None = None
-        self.root_cause: events.RankExit | None = None
+        self.root_cause: wire.RankExit | None = None
         self.stop_signal: int | None = None
         self.pipes_open = 0
+        self._control = wire.ControlReader()
 
     # ---- spawning -------------------------------------------------------
     def start(self, error_dir: str) -> None:
@@ -133,7 +134,7 @@ class NodeSupervisor:
                 self.pipes_open += 1
             if r.pidfd is not None:
                 self.sel.register(r.pidfd, selectors.EVENT_READ, ("exit", r, None))
-            self._emit(events.encode("spawned", rank=rank, local_rank=local_rank, pid=proc.pid, host=self.node.host))
+            self._emit(wire.encode(wire.Spawned(rank=rank, local_rank=local_rank, pid=proc.pid, host=self.node.host)))
             _log_debug("rank started", rank=rank, local_rank=local_rank, pid=proc.pid, argv=argv)
 
     # ---- main loop ------------------------------------------------------
@@ -155,7 +156,7 @@ class NodeSupervisor:
                 signal.signal(s, h)
             self._kill_leftovers()
         code = self._exit_code()
-        self._emit(events.encode("done", node_rank=self.node.node_rank, code=code))
+        self._emit(wire.encode(wire.Done(node_rank=self.node.node_rank, code=code)))
         return code
 
     def _loop(self) -> None:
@@ -234,8 +235,8 @@ class NodeSupervisor:
             self.sel.unregister(r.pidfd)
             os.close(r.pidfd)
             r.pidfd = None
-        code, signame = events.exit_code_of(returncode)
-        result = events.RankExit(
+        code, signame = wire.exit_code_of(returncode)
+        result = wire.RankExit(
             rank=r.rank,
             local_rank=r.local_rank,
             node_rank=self.node.node_rank,
@@ -248,7 +249,7 @@ class NodeSupervisor:
             error=_read_error_file(r.error_file) if code else None,
             stderr_tail=tuple(r.tail) if code else (),
         )
-        self._emit(events.encode_exit(result))
+        self._emit(wire.encode(result))
         if result.failed and not result.by_agent and self.root_cause is None:
             self.root_cause = result
             self._teardown(signal.SIGTERM)
@@ -259,17 +260,30 @@ class NodeSupervisor:
             data = os.read(self.control.fileno(), 4096)
         except BlockingIOError:
             return
-        for signum in _FORWARD_SIGNALS:  # "signal SIGUSR1" from a remote launcher, which cannot signal us
-            if b"signal " + signal.Signals(signum).name.encode() in data:
+        if not data:  # the launcher or its connection is gone
+            self.sel.unregister(self.control.fileno())
+            self.stop()
+            return
+        self.feed_control(data)
+
+    def feed_control(self, data: bytes) -> None:
+        """Bytes from the control channel: whole lines are obeyed, a partial one waits for the rest."""
+        self.obey(self._control.feed(data))
+
+    def obey(self, commands: list[str | int]) -> None:
+        """Act on control commands: ``stop``, or a signal number to pass to every live rank."""
+        for command in commands:
+            if command == wire.STOP:
+                self.stop()
+            elif isinstance(command, int):  # from a remote launcher, which cannot signal us
                 for r in self.ranks:
                     if r.returncode is None:
-                        _killpg(r.pid, signum)
-        if not data or b"stop" in data:
-            if not data:
-                self.sel.unregister(self.control.fileno())
-            if self.stop_signal is None:
-                self.stop_signal = signal.SIGTERM
-            self._teardown(signal.SIGTERM)
+                        _killpg(r.pid, command)
+
+    def stop(self) -> None:
+        if self.stop_signal is None:
+            self.stop_signal = signal.SIGTERM
+        self._teardown(signal.SIGTERM)
 
     def _read_signals(self, fd: int) -> None:
         try:
@@ -313,7 +327,7 @@ class NodeSupervisor:
         if self.stop_signal is not None:
             return 128 + self.stop_signal
         failed = [r for r in self.ranks if r.returncode]
-        return events.exit_code_of(failed[0].returncode)[0] if failed and failed[0].returncode else 0
+        return wire.exit_code_of(failed[0].returncode)[0] if failed and failed[0].returncode else 0
 
     def _emit(self, line: str) -> None:
         try:

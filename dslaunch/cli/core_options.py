@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Any
 
@@ -177,7 +178,8 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
     draft.shutdown_timeout = values["shutdown_timeout"]
     draft.log_dir = os.path.abspath(values["log_dir"]) if values.get("log_dir") else None
     draft.cwd = os.getcwd()
-    draft.run_id = values.get("run_id") or os.environ.get("DSLAUNCH_RUN_ID") or os.urandom(6).hex()
+    given = values.get("run_id")
+    draft.run_id = _run_id(given if given is not None else os.environ.get("DSLAUNCH_RUN_ID") or os.urandom(6).hex())
     if values.get("config"):
         path = os.path.abspath(values["config"])
         try:
@@ -190,3 +192,15 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
 
 
 LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "localhost.localdomain"})
+
+
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def _run_id(value: str) -> str:
+    """The run id names files and tags processes on every host: a short plain word."""
+    if not _RUN_ID.fullmatch(value):
+        raise click.BadParameter(
+            f"{value!r}: use 1-64 of A-Z a-z 0-9 . _ - (not starting with . _ -)", param_hint="'--run-id'"
+        )
+    return value

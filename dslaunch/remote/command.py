@@ -1,20 +1,19 @@
 """The shell command that starts a node agent on a remote host (pure).
 
-The only values that reach the remote shell are paths, the run id, the node
-rank and base64; each is quoted with :func:`shlex.quote`. Script arguments and
-the rank environment travel inside the plan (stdin or base64), never as shell.
+The only values that reach the remote shell are paths, the run id and the node
+rank; each is quoted with :func:`shlex.quote`. Script arguments and the rank
+environment travel inside the plan (stdin, or a staged 0600 file for pdsh),
+never on a command line.
 """
 
 from __future__ import annotations
 
-import base64
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dslaunch.plan import LaunchPlan
 
-PLAN_PLACEHOLDER = "<plan:base64>"
 # Exported variables the agent process itself needs (to import dslaunch, say), not only its ranks.
 AGENT_ENV_NAMES = ("PYTHONPATH",)
 
@@ -35,21 +34,17 @@ class RemoteSettings:
         return RemoteSettings(**(plan.option("remote") or {}))
 
 
-def plan_b64(plan: LaunchPlan) -> str:
-    return base64.urlsafe_b64encode(plan.to_json().encode()).decode()
-
-
 def agent_command(
     plan: LaunchPlan,
     node_rank: int | str,
     *,
     venv_script: str | None = None,
-    inline_plan: str | None = None,
+    plan_file: str | None = None,
 ) -> str:
     """``cd CWD && [. VENV &&] exec env DSLAUNCH_RUN_ID=.. PYTHON -u -m dslaunch.agent --node-rank N``.
 
-    ``inline_plan`` (base64) goes on the command line for transports without a
-    usable stdin; otherwise the plan is the first line the agent reads.
+    ``plan_file`` names the staged plan (relative to the remote home) for transports
+    without a usable stdin; otherwise the plan is the first line the agent reads.
     """
     parts: list[str] = []
     if plan.cwd:
@@ -60,8 +55,8 @@ def agent_command(
     assignments = [f"DSLAUNCH_RUN_ID={plan.run_id}"]
     assignments += [f"{name}={env[name]}" for name in AGENT_ENV_NAMES if name in env]
     argv = ["env", *assignments, plan.program.python, "-u", "-m", "dslaunch.agent", "--node-rank", str(node_rank)]
-    if inline_plan is not None:
-        argv += ["--plan-b64", inline_plan]
+    if plan_file is not None:
+        argv += ["--plan-file", plan_file]
     parts.append("exec " + shlex.join(argv))
     return " && ".join(parts)
 

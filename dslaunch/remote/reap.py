@@ -3,6 +3,7 @@
 The fallback for a node whose agent vanished (SIGKILL, OOM killer): its ranks die with it
 (parent-death signal), but a rank's own children may not. Every process of a job carries
 ``DSLAUNCH_RUN_ID=<run id>`` in its environment; this kills exactly those, never by name.
+It also deletes the job's staged plan file (pdsh), in case no agent came to read it.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+
+from dslaunch.remote import stage
 
 
 def job_pids(run_id: str, proc: str = "/proc") -> list[int]:
@@ -37,6 +40,16 @@ def main(argv: list[str]) -> int:
         try:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
+            pass
+    plans = os.path.join(os.path.expanduser("~"), stage.PLAN_DIR)
+    try:
+        staged = [name for name in os.listdir(plans) if name.startswith(f"{argv[0]}.") and name.endswith(".plan")]
+    except OSError:
+        staged = []
+    for name in staged:
+        try:
+            os.unlink(os.path.join(plans, name))
+        except OSError:
             pass
     print(f"dslaunch reap: {len(pids)} process(es) of run {argv[0]} killed")
     return 0

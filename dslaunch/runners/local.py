@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-from dslaunch import _prctl
+from dslaunch import _prctl, wire
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.supervise import supervise_and_report
 
@@ -112,7 +112,7 @@ class LocalAgent:
             return
         self._stopped = True
         try:
-            self.proc.stdin.write(b"stop\n")
+            self.proc.stdin.write(wire.control_stop())
             self.proc.stdin.close()
         except (BrokenPipeError, OSError, ValueError):
             pass

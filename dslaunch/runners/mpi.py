@@ -10,7 +10,6 @@ come through its stdout, so exit codes are the ranks' own, never MPI's.
 
 from __future__ import annotations
 
-import base64
 import os
 import shlex
 import shutil
@@ -21,7 +20,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from dslaunch import events, mpi_env
+from dslaunch import wire
 from dslaunch.agent.supervisor import set_parent_death_signal
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.supervise import supervise_and_report
@@ -64,7 +63,7 @@ def agent_command(python: str) -> list[str]:
 
 def _exports(plan: LaunchPlan) -> list[str]:
     """Variables the agents need from the launcher's environment, by name."""
-    names = [mpi_env.PLAN_VAR]
+    names = [wire.PLAN_VAR]
     names += [n for n in ("PYTHONPATH", "VIRTUAL_ENV") if n in os.environ]
     return names
 
@@ -132,7 +131,7 @@ def find_program(flavour: Flavour) -> str:
 
 def mpi_env_for(plan: LaunchPlan, base: dict[str, str]) -> dict[str, str]:
     env = dict(base)
-    env[mpi_env.PLAN_VAR] = base64.urlsafe_b64encode(plan.to_json().encode()).decode()
+    env[wire.PLAN_VAR] = wire.plan_to_b64(plan)
     if os.geteuid() == 0:  # Open MPI refuses root unless told twice
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
@@ -178,14 +177,14 @@ class MpiJob:
         done: dict[int, int] = {}
         for raw in self.proc.stdout:
             line = raw.decode("utf-8", "replace")
-            event = events.decode(line)
-            if event is not None and event["ev"] == "done":
-                done[int(event["node_rank"])] = int(event["code"])
+            event = wire.decode(line)
+            if isinstance(event, wire.Done):
+                done[event.node_rank] = event.code
                 continue
             yield line
         if len(done) == self.nodes:  # else supervise() sees a lost node and names mpirun's status
             code = next((c for _, c in sorted(done.items()) if c), 0)
-            yield events.encode("done", node_rank=0, code=code)
+            yield wire.encode(wire.Done(node_rank=0, code=code))
 
     def stop(self) -> None:
         if not self._stopped:
@@ -224,7 +223,7 @@ class _MpiRunner:
         hostfile = hostfile_text(plan, self.flavour).strip().replace("\n", ", ")
         ssh = SSH_TOKEN if self.flavour is MPICH and ssh_wrapper_text(plan) else None
         argv = mpi_argv(plan, self.flavour, program, HOSTFILE_TOKEN, ssh=ssh)
-        return [shlex.join(argv) + f"  # {HOSTFILE_TOKEN}: {hostfile}; plan in ${mpi_env.PLAN_VAR}"]
+        return [shlex.join(argv) + f"  # {HOSTFILE_TOKEN}: {hostfile}; plan in ${wire.PLAN_VAR}"]
 
     def run(self, plan: LaunchPlan) -> int:
         try:

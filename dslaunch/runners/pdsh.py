@@ -1,7 +1,8 @@
 """pdsh runner: one ``pdsh -S -R ssh`` for all nodes, its output split back per host.
 
-pdsh cannot carry stdin, so the plan travels base64 on the command line and
-``%n`` (pdsh's index of the host in ``-w``) gives each agent its node rank.
+pdsh cannot carry stdin and its command line is public, so the plan goes ahead to
+each host as a 0600 file over OpenSSH (``remote/stage.py``), and the agent reads and
+deletes it; ``%n`` (pdsh's index of the host in ``-w``) gives each agent its node rank.
 The agent still watches stdin: pdsh keeps each ssh client's stdin open, so a
 node is stopped by ending its ssh client (EOF on the remote agent's stdin),
 and a launcher killed with SIGKILL takes pdsh with it (parent-death signal),
@@ -21,11 +22,11 @@ import time
 import uuid
 from collections.abc import Iterator
 
-from dslaunch import events
+from dslaunch import wire
 from dslaunch.agent.supervisor import set_parent_death_signal
 from dslaunch.plan import LaunchPlan
-from dslaunch.remote import common
-from dslaunch.remote.command import PLAN_PLACEHOLDER, RemoteSettings, agent_command, plan_b64, reap_command
+from dslaunch.remote import common, stage
+from dslaunch.remote.command import RemoteSettings, agent_command, reap_command
 from dslaunch.remote.sshconfig import default_config_path
 from dslaunch.runners.supervise import supervise_and_report
 
@@ -46,11 +47,13 @@ def ssh_args(settings: RemoteSettings) -> list[str]:
     return args
 
 
-def pdsh_argv(plan: LaunchPlan, settings: RemoteSettings, inline_plan: str) -> list[str]:
+def pdsh_argv(plan: LaunchPlan, settings: RemoteSettings) -> list[str]:
     # A single host gets its rank literally: some pdsh builds leave %n alone then (DeepSpeed #1523).
     rank = "0" if len(plan.nodes) == 1 else "%n"
     token = f"DSLRANK{uuid.uuid4().hex}"  # stands in for the rank while '%' is escaped for pdsh
-    command = agent_command(plan, token, venv_script=settings.venv_script, inline_plan=inline_plan)
+    command = agent_command(
+        plan, token, venv_script=settings.venv_script, plan_file=stage.plan_path(plan.run_id, token)
+    )
     command = command.replace("%", "%%").replace(token, rank)
     return [
         "pdsh",
@@ -113,10 +116,10 @@ class _Demux:
             if host in self.closed:
                 continue
             self.queues[host].put(rest)
-            event = events.decode(rest)
-            if event is not None and event.get("ev") == "done":
+            event = wire.decode(rest)
+            if isinstance(event, wire.Done):
                 self.reported.add(host)
-                self._close(host, int(event["code"]))
+                self._close(host, event.code)
         code = self.proc.wait()
         for host in self.queues:
             self._close(host, code if code else common.CONNECT_FAILED)
@@ -194,8 +197,9 @@ class PdshRunner:
 
     def describe(self, plan: LaunchPlan) -> list[str]:
         settings = RemoteSettings.of(plan)
-        argv = pdsh_argv(plan, settings, PLAN_PLACEHOLDER)
-        return [f"PDSH_SSH_ARGS_APPEND={shlex.quote(' '.join(ssh_args(settings)))} {shlex.join(argv)}"]
+        argv = pdsh_argv(plan, settings)
+        staged = f"  # plan staged first over ssh to ~/{stage.plan_path(plan.run_id, 'N')} (0600) on each host"
+        return [f"PDSH_SSH_ARGS_APPEND={shlex.quote(' '.join(ssh_args(settings)))} {shlex.join(argv)}{staged}"]
 
     def run(self, plan: LaunchPlan) -> int:
         settings = RemoteSettings.of(plan)
@@ -208,9 +212,15 @@ class PdshRunner:
             if port is None:
                 return common.CONNECT_FAILED
             plan = plan.with_port(port)
+        timeout = max(1, round(settings.connect_timeout))
+        ssh_options = [*shlex.split(env["PDSH_SSH_ARGS_APPEND"]), "-o", f"ConnectTimeout={timeout}"]
+        failed = stage.stage_plan(plan, ssh_options, env, settings.fanout, settings.connect_timeout + 20)
+        if failed:
+            self._reap_lost(plan, settings, env, [h for h in (n.host for n in plan.nodes) if h not in failed])
+            return common.report_start_failures(failed)
         try:
             proc = subprocess.Popen(
-                pdsh_argv(plan, settings, plan_b64(plan)),
+                pdsh_argv(plan, settings),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

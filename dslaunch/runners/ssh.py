@@ -8,14 +8,13 @@ which tears that node down.
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from dslaunch import events
+from dslaunch import wire
 from dslaunch.plan import LaunchPlan
 from dslaunch.remote import common
 from dslaunch.remote.command import RemoteSettings, agent_command, reap_command
@@ -23,14 +22,14 @@ from dslaunch.runners.supervise import supervise_and_report
 
 
 class SshAgent:
-    def __init__(self, node_rank: int, host: str, conn: Any, command: str, plan_json: str) -> None:
+    def __init__(self, node_rank: int, host: str, conn: Any, command: str, plan_b64: str) -> None:
         self.node_rank = node_rank
         self.host = host
         self.conn = conn
         transport = conn.client.get_transport()
         self.channel = transport.open_session()
         self.channel.exec_command(command)
-        self.channel.sendall(plan_json.encode() + b"\n")
+        self.channel.sendall(plan_b64.encode() + b"\n")
         self._stdout = self.channel.makefile("rb")
         self._stopped = False
         self.reported = False  # the agent sent its "done" event
@@ -42,7 +41,7 @@ class SshAgent:
     def lines(self) -> Iterator[str]:
         for raw in self._stdout:
             line = raw.decode("utf-8", "replace")
-            if line.startswith(events.MARKER) and (events.decode(line) or {}).get("ev") == "done":
+            if line.startswith(wire.MARKER) and isinstance(wire.decode(line), wire.Done):
                 self.reported = True
             yield line
 
@@ -51,7 +50,7 @@ class SshAgent:
             return
         self._stopped = True
         try:
-            self.channel.sendall(b"stop\n")
+            self.channel.sendall(wire.control_stop())
             self.channel.shutdown_write()
         except (OSError, EOFError, Exception):  # noqa: BLE001 - a dead channel is already stopped
             pass
@@ -61,7 +60,7 @@ class SshAgent:
         if self._stopped:
             return
         try:
-            self.channel.sendall(f"signal {signal.Signals(signum).name}\n".encode())
+            self.channel.sendall(wire.control_signal(signum))
         except (OSError, EOFError):
             pass
 
@@ -133,11 +132,11 @@ class SshRunner:
                 plan = self._pick_port(plan, conns[0], settings, failures)
             if failures:
                 return common.report_start_failures(failures)
-            plan_json = plan.to_json()
+            plan_b64 = wire.plan_to_b64(plan)
             for node in plan.nodes:
                 command = agent_command(plan, node.node_rank, venv_script=settings.venv_script)
                 try:
-                    handles.append(SshAgent(node.node_rank, node.host, conns[node.node_rank], command, plan_json))
+                    handles.append(SshAgent(node.node_rank, node.host, conns[node.node_rank], command, plan_b64))
                 except Exception as exc:  # noqa: BLE001 - any channel error: stop what already started
                     for h in handles:
                         h.stop()

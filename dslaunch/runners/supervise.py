@@ -17,9 +17,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Protocol
 
-from dslaunch import events
-from dslaunch.events import RankExit
+from dslaunch import wire
 from dslaunch.plan import LaunchPlan
+from dslaunch.wire import RankExit
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _FORWARDED = (signal.SIGUSR1, signal.SIGUSR2)
@@ -145,21 +145,20 @@ def _loop(
                     outcome.lost_node = (handle.node_rank, handle.host, status)
                 stop_all()
             continue
-        event = events.decode(line)
+        event = wire.decode(line)
         if event is None:
             out.write(line)
             out.flush()
             continue
-        kind = event["ev"]
-        if kind == "exit":
-            result = events.rank_exit_from(event)
+        if isinstance(event, RankExit):
+            result = event
             outcome.exits.append(result)
             if result.failed and not result.by_agent:
                 if outcome.root_cause is None or result.ts < outcome.root_cause.ts:
                     outcome.root_cause = result
                 stop_all()
-        elif kind == "done":
-            done[index] = int(event["code"])
+        elif isinstance(event, wire.Done):
+            done[index] = event.code
             if done[index] != 0:
                 stop_all()
 

@@ -194,16 +194,16 @@ def test_agent_command_runs_nothing_but_the_agent(
 
 def test_pdsh_argv_escapes_percent_and_keeps_rank_placeholder() -> None:
     settings_ = RemoteSettings(fanout=4, connect_timeout=7)
-    argv = pdsh_argv(_plan("/d %h %n"), settings_, "UExBTg==")
+    argv = pdsh_argv(_plan("/d %h %n"), settings_)
     assert argv[:10] == ["pdsh", "-S", "-R", "ssh", "-f", "4", "-t", "7", "-w", "h0,h1"]
     assert argv[10] == (
         "cd '/d %%h %%n' && exec env DSLAUNCH_RUN_ID=r1 'PYTHONPATH=/lib $(x)' /usr/bin/python3 -u -m "
-        "dslaunch.agent --node-rank %n --plan-b64 UExBTg=="
+        "dslaunch.agent --node-rank %n --plan-file .cache/dslaunch/plans/r1.%n.plan"
     )
     assert "never-in-command" not in " ".join(argv)
-    one = pdsh_argv(_plan("/d", nodes=1), settings_, "X")
+    one = pdsh_argv(_plan("/d", nodes=1), settings_)
     assert "--node-rank 0 " in one[-1]
-    assert pdsh_argv(_plan("/d", nodes=40), settings_, "X")[5] == "40"  # every agent must run at once
+    assert pdsh_argv(_plan("/d", nodes=40), settings_)[5] == "40"  # every agent must run at once
 
 
 def test_pdsh_env_keeps_user_args_and_adds_ours() -> None:

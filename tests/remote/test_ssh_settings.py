@@ -206,7 +206,7 @@ def test_dry_run_masks_secrets_and_shows_commands(ssh_cluster: SshCluster, tmp_p
             cwd=tmp_path,
         )
         command = json.loads(as_json.stdout)["commands"][0]
-        remote = shlex.split(command)[-1] if runner == "pdsh" else command
+        remote = shlex.split(command.partition("  # ")[0])[-1] if runner == "pdsh" else command
         assert "cd /srv/job && exec env" in remote and "'/opt/py 3/bin/python' -u -m dslaunch.agent" in remote
 
 

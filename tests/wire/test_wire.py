@@ -1,0 +1,125 @@
+"""The launcher <-> agent wire (pure): plan codec, typed events, exact control lines."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dslaunch import wire
+from dslaunch.plan import LaunchPlan, NodePlan, Program
+from dslaunch.remote import stage
+from tests.helpers import run_cli
+
+
+def _plan(env: tuple[tuple[str, str], ...] = ()) -> LaunchPlan:
+    return LaunchPlan(
+        launcher="pdsh",
+        run_id="r1",
+        nodes=(NodePlan(host="h0", node_rank=0, slots=("0",), ranks=(0,)),),
+        master_addr="h0",
+        master_port=29500,
+        program=Program(target="t.py", args=("a b",), module=False, no_python=False, python="/usr/bin/python3"),
+        env=env,
+    )
+
+
+def test_plan_round_trips_and_a_bad_one_is_a_clear_error() -> None:
+    plan = _plan((("HF_TOKEN", "x y"),))
+    assert wire.plan_from_b64(wire.plan_to_b64(plan)) == plan
+    with pytest.raises(wire.WireError, match="does not decode"):
+        wire.plan_from_b64("not base64 at all!")
+
+
+def test_plan_file_is_deleted_once_read(tmp_path: Path) -> None:
+    path = tmp_path / "p.plan"
+    path.write_text(wire.plan_to_b64(_plan()) + "\n")
+    assert wire.plan_from_file(str(path)) == _plan()
+    assert not path.exists()
+    with pytest.raises(wire.WireError, match="cannot read"):
+        wire.plan_from_file(str(path))
+
+
+def test_plan_from_env_removes_it() -> None:
+    env = {wire.PLAN_VAR: wire.plan_to_b64(_plan()), "PATH": "/bin"}
+    assert wire.plan_from_env(env) == _plan() and env == {"PATH": "/bin"}
+    assert wire.plan_from_env(env) is None
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        wire.Spawned(rank=1, local_rank=1, pid=42, host="h"),
+        wire.Done(node_rank=3, code=7),
+        wire.RankExit(1, 1, 0, "h", 42, 134, "SIGABRT", 1.5, False, "Traceback...", ("a", "b")),
+    ],
+)
+def test_events_round_trip(event: wire.Event) -> None:
+    line = wire.encode(event)
+    assert line.startswith(wire.MARKER) and line.endswith("\n") and line.count("\n") == 1
+    assert wire.decode(line) == event
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "plain output\n",
+        wire.MARKER + "{not json\n",
+        wire.MARKER + '{"ev":"unknown"}\n',
+        wire.MARKER + '{"ev":"done","node_rank":1}\n',  # a field missing
+        wire.MARKER + '{"ev":"done","node_rank":1,"code":0,"extra":1}\n',
+        wire.MARKER + "[1,2]\n",
+        "[rank0]: " + wire.MARKER + '{"ev":"done","node_rank":0,"code":0}\n',  # rank output is prefixed
+    ],
+)
+def test_anything_but_a_whole_event_is_output(line: str) -> None:
+    assert wire.decode(line) is None
+
+
+@given(st.text(max_size=200))
+def test_decode_never_raises(text: str) -> None:
+    wire.decode(wire.MARKER + text)
+
+
+def test_control_lines_are_parsed_whole_never_by_substring() -> None:
+    reader = wire.ControlReader()
+    assert reader.feed(b"nonstop\nstopped\nsignal SIGUSR1X\nsignal SIGKILL\n") == []
+    assert reader.feed(b"sto") == []  # half a line waits
+    assert reader.feed(b"p\nsignal SIGUSR2\n") == [wire.STOP, int(signal.SIGUSR2)]
+    assert wire.ControlReader().feed(wire.control_stop() + wire.control_signal(signal.SIGUSR1)) == [
+        wire.STOP,
+        int(signal.SIGUSR1),
+    ]
+    with pytest.raises(wire.WireError):
+        wire.control_signal(signal.SIGKILL)
+
+
+def test_staged_plan_paths_are_per_node_and_quoted() -> None:
+    assert stage.plan_path("r1", 3) == ".cache/dslaunch/plans/r1.3.plan"
+    assert stage.upload_command("r1", 0) == (
+        "umask 077 && mkdir -p .cache/dslaunch/plans && cat > .cache/dslaunch/plans/r1.0.plan"
+    )
+
+
+@pytest.mark.parametrize("run_id", ["../x", "a b", "a;b", ".hidden", "", "x" * 65, "é"])
+def test_run_id_is_a_plain_word(run_id: str) -> None:
+    result = run_cli(["--run-id", run_id, "--dry-run", "x.py"], env={"DSLAUNCH_RUN_ID": ""})
+    assert result.returncode == 2 and "--run-id" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_agent_refuses_a_plan_it_cannot_read(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "dslaunch.agent", "--node-rank", "0", "--plan-file", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, wire.PLAN_VAR: ""},
+    )
+    assert out.returncode == 2 and "cannot read the launch plan" in out.stderr and "Traceback" not in out.stderr
