@@ -77,15 +77,24 @@ def _core_list(values: dict[str, Any], draft: PlanDraft) -> list[int] | None:
 
 def _pid_file(path: str) -> None:
     path = os.path.abspath(path)
+    # Written aside, then hard-linked into place: a reader never sees the file empty, and an
+    # existing one is never replaced (link fails like open(..., "x") would).
+    partial = f"{path}.{os.getpid()}.tmp"
     try:
-        with open(path, "x", encoding="ascii") as f:
+        with open(partial, "w", encoding="ascii") as f:
             f.write(f"{os.getpid()}\n")
+        os.link(partial, path)
     except FileExistsError:
         raise click.BadParameter(
             f"pid file {path!r} already exists: is another job running?", param_hint="'--save-pid'"
         ) from None
     except OSError as exc:
         raise click.BadParameter(f"cannot write pid file {path!r}: {exc.strerror}", param_hint="'--save-pid'") from None
+    finally:
+        try:
+            os.unlink(partial)
+        except OSError:
+            pass
 
     def remove() -> None:
         try:
