@@ -36,7 +36,7 @@ def _log_debug(event: str, argv: list[str], **kw: object) -> None:
     if log.is_enabled_for(10):
         import shlex
 
-        from dslaunch.cli.render import mask
+        from dslaunch.masking import mask
 
         log.debug(event, command=mask(shlex.join(argv)), **kw)
 

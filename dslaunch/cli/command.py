@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from dslaunch import __version__
+from dslaunch import __version__, masking
 from dslaunch.cli import render
 from dslaunch.cli.draft import PlanDraft
 from dslaunch.plan import LaunchPlan
@@ -115,8 +115,8 @@ def _check_target(draft: PlanDraft) -> None:
 def _dry_run(plan: LaunchPlan, commands: list[str], draft: PlanDraft) -> None:
     if draft.json:
         data = plan.summary()
-        data["commands"] = [render.mask(c, draft.secrets) for c in commands]
-        data["env"] = {k: render.mask_value(k, v, draft.secrets) for k, v in plan.env}
+        data["commands"] = [masking.mask(c, draft.secrets) for c in commands]
+        data["env"] = {k: masking.mask_value(k, v, draft.secrets) for k, v in plan.env}
         click.echo(json.dumps(data, indent=2))
     else:
         click.echo(render.plan_text(plan, commands, draft.secrets))

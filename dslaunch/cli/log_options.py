@@ -148,12 +148,12 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
 
 def log_launch(launcher: str, commands: Sequence[str], env: Sequence[tuple[str, str]], secrets: set[str]) -> None:
     """The launcher's record of what it runs (secrets masked)."""
-    from dslaunch.cli import render
+    from dslaunch import masking
     from dslaunch.logs import _core
 
     log = _core.get_logger(f"runner.{launcher}" if launcher.isidentifier() else "runner")
     if log.is_enabled_for(S.INFO):
         for command in commands:
-            log.info("command", command=render.mask(command, secrets))
+            log.info("command", command=masking.mask(command, secrets))
     if log.is_enabled_for(S.DEBUG):
-        log.debug("rank environment", env={k: render.mask_value(k, v, secrets) for k, v in env})
+        log.debug("rank environment", env={k: masking.mask_value(k, v, secrets) for k, v in env})

@@ -10,7 +10,7 @@ import click
 
 from dslaunch.cli.draft import PlanDraft
 from dslaunch.cli.files import read_option_file
-from dslaunch.cli.render import is_secret_name
+from dslaunch.masking import is_secret_name
 
 PARAMS: list[click.Parameter] = [
     click.Option(
