@@ -13,6 +13,7 @@ from dslaunch import hostfile
 from dslaunch.cli.draft import PlanDraft
 from dslaunch.cli.files import read_option_file
 from dslaunch.config import ConfigError, load_config
+from dslaunch.gpus import gpu_labels
 from dslaunch.plan import Program, assign_ranks
 
 DEFAULT_HOSTFILE = "/job/hostfile"  # DeepSpeed's default, read only if it exists
@@ -105,18 +106,6 @@ PARAMS: list[click.Parameter] = [
 ]
 
 
-def _gpu_labels(env: dict[str, str]) -> tuple[str, ...]:
-    """Visible GPU ids without importing torch: CUDA_VISIBLE_DEVICES, else the driver's list."""
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return tuple(label.strip() for label in visible.split(",") if label.strip())
-    try:
-        count = len(os.listdir("/proc/driver/nvidia/gpus"))
-    except OSError:
-        count = 0
-    return tuple(str(i) for i in range(count))
-
-
 def _read_hostfile(path: str, explicit: bool) -> hostfile.ResourcePool | None:
     text = read_option_file(path, "hostfile", "'-H/--hostfile'", required=explicit)
     if text is None:
@@ -137,7 +126,7 @@ def resource_pool(values: dict[str, Any], env: dict[str, str]) -> hostfile.Resou
     if pool is None:
         if values.get("num_nodes") not in (None, 1):
             raise click.UsageError("--num-nodes is more than 1 but there is no hostfile: give one with -H")
-        labels = _gpu_labels(env)
+        labels = gpu_labels(env)
         if not labels:
             count = num_slots or ((os.cpu_count() or 1) if nproc == "auto" else 1)
             labels = tuple(str(i) for i in range(count))

@@ -200,6 +200,17 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
     if values.get("node_rank") is not None:
         _manual_node(values, draft)
     if values.get("preflight"):
-        from dslaunch.remote.preflight import run_preflight
+        _preflight(draft)
 
-        click.get_current_context().exit(run_preflight(draft))
+
+def _preflight(draft: PlanDraft) -> None:
+    """Check every host of the plan (SCRIPT optional) and exit 0 if all are usable, else 1."""
+    from dslaunch.cli.command import choose_launcher
+    from dslaunch.runners.preflight import run_preflight
+
+    if draft.program is not None and draft.program.target is None:
+        draft.program = dataclasses.replace(draft.program, target="-")
+    draft.launcher = choose_launcher(draft)
+    code, report = run_preflight(draft.freeze())
+    click.echo(report)
+    click.get_current_context().exit(code)

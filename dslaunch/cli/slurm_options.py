@@ -188,9 +188,9 @@ def _cpus_per_node(env: Mapping[str, str]) -> int:
 
 
 def _local_slots(nproc: int | str | None, env: Mapping[str, str]) -> tuple[str, ...]:
-    from dslaunch.cli.core_options import _gpu_labels
+    from dslaunch.gpus import gpu_labels
 
-    gpus = _gpu_labels(dict(env))
+    gpus = gpu_labels(env)
     if isinstance(nproc, int):
         return gpus[:nproc] if len(gpus) >= nproc else tuple(str(k) for k in range(nproc))
     if gpus:

@@ -1,23 +1,19 @@
-"""``dslaunch --preflight``: check every host in parallel before a job, print a table."""
+"""``dslaunch --preflight``'s probe and table (pure): what each host runs, how its answer is judged and shown.
+
+Running the probe on the hosts is ``dslaunch.runners.preflight`` (over the runners' ssh and pdsh).
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import shlex
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-import click
+from typing import Any
 
 from dslaunch import __version__
-
-if TYPE_CHECKING:
-    from dslaunch.cli.draft import PlanDraft
-    from dslaunch.plan import LaunchPlan
+from dslaunch.gpus import gpu_labels
 
 PROBE = r"""
 import json, os, socket, sys
@@ -78,9 +74,7 @@ def local_expected(port: int) -> Expected:
         torch = metadata.version("torch")
     except metadata.PackageNotFoundError:
         torch = None
-    from dslaunch.cli.core_options import _gpu_labels
-
-    return Expected(sys.version.split()[0], __version__, torch, len(_gpu_labels(dict(os.environ))), port)
+    return Expected(sys.version.split()[0], __version__, torch, len(gpu_labels(os.environ)), port)
 
 
 def parse_probe(output: str) -> dict[str, Any] | None:
@@ -151,100 +145,3 @@ def render(rows: list[Row]) -> str:
 
 def probe_command(python: str, port: int) -> str:
     return shlex.join([python, "-c", PROBE, str(port)])
-
-
-def _run_local(command: str, timeout: float) -> tuple[int | None, str, str]:
-    try:
-        done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None, "", f"no answer within {timeout:.0f} s"
-    return done.returncode, done.stdout, done.stderr
-
-
-def _results_ssh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, str, str]]:
-    from dslaunch.remote.command import RemoteSettings
-    from dslaunch.runners.ssh import connect_all, run_on
-
-    settings = RemoteSettings.of(plan)
-    conns, failures = connect_all(plan, settings)
-    results: dict[int, tuple[int | None, str, str]] = {}
-    for node in plan.nodes:
-        if node.host in failures:
-            results[node.node_rank] = (None, "", failures[node.host])
-
-    def one(node_rank: int) -> tuple[int | None, str, str]:
-        try:
-            return run_on(conns[node_rank], command, settings.connect_timeout + 20)
-        except Exception as exc:  # noqa: BLE001 - any transport error is this host's failure
-            return None, "", str(exc)
-
-    with ThreadPoolExecutor(max_workers=max(1, min(settings.fanout, len(conns)))) as pool:
-        for node_rank, result in zip(conns, pool.map(one, conns)):
-            results[node_rank] = result
-    for conn in conns.values():
-        conn.close()
-    return results
-
-
-def _results_pdsh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, str, str]]:
-    from dslaunch.remote.command import RemoteSettings
-    from dslaunch.runners.pdsh import pdsh_env
-
-    settings = RemoteSettings.of(plan)
-    argv = [
-        "pdsh",
-        "-R",
-        "ssh",
-        "-f",
-        str(max(settings.fanout, len(plan.nodes))),
-        "-t",
-        str(max(1, round(settings.connect_timeout))),
-        "-w",
-        ",".join(n.host for n in plan.nodes),
-        command.replace("%", "%%"),
-    ]
-    done = subprocess.run(
-        argv,
-        capture_output=True,
-        text=True,
-        env=pdsh_env(settings, dict(os.environ)),
-        timeout=settings.connect_timeout + 60,
-        stdin=subprocess.DEVNULL,
-    )
-    outs: dict[str, list[str]] = {}
-    errs: dict[str, list[str]] = {}
-    for text, sink in ((done.stdout, outs), (done.stderr, errs)):
-        for line in text.splitlines():
-            host, _, rest = line.removeprefix(f"pdsh@{os.uname().nodename}: ").partition(": ")
-            sink.setdefault(host, []).append(rest)
-    results: dict[int, tuple[int | None, str, str]] = {}
-    for node in plan.nodes:
-        key = node.host.rpartition("@")[2]
-        out = "\n".join(outs.get(key, []))
-        results[node.node_rank] = (0 if parse_probe(out) else 255, out, "\n".join(errs.get(key, [])))
-    return results
-
-
-def run_preflight(draft: PlanDraft) -> int:
-    from dslaunch.cli.command import choose_launcher
-
-    if draft.program is not None and draft.program.target is None:
-        import dataclasses
-
-        draft.program = dataclasses.replace(draft.program, target="-")
-    draft.launcher = choose_launcher(draft)
-    plan = draft.freeze()
-    expected = local_expected(plan.master_port)
-    command = probe_command(plan.program.python, plan.master_port)
-    if plan.launcher == "ssh":
-        results = _results_ssh(plan, command)
-    elif plan.launcher == "pdsh":
-        results = _results_pdsh(plan, command)
-    else:
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            outs = list(pool.map(lambda _n: _run_local(command, 60), plan.nodes))
-        results = {n.node_rank: r for n, r in zip(plan.nodes, outs)}
-    rows = [evaluate(n.host, n.nproc, n.node_rank == 0, expected, *results[n.node_rank]) for n in plan.nodes]
-    click.echo(f"dslaunch preflight via {plan.launcher}: {len(rows)} host(s)")
-    click.echo(render(rows))
-    return 0 if all(r.ok for r in rows) else 1

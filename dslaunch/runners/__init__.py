@@ -19,7 +19,7 @@ RUNNERS: dict[str, str] = {
     "mpich": "dslaunch.runners.mpi:MpichRunner",
     "ssh": "dslaunch.runners.ssh:SshRunner",
     "pdsh": "dslaunch.runners.pdsh:PdshRunner",
-    "node": "dslaunch.remote.manual:NodeRunner",
+    "node": "dslaunch.runners.node:NodeRunner",
 }
 
 

@@ -1,0 +1,99 @@
+"""``dslaunch --preflight`` on the hosts: the probe of :mod:`dslaunch.remote.preflight`, over the runners' ssh/pdsh."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+from dslaunch.plan import LaunchPlan
+from dslaunch.remote.preflight import evaluate, local_expected, parse_probe, probe_command, render
+
+
+def _run_local(command: str, timeout: float) -> tuple[int | None, str, str]:
+    try:
+        done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, "", f"no answer within {timeout:.0f} s"
+    return done.returncode, done.stdout, done.stderr
+
+
+def _results_ssh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, str, str]]:
+    from dslaunch.remote.command import RemoteSettings
+    from dslaunch.runners.ssh import connect_all, run_on
+
+    settings = RemoteSettings.of(plan)
+    conns, failures = connect_all(plan, settings)
+    results: dict[int, tuple[int | None, str, str]] = {}
+    for node in plan.nodes:
+        if node.host in failures:
+            results[node.node_rank] = (None, "", failures[node.host])
+
+    def one(node_rank: int) -> tuple[int | None, str, str]:
+        try:
+            return run_on(conns[node_rank], command, settings.connect_timeout + 20)
+        except Exception as exc:  # noqa: BLE001 - any transport error is this host's failure
+            return None, "", str(exc)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(settings.fanout, len(conns)))) as pool:
+        for node_rank, result in zip(conns, pool.map(one, conns)):
+            results[node_rank] = result
+    for conn in conns.values():
+        conn.close()
+    return results
+
+
+def _results_pdsh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, str, str]]:
+    from dslaunch.remote.command import RemoteSettings
+    from dslaunch.runners.pdsh import pdsh_env
+
+    settings = RemoteSettings.of(plan)
+    argv = [
+        "pdsh",
+        "-R",
+        "ssh",
+        "-f",
+        str(max(settings.fanout, len(plan.nodes))),
+        "-t",
+        str(max(1, round(settings.connect_timeout))),
+        "-w",
+        ",".join(n.host for n in plan.nodes),
+        command.replace("%", "%%"),
+    ]
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        env=pdsh_env(settings, dict(os.environ)),
+        timeout=settings.connect_timeout + 60,
+        stdin=subprocess.DEVNULL,
+    )
+    outs: dict[str, list[str]] = {}
+    errs: dict[str, list[str]] = {}
+    for text, sink in ((done.stdout, outs), (done.stderr, errs)):
+        for line in text.splitlines():
+            host, _, rest = line.removeprefix(f"pdsh@{os.uname().nodename}: ").partition(": ")
+            sink.setdefault(host, []).append(rest)
+    results: dict[int, tuple[int | None, str, str]] = {}
+    for node in plan.nodes:
+        key = node.host.rpartition("@")[2]
+        out = "\n".join(outs.get(key, []))
+        results[node.node_rank] = (0 if parse_probe(out) else 255, out, "\n".join(errs.get(key, [])))
+    return results
+
+
+def run_preflight(plan: LaunchPlan) -> tuple[int, str]:
+    """Probe every host of ``plan`` through its launcher: (exit code: 0 all usable, else 1; the report)."""
+    expected = local_expected(plan.master_port)
+    command = probe_command(plan.program.python, plan.master_port)
+    if plan.launcher == "ssh":
+        results = _results_ssh(plan, command)
+    elif plan.launcher == "pdsh":
+        results = _results_pdsh(plan, command)
+    else:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            outs = list(pool.map(lambda _n: _run_local(command, 60), plan.nodes))
+        results = {n.node_rank: r for n, r in zip(plan.nodes, outs)}
+    rows = [evaluate(n.host, n.nproc, n.node_rank == 0, expected, *results[n.node_rank]) for n in plan.nodes]
+    report = f"dslaunch preflight via {plan.launcher}: {len(rows)} host(s)\n{render(rows)}"
+    return (0 if all(r.ok for r in rows) else 1), report
