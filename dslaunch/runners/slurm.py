@@ -16,6 +16,7 @@ import time
 
 from dslaunch import wire
 from dslaunch.plan import LaunchPlan
+from dslaunch.runners import slurm_step
 from dslaunch.slurm import srun, step
 
 _RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -50,9 +51,9 @@ class SlurmRunner:
     def run(self, plan: LaunchPlan) -> int:
         mode = plan.option("slurm_mode", "srun")
         if mode == "node":
-            return step.run_node(plan)
+            return slurm_step.run_node(plan)
         if mode == "rank":
-            step.exec_rank(plan)
+            slurm_step.exec_rank(plan)
         return _run_srun(srun_line(plan), plan, srun.srun_env(plan, os.environ))
 
 

@@ -1,6 +1,8 @@
 """Slurm support: hostlists, the task layout of a step, port derivation and srun lines.
 
 Everything here is pure and imports nothing heavy; the CLI area
-(``dslaunch.cli.slurm_options``) and the runner (``dslaunch.runners.slurm``)
-put it to work.
+(``dslaunch.cli.slurm_options``) and the runners (``dslaunch.runners.slurm``,
+``dslaunch.runners.slurm_step``) put it to work. ``python -m dslaunch.slurm``
+(``__main__``, what each task of the runner's srun step runs) is the one entry
+point here that uses the runners.
 """

@@ -9,8 +9,9 @@ from dataclasses import replace
 
 from dslaunch import wire
 from dslaunch.plan import LaunchPlan
+from dslaunch.runners.slurm_step import run_node
 from dslaunch.slurm import layout
-from dslaunch.slurm.step import node_rank_of, run_node
+from dslaunch.slurm.step import node_rank_of
 
 
 def _with_local_gpus(plan: LaunchPlan, node_rank: int) -> LaunchPlan:
