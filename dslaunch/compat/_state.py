@@ -10,18 +10,20 @@ if TYPE_CHECKING:
 
 def mesh() -> BuiltMesh:
     """The engine's BuiltMesh; raises if ``dslaunch.engine()`` has not run in this process."""
-    from dslaunch.bootstrap import engine as engine_module
+    from dslaunch.bootstrap.engine import current
 
-    built: BuiltMesh | None = engine_module._engine.built_mesh if engine_module._engine is not None else None
+    engine = current()
+    built: BuiltMesh | None = engine.built_mesh if engine is not None else None
     if built is None:
         raise RuntimeError("no mesh yet: call dslaunch.engine() (it builds the mesh) before the parallel-state getters")
     return built
 
 
 def is_initialized() -> bool:
-    from dslaunch.bootstrap import engine as engine_module
+    from dslaunch.bootstrap.engine import current
 
-    return engine_module._engine is not None and engine_module._engine.built_mesh is not None
+    engine = current()
+    return engine is not None and engine.built_mesh is not None
 
 
 def seq_dim() -> str:
