@@ -52,7 +52,7 @@ def _run(target: str, args: list[str], module: bool) -> object:
 
 def _setup_logging() -> None:
     """Configure this rank's logging from the launcher's DSLAUNCH_LOG_* before the user script runs."""
-    from dslaunch.logs.routing import setup_rank
+    from dslaunch.logs import setup_rank
 
     try:
         setup_rank()

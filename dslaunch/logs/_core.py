@@ -1,4 +1,4 @@
-"""Module loggers, process set-up and the two sinks (console, per-process JSON file).
+"""Module loggers and process set-up; the two sinks (console, per-process JSON file) are in ``_sinks``.
 
 Every module has its own ``Logger`` subclass (``bind()`` children share it);
 :func:`configure` replaces its disabled level methods with a bare no-op. Enabled records run a
@@ -13,13 +13,12 @@ import atexit
 import os
 import socket
 import sys
-import threading
 import time
-from collections.abc import Mapping
-from typing import IO, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from dslaunch.logs import render
 from dslaunch.logs import spec as S
+from dslaunch.logs._sinks import _STATE, _after_fork, _flush_file, state, write
 
 
 class Logger:
@@ -107,23 +106,6 @@ def _set_level(cls: type[Logger], level: int) -> None:
         setattr(cls, method, _nop if method_level < level else getattr(Logger, method))
 
 
-class _State:
-    """Process-global logging state (filled once by configure)."""
-
-    def __init__(self) -> None:
-        self.configured = False
-        self.spec = S.LogSpec()
-        self.channels_on: frozenset[str] = frozenset()
-        self.json_console = False
-        self.color = False
-        self.console_all_levels = True  # False: this rank is outside --log-ranks
-        self.static: dict[str, Any] = {}
-        self.file: IO[str] | None = None
-        self.lock = threading.Lock()
-        self.who = ""
-
-
-_STATE = _State()
 _CLASSES: dict[str, type[Logger]] = {}
 _LOGGERS: dict[str, Logger] = {}
 
@@ -152,11 +134,6 @@ def get_logger(module: str) -> Logger:
         _CLASSES[name] = cls
     _LOGGERS[module] = _LOGGERS[name] = logger = cls()
     return logger
-
-
-def level_of(module: str) -> int:
-    """The effective level of a module under the current configuration."""
-    return _STATE.spec.level_for(module, _STATE.channels_on)
 
 
 def _bool(value: str | None) -> bool:
@@ -302,49 +279,19 @@ def _emit(logger: Logger, level: int, event: str, args: tuple[Any, ...], kw: dic
     write(level, ed)
 
 
-def write(level: int, ed: dict[str, Any]) -> None:
-    """Send one record (reserved keys first) to the console and the file sinks."""
-    st = _STATE
-    exc = ed.pop("exc_info", None)
-    to_console = level >= S.WARNING or st.console_all_levels
-    if not to_console and st.file is None:
-        return
-    if exc:
-        ed = render.attach_exception(ed, exc)
-    json_line = render.json_line(ed) if (st.file is not None or st.json_console) else ""
-    with st.lock:
-        if to_console:
-            stream = sys.stderr
-            stream.write(json_line if st.json_console else render.console_line(ed, st.color, st.who, st.static))
-            stream.flush()
-        if st.file is not None:
-            st.file.write(json_line)
-            if level >= S.WARNING:
-                st.file.flush()
+_AT_SHUTDOWN: list[Callable[[], None]] = []
 
 
-def _flush_file() -> None:
-    if _STATE.file is not None:
-        try:
-            _STATE.file.flush()
-        except (OSError, ValueError):
-            pass
-
-
-def _after_fork() -> None:
-    """A forked child (DataLoader worker) keeps logging, with its own pid and its own line-buffered file."""
-    st = _STATE
-    st.lock = threading.Lock()
-    st.static["pid"] = os.getpid()
-    if st.file is not None:
-        st.file = open(st.file.name, "a", encoding="utf-8", buffering=1)
+def at_shutdown(hook: Callable[[], None]) -> None:
+    """Run ``hook`` first in :func:`shutdown` (the channels' comm summary registers itself here)."""
+    if hook not in _AT_SHUTDOWN:
+        _AT_SHUTDOWN.append(hook)
 
 
 def shutdown() -> None:
     """Print the comm summary (if enabled) and flush the file sink; runs at exit."""
-    from dslaunch.logs import channels
-
-    channels.flush_comm_summary()
+    for hook in _AT_SHUTDOWN:
+        hook()
     if _STATE.file is not None:
         try:
             _STATE.file.flush()
@@ -360,8 +307,14 @@ def _apply_stdlib_levels() -> None:
     routing.apply_levels()
 
 
-def state() -> _State:
-    return _STATE
+def setup_rank(env: Any = None) -> None:
+    """Everything a rank needs, from the launcher's env: levels, sinks, warnings and torch routing."""
+    from dslaunch.logs import routing
+
+    configure_from_env(os.environ if env is None else env, role="rank", strict=True)
+    routing.route_warnings()
+    routing.install_torch_hook()
+    get_logger("bootstrap").debug("logging configured", spec=state().spec.canonical(), started=round(time.time(), 3))
 
 
 _ = S  # re-exported names live in dslaunch.logs

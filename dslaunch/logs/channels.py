@@ -62,6 +62,9 @@ def flush_comm_summary() -> None:
         )
 
 
+_core.at_shutdown(flush_comm_summary)  # printed at exit, before the file sink's last flush
+
+
 def timers_report(step: int | None, breakdown: dict[str, float], **extra: Any) -> None:
     """The wall-clock breakdown (seconds per timer) as one ``timers`` record, in ms.
 

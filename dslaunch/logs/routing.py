@@ -12,10 +12,9 @@ import importlib.util
 import logging
 import os
 import sys
-import time
 from typing import Any
 
-from dslaunch.logs import _core
+from dslaunch.logs import _sinks
 from dslaunch.logs import spec as S
 
 _routed: set[str] = set()  # stdlib logger names carrying our handler
@@ -39,12 +38,12 @@ class StdlibHandler(logging.Handler):
                 "logger": module,
                 "event": record.getMessage().rstrip("\n"),
             }
-            ed.update(_core.state().static)
+            ed.update(_sinks.state().static)
             if module == "torch":
                 ed["qname"] = name
             if record.exc_info:
                 ed["exc_info"] = record.exc_info
-            _core.write(level, ed)
+            _sinks.write(level, ed)
         except Exception:  # noqa: BLE001 - a logging failure must not kill the rank
             self.handleError(record)
 
@@ -67,7 +66,7 @@ def _stdlib_level(level: int) -> int:
 
 def apply_levels() -> None:
     """Give every ``py:NAME`` in the spec (and already-routed loggers) its spec level."""
-    st = _core.state()
+    st = _sinks.state()
     for module, _level in st.spec.modules:
         if module.startswith("py:"):
             qname = "py.warnings" if module == "py:warnings" else module[3:]
@@ -78,7 +77,7 @@ def apply_levels() -> None:
         )
         if module == "torch" and qname != "torch":
             continue  # torch's children inherit from "torch"
-        logging.getLogger(qname).setLevel(_stdlib_level(_core.level_of(module)))
+        logging.getLogger(qname).setLevel(_stdlib_level(_sinks.level_of(module)))
 
 
 def route_warnings() -> None:
@@ -144,13 +143,3 @@ def install_torch_hook() -> None:
 def remove_torch_hook() -> None:
     if _HOOK in sys.meta_path:
         sys.meta_path.remove(_HOOK)
-
-
-def setup_rank(env: Any = None) -> None:
-    """Everything a rank needs, from the launcher's env: levels, sinks, warnings and torch routing."""
-    _core.configure_from_env(os.environ if env is None else env, role="rank", strict=True)
-    route_warnings()
-    install_torch_hook()
-    _core.get_logger("bootstrap").debug(
-        "logging configured", spec=_core.state().spec.canonical(), started=round(time.time(), 3)
-    )
