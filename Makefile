@@ -32,8 +32,8 @@ demo: install
 	$(VENV)/bin/dslaunch --nproc-per-node 4 --master-port 0 --mesh dp=2,tp=2 examples/train.py --steps 8
 
 lint: install
-	$(VENV)/bin/ruff check dslaunch tests bench
-	$(VENV)/bin/ruff format --check dslaunch tests bench examples
+	$(VENV)/bin/ruff check dslaunch tests bench testbeds
+	$(VENV)/bin/ruff format --check dslaunch tests bench examples testbeds
 	$(VENV)/bin/mypy dslaunch
 
 test: install install-newest

@@ -1,6 +1,9 @@
 """Multi-node start-up: dslaunch's ssh and pdsh runners vs a bare ``pdsh -R ssh -w <hosts> true``.
 
-    python bench/bench_remote.py [--hosts 8,32] [--repeat 3]
+    python -m bench.bench_remote [--hosts 8,32] [--repeat 3]     # from the repository root
+
+Run as a module from the repository root: the sshd comes from the dev-only ``testbeds`` package
+there (not installed with dslaunch), which ``python -m`` finds on the path without any set-up.
 
 One real sshd listens on N loopback addresses (127.0.1.1 ...), each a "host" in the hostfile.
 The job is trivial (``--no-python /bin/true``, one rank per host), so the figure is the cost of
@@ -20,8 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.remote.cluster import start_cluster
+try:
+    from testbeds.ssh_cluster import start_cluster
+except ModuleNotFoundError as exc:  # run as a script (bench/ first on the path, not the root)
+    if exc.name != "testbeds":
+        raise
+    sys.exit("run from the repository root as: python -m bench.bench_remote [--hosts 8,32] [--repeat 3]")
 
 DSLAUNCH = [sys.executable, "-m", "dslaunch"]
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from tests.remote.cluster import SshCluster
+    from testbeds.ssh_cluster import SshCluster
 
 # Inside salloc/sbatch, `--launcher auto` would (rightly) choose Slurm for every launch test.
 for _name in [n for n in os.environ if n.startswith("SLURM_")]:
@@ -20,7 +20,7 @@ for _name in [n for n in os.environ if n.startswith("SLURM_")]:
 @pytest.fixture(scope="session")
 def ssh_cluster() -> Iterator[SshCluster]:
     """One private sshd on 127.0.0.2-5 for every test that needs remote hosts (ssh, pdsh, MPI over ssh)."""
-    from tests.remote.cluster import start_cluster  # only when a test asks for hosts
+    from testbeds.ssh_cluster import start_cluster  # only when a test asks for hosts
 
     cluster = start_cluster()
     try:

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from dslaunch.runners import mpi
+from testbeds.ssh_cluster import ADDRS, SshCluster
 from tests.helpers import DSLAUNCH, wait_until_gone
 from tests.mpi.test_mpi_runner import _need
-from tests.remote.cluster import ADDRS, SshCluster
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "rank_report.py")
 FLAVOURS = [mpi.OPENMPI, mpi.MPICH]

@@ -9,8 +9,8 @@ import subprocess
 import uuid
 from pathlib import Path
 
+from testbeds.ssh_cluster import SshCluster, need
 from tests.helpers import DSLAUNCH, job_processes, wait_for_file, wait_until_gone
-from tests.remote.cluster import SshCluster, need
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "job.py")
 RUNNERS = ("ssh", "pdsh")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.remote.cluster import SshCluster
+from testbeds.ssh_cluster import SshCluster
 from tests.remote.launch import (
     RUNNERS,
     SCRIPT,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.remote.cluster import SshCluster
+from testbeds.netns_cluster import NetnsCluster, start_netns
+from testbeds.ssh_cluster import SshCluster
 from tests.remote.launch import run, wait_until_gone
-from tests.remote.netns import NetnsCluster, start_netns
 
 pytestmark = pytest.mark.torch
 SCRIPT = str(Path(__file__).parent / "scripts" / "torch_ranks.py")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm import cluster as cluster_mod
+from testbeds import slurm_cluster as cluster_mod
 
 
 def need_slurm() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.remote.cluster import SshCluster, need
+from testbeds.ssh_cluster import SshCluster, need
 
 
 def _ip(*args: str) -> None:
