@@ -8,7 +8,7 @@ import threading
 from collections.abc import Iterable
 
 _err_lock = threading.Lock()
-CONNECT_FAILED = 255  # what ssh itself exits with when it cannot run the remote command
+START_FAILED = 255  # a job that could not start, every runner (ssh itself exits 255 when it cannot connect)
 
 
 def write_err(data: bytes) -> None:
@@ -37,4 +37,4 @@ def report_start_failures(failures: dict[str, str]) -> int:
     for host, why in failures.items():
         write_err(f"dslaunch: cannot start the node agent on {host}: {why}\n".encode())
     write_err(b"dslaunch: nothing was started (or what was started has been stopped)\n")
-    return CONNECT_FAILED
+    return START_FAILED

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 from dslaunch import _prctl, wire
 from dslaunch.plan import LaunchPlan
+from dslaunch.remote.common import START_FAILED
 from dslaunch.runners.supervise import supervise_and_report
 
 
@@ -150,7 +151,7 @@ class LocalRunner:
             for h in handles:
                 h.kill()
             print(f"dslaunch: cannot start the node agent: {exc}", file=sys.stderr)
-            return 1
+            return START_FAILED
         return supervise_and_report(plan, handles)
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from dslaunch import wire
 from dslaunch.agent.supervisor import set_parent_death_signal
 from dslaunch.plan import LaunchPlan
+from dslaunch.remote.common import START_FAILED
 from dslaunch.runners.supervise import supervise_and_report
 
 HOSTFILE_TOKEN = "{hostfile}"  # replaced by the per-job hostfile's path
@@ -249,7 +250,7 @@ class _MpiRunner:
                 job = MpiJob(plan, argv, mpi_env_for(plan, dict(os.environ)))
             except OSError as exc:
                 print(f"dslaunch: cannot start {program}: {exc}", file=sys.stderr)
-                return 1
+                return START_FAILED
             return supervise_and_report(plan, [job])
 
 

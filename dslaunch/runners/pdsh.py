@@ -26,8 +26,9 @@ from dslaunch import wire
 from dslaunch.agent.supervisor import set_parent_death_signal
 from dslaunch.plan import LaunchPlan
 from dslaunch.remote import common, stage
-from dslaunch.remote.command import RemoteSettings, agent_command, reap_command
+from dslaunch.remote.command import RemoteSettings, agent_command
 from dslaunch.remote.sshconfig import default_config_path
+from dslaunch.runners.remote_base import RemoteRunner
 from dslaunch.runners.supervise import supervise_and_report
 
 _SSH_END = re.compile(
@@ -122,7 +123,7 @@ class _Demux:
                 self._close(host, event.code)
         code = self.proc.wait()
         for host in self.queues:
-            self._close(host, code if code else common.CONNECT_FAILED)
+            self._close(host, code if code else common.START_FAILED)
 
     def _read_stderr(self) -> None:
         assert self.proc.stderr is not None
@@ -192,8 +193,12 @@ class PdshNode:
         return self.demux.status[self.key]
 
 
-class PdshRunner:
+class PdshRunner(RemoteRunner):
     name = "pdsh"
+
+    def __init__(self) -> None:
+        self._ssh_options: list[str] = []
+        self._env: dict[str, str] = {}
 
     def describe(self, plan: LaunchPlan) -> list[str]:
         settings = RemoteSettings.of(plan)
@@ -201,22 +206,36 @@ class PdshRunner:
         staged = f"  # plan staged first over ssh to ~/{stage.plan_path(plan.run_id, 'N')} (0600) on each host"
         return [f"PDSH_SSH_ARGS_APPEND={shlex.quote(' '.join(ssh_args(settings)))} {shlex.join(argv)}{staged}"]
 
+    def exec_on(self, host: str, command: str, timeout: float) -> tuple[int, str, str]:
+        """With OpenSSH and the options pdsh's own ssh clients get."""
+        try:
+            done = subprocess.run(
+                stage.ssh_argv(host, self._ssh_options, command),
+                capture_output=True,
+                text=True,
+                env=self._env,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise OSError(f"ssh did not finish within {timeout:.0f} s") from None
+        return done.returncode, done.stdout, done.stderr
+
     def run(self, plan: LaunchPlan) -> int:
         settings = RemoteSettings.of(plan)
         try:
-            env = pdsh_env(settings, dict(os.environ))
+            env = self._env = pdsh_env(settings, dict(os.environ))
         except ValueError as exc:
             return common.report_start_failures({"(all)": str(exc)})
-        if plan.master_port == 0:
-            port = self._pick_port(plan, settings, env)
-            if port is None:
-                return common.CONNECT_FAILED
-            plan = plan.with_port(port)
         timeout = max(1, round(settings.connect_timeout))
-        ssh_options = [*shlex.split(env["PDSH_SSH_ARGS_APPEND"]), "-o", f"ConnectTimeout={timeout}"]
-        failed = stage.stage_plan(plan, ssh_options, env, settings.fanout, settings.connect_timeout + 20)
+        self._ssh_options = [*shlex.split(env["PDSH_SSH_ARGS_APPEND"]), "-o", f"ConnectTimeout={timeout}"]
+        plan, why = self.with_free_port(plan, settings)
+        if why:
+            return common.report_start_failures({plan.nodes[0].host: why})
+        failed = stage.stage_plan(plan, self._ssh_options, env, settings.fanout, settings.connect_timeout + 20)
         if failed:
-            self._reap_lost(plan, settings, env, [h for h in (n.host for n in plan.nodes) if h not in failed])
+            self.reap(plan, settings, [n.host for n in plan.nodes if n.host not in failed])
             return common.report_start_failures(failed)
         try:
             proc = subprocess.Popen(
@@ -228,6 +247,7 @@ class PdshRunner:
                 preexec_fn=lambda: set_parent_death_signal(signal.SIGKILL),
             )
         except OSError as exc:
+            self.reap(plan, settings, [n.host for n in plan.nodes])
             return common.report_start_failures({"(all)": f"cannot run pdsh: {exc}"})
         demux = _Demux(proc, [_host_of(n.host) for n in plan.nodes])
         handles = [PdshNode(n.node_rank, n.host, demux) for n in plan.nodes]
@@ -237,64 +257,5 @@ class PdshRunner:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-        self._reap_lost(plan, settings, env, [n.host for n in plan.nodes if _host_of(n.host) not in demux.reported])
+        self.reap(plan, settings, [n.host for n in plan.nodes if _host_of(n.host) not in demux.reported])
         return code
-
-    @staticmethod
-    def _reap_lost(plan: LaunchPlan, settings: RemoteSettings, env: dict[str, str], hosts: list[str]) -> None:
-        """A node whose agent vanished may still hold ranks' children: kill them by run id."""
-        if not hosts:
-            return
-        argv = [
-            "pdsh",
-            "-R",
-            "ssh",
-            "-t",
-            str(max(1, round(settings.connect_timeout))),
-            "-w",
-            ",".join(hosts),
-            reap_command(plan, settings.venv_script).replace("%", "%%"),
-        ]
-        try:
-            subprocess.run(
-                argv,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                timeout=settings.connect_timeout + 20,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            common.write_err(f"dslaunch: could not clean up {', '.join(hosts)}\n".encode())
-
-    @staticmethod
-    def _pick_port(plan: LaunchPlan, settings: RemoteSettings, env: dict[str, str]) -> int | None:
-        host = plan.nodes[0].host
-        argv = [
-            "pdsh",
-            "-S",
-            "-R",
-            "ssh",
-            "-N",
-            "-t",
-            str(max(1, round(settings.connect_timeout))),
-            "-w",
-            host,
-            common.port_probe_command(plan.program.python).replace("%", "%%"),
-        ]
-        try:
-            done = subprocess.run(
-                argv,
-                capture_output=True,
-                text=True,
-                env=env,
-                timeout=settings.connect_timeout + 30,
-                stdin=subprocess.DEVNULL,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            common.report_start_failures({host: f"cannot pick a free master port there: {exc}"})
-            return None
-        port = common.parse_port(done.stdout)
-        if done.returncode != 0 or port is None:
-            common.report_start_failures({host: f"cannot pick a free master port there: {done.stderr.strip()}"})
-        return port if done.returncode == 0 else None

@@ -16,6 +16,7 @@ import time
 
 from dslaunch import wire
 from dslaunch.plan import LaunchPlan
+from dslaunch.remote.common import START_FAILED
 from dslaunch.runners import slurm_step
 from dslaunch.slurm import srun, step
 
@@ -76,7 +77,7 @@ def _run_srun(argv: list[str], plan: LaunchPlan, env: dict[str, str]) -> int:
         for s, h in previous.items():
             signal.signal(s, h)
         print(f"dslaunch: cannot run srun: {exc}", file=sys.stderr)
-        return 1
+        return START_FAILED
     stop_signal: int | None = None
     deadline: float | None = None
     try:

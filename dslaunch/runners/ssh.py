@@ -17,7 +17,8 @@ from typing import Any
 from dslaunch import wire
 from dslaunch.plan import LaunchPlan
 from dslaunch.remote import common
-from dslaunch.remote.command import RemoteSettings, agent_command, reap_command
+from dslaunch.remote.command import RemoteSettings, agent_command
+from dslaunch.runners.remote_base import RemoteRunner
 from dslaunch.runners.supervise import supervise_and_report
 
 
@@ -73,12 +74,12 @@ class SshAgent:
         while not self.channel.exit_status_ready():
             transport = self.channel.get_transport()
             if self.channel.closed or transport is None or not transport.is_active():
-                return common.CONNECT_FAILED
+                return common.START_FAILED
             if deadline is not None and time.monotonic() >= deadline:
                 return None
             time.sleep(0.02)
         status = self.channel.recv_exit_status()
-        return common.CONNECT_FAILED if status == -1 else status
+        return common.START_FAILED if status == -1 else status
 
 
 def connect_all(plan: LaunchPlan, settings: RemoteSettings) -> tuple[dict[int, Any], dict[str, str]]:
@@ -113,8 +114,12 @@ def run_on(conn: Any, command: str, timeout: float) -> tuple[int, str, str]:
     return channel.recv_exit_status(), out, err
 
 
-class SshRunner:
+class SshRunner(RemoteRunner):
     name = "ssh"
+
+    def __init__(self) -> None:
+        self._settings = RemoteSettings()
+        self._conns: dict[str, Any] = {}
 
     def describe(self, plan: LaunchPlan) -> list[str]:
         settings = RemoteSettings.of(plan)
@@ -123,15 +128,32 @@ class SshRunner:
             for n in plan.nodes
         ]
 
+    def exec_on(self, host: str, command: str, timeout: float) -> tuple[int, str, str]:
+        """Over this job's connection to ``host``, or a new one when it dropped."""
+        from dslaunch.remote.paramiko_conn import ConnectError, connect
+
+        conn = self._conns.get(host)
+        transport = conn.client.get_transport() if conn is not None else None
+        if conn is None or transport is None or not transport.is_active():
+            s = self._settings
+            try:
+                conn = connect(host, s.ssh_config, s.ssh_port, s.accept_new_hosts, s.connect_timeout)
+            except ConnectError as exc:
+                raise OSError(str(exc)) from None
+            self._conns[host] = conn
+        return run_on(conn, command, timeout)
+
     def run(self, plan: LaunchPlan) -> int:
-        settings = RemoteSettings.of(plan)
+        settings = self._settings = RemoteSettings.of(plan)
         conns, failures = connect_all(plan, settings)
+        self._conns = {plan.node(rank).host: conn for rank, conn in conns.items()}
         handles: list[SshAgent] = []
         try:
-            if not failures and plan.master_port == 0:
-                plan = self._pick_port(plan, conns[0], settings, failures)
             if failures:
                 return common.report_start_failures(failures)
+            plan, why = self.with_free_port(plan, settings)
+            if why:
+                return common.report_start_failures({plan.nodes[0].host: why})
             plan_b64 = wire.plan_to_b64(plan)
             for node in plan.nodes:
                 command = agent_command(plan, node.node_rank, venv_script=settings.venv_script)
@@ -142,48 +164,12 @@ class SshRunner:
                         h.stop()
                     return common.report_start_failures({node.host: f"{type(exc).__name__}: {exc}"})
             code = supervise_and_report(plan, handles)
-            self._reap_lost(plan, settings, handles)
+            self.reap(plan, settings, [h.host for h in handles if not h.reported])
             return code
         finally:
             for h in handles:
                 if h.wait(0) is None:
                     h.kill()
-            for conn in conns.values():
+            for conn in self._conns.values():
                 conn.close()
-
-    @staticmethod
-    def _reap_lost(plan: LaunchPlan, settings: RemoteSettings, handles: list[SshAgent]) -> None:
-        """A node whose agent vanished may still hold ranks' children: kill them by run id."""
-        from dslaunch.remote.paramiko_conn import connect
-
-        command = reap_command(plan, settings.venv_script)
-        for h in handles:
-            if h.reported:
-                continue
-            try:
-                transport = h.conn.client.get_transport()
-                conn = (
-                    h.conn
-                    if transport is not None and transport.is_active()
-                    else connect(
-                        h.host,
-                        settings.ssh_config,
-                        settings.ssh_port,
-                        settings.accept_new_hosts,
-                        settings.connect_timeout,
-                    )
-                )
-                run_on(conn, command, settings.connect_timeout)
-                if conn is not h.conn:
-                    conn.close()
-            except Exception as exc:  # noqa: BLE001 - the host may be gone for good
-                common.write_err(f"dslaunch: could not clean up {h.host}: {exc}\n".encode())
-
-    @staticmethod
-    def _pick_port(plan: LaunchPlan, conn: Any, settings: RemoteSettings, failures: dict[str, str]) -> LaunchPlan:
-        status, out, err = run_on(conn, common.port_probe_command(plan.program.python), settings.connect_timeout)
-        port = common.parse_port(out)
-        if status != 0 or port is None:
-            failures[plan.nodes[0].host] = f"cannot pick a free master port there (status {status}): {err.strip()}"
-            return plan
-        return plan.with_port(port)
+            self._conns = {}
