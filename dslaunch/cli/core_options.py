@@ -151,7 +151,7 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
     if not nodes:
         raise click.UsageError("no slots left to run on after --include/--exclude")
     draft.nodes = nodes
-    draft.launcher = values["launcher"].lower()
+    draft.launcher = _launcher(values["launcher"])
     draft.master_port = values["master_port"]
     if values.get("master_addr"):
         draft.master_addr = values["master_addr"]
@@ -181,6 +181,17 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
 
 
 LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "localhost.localdomain"})
+
+
+def _launcher(value: str) -> str:
+    from dslaunch.runners import USER_LAUNCHERS
+
+    name = value.lower()
+    if name not in USER_LAUNCHERS:
+        raise click.BadParameter(
+            f"unknown launcher {value!r}; known: {', '.join(USER_LAUNCHERS)}", param_hint="'--launcher'"
+        )
+    return name
 
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")

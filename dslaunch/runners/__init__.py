@@ -21,6 +21,8 @@ RUNNERS: dict[str, str] = {
     "pdsh": "dslaunch.runners.pdsh:PdshRunner",
     "node": "dslaunch.runners.node:NodeRunner",
 }
+# What --launcher accepts: "node" is chosen internally by --node-rank, never by name.
+USER_LAUNCHERS: tuple[str, ...] = ("auto", *sorted(name for name in RUNNERS if name != "node"))
 
 
 class Runner(Protocol):

@@ -108,6 +108,10 @@ def test_script_args_are_not_options() -> None:
         (["--master-port", "70000", "t.py"], "70000"),
         (["-m", "--no-python", "t.py"], "--module and --no-python cannot be used together"),
         (["--launcher", "pdhs", "t.py"], "unknown launcher 'pdhs'; known: auto, "),
+        (
+            ["--launcher", "node", "t.py"],
+            "unknown launcher 'node'; known: auto, local, mpich, openmpi, pdsh, slurm, ssh",
+        ),
         (["/no/such/script.py"], "script '/no/such/script.py' does not exist"),
         ([], "Missing argument 'SCRIPT'"),
         (["--config", "hostfiles/uneven.txt", "t.py"], "is not valid JSON"),
