@@ -7,29 +7,6 @@ from collections.abc import Mapping
 from dslaunch import binding
 from dslaunch.plan import LaunchPlan, NodePlan
 
-# A pure-data copy of the rank-facing contract, so tests can check it by name.
-RANK_ENV_KEYS = (
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "NODE_RANK",
-    "GROUP_RANK",
-    "GROUP_WORLD_SIZE",
-    "ROLE_RANK",
-    "ROLE_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "CROSS_RANK",
-    "CROSS_SIZE",
-    "LOCAL_SIZE",
-    "CUDA_VISIBLE_DEVICES",
-    "DSLAUNCH_RUN_ID",
-    "DSLAUNCH_ERROR_FILE",
-    "DSLAUNCH_HOST",
-)
-
-
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 

@@ -15,7 +15,6 @@ import json
 import os
 import selectors
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import IO, BinaryIO
@@ -358,7 +357,3 @@ def _read_error_file(path: str) -> str | None:
     except (OSError, ValueError):
         return None
     return data.get("traceback") if isinstance(data, dict) else None
-
-
-def main_streams() -> tuple[IO[bytes], IO[bytes]]:
-    return sys.stdout.buffer, sys.stderr.buffer

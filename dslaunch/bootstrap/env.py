@@ -35,13 +35,6 @@ def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
         raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
 
 
-def first_slurm_host(nodelist: str) -> str:
-    """First host of a Slurm nodelist such as ``gpu[03-05,9],cpu1``."""
-    from dslaunch.slurm import hostlist
-
-    return hostlist.first(nodelist)
-
-
 def detect(env: Mapping[str, str] | None = None) -> RankInfo:
     env = os.environ if env is None else env
     port = env.get("MASTER_PORT")
