@@ -101,7 +101,7 @@ def _client(target: SshTarget, accept_new: bool, timeout: float, sock: Any = Non
         raise ConnectError(f"authentication failed for {where} ({keys}): {exc}") from None
     except (TimeoutError, OSError, paramiko.SSHException, EOFError) as exc:
         client.close()
-        raise ConnectError(f"cannot connect to {where}: {exc or type(exc).__name__}") from None
+        raise ConnectError(f"cannot connect to {where}: {str(exc) or type(exc).__name__}") from None
     transport = client.get_transport()
     if transport is not None:
         transport.set_keepalive(5)
