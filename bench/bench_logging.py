@@ -39,7 +39,7 @@ def _setup() -> dict[str, object]:
     handler.setFormatter(logging.Formatter("%(asctime)s [%(levelname)s] %(name)s: %(message)s"))
     on.addHandler(handler)
     _core.configure(
-        "warning,engine=info",
+        "warning,user=info",
         role="rank",
         fmt="json",
         ranks="all",
@@ -53,7 +53,7 @@ def _setup() -> dict[str, object]:
         "std_off": off,
         "std_on": on,
         "ds_off": _core.get_logger("comm"),
-        "ds_on": _core.get_logger("engine"),
+        "ds_on": _core.get_logger("user"),
         "nop": nop,
         "i": 7,
         "devnull": devnull,

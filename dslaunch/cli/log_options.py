@@ -43,7 +43,7 @@ PARAMS: list[click.Parameter] = [
         metavar="SPEC",
         is_eager=True,
         callback=_level_option,
-        help="Log levels, e.g. 'info', 'comm=debug', 'warning,comm=debug,launcher=info', '+comm,-builder'; "
+        help="Log levels, e.g. 'info', 'comm=debug', 'warning,comm=debug,launcher=info', '+comm,-agent'; "
         "'help' lists the modules [default: warning; env DSLAUNCH_LOG_LEVEL; config log_level].",
     ),
     click.Option(

@@ -3,7 +3,7 @@
 Imports only the standard library here; structlog is loaded with the first
 enabled JSON record. Nothing is configured at import time. See docs/logging.md.
 
-    log = dslaunch.get_logger("engine")     # or get_logger("user.trainer") for your own code
+    log = dslaunch.get_logger("user")       # or get_logger("user.trainer")
     log.info("step done", step=3, loss=0.1)
 """
 

@@ -120,7 +120,7 @@ def _check_name(name: str) -> str:
 
 
 def get_logger(module: str) -> Logger:
-    """The logger ``dslaunch.<module>``, e.g. ``get_logger("engine")`` or ``get_logger("user.trainer")``."""
+    """The logger ``dslaunch.<module>``, e.g. ``get_logger("mesh")`` or ``get_logger("user.trainer")``."""
     found = _LOGGERS.get(module)
     if found is not None:
         return found

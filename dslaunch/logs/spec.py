@@ -3,7 +3,7 @@
 spec := item ("," item)*           whitespace around items is ignored
 item := LEVEL                       default for every module          info
       | MODULE "=" LEVEL            a module and everything under it  comm=debug
-      | "+" MODULE | "-" MODULE     debug / error (TORCH_LOGS habit)  +comm,-builder
+      | "+" MODULE | "-" MODULE     debug / error (TORCH_LOGS habit)  +comm,-agent
 MODULE := ALIAS ("." ident)*  |  "py:" QNAME   (any other stdlib logger)
 """
 
@@ -35,9 +35,7 @@ MODULES: dict[str, str] = {
     "mesh": "device-mesh construction and rank coordinates",
     "comm": "collectives through dslaunch's comm layer (debug: one record per call)",
     "comm.summary": "per-op collective summary at exit (on by default with comms_logger)",
-    "engine": "the per-rank runtime (engine.zero, engine.ckpt, ...)",
     "timers": "wall-clock breakdown (on by default with --wall-clock-breakdown)",
-    "builder": "op compatibility probing and JIT builds",
     "user": "your own code: dslaunch.get_logger('user') or get_logger('user.NAME')",
     "torch": "torch's own stdlib loggers (unless TORCH_LOGS is set)",
     "py:NAME": "any other stdlib logger, e.g. py:urllib3 or py:warnings (Python warnings)",
@@ -101,7 +99,7 @@ def check_module(name: str, item: str) -> str:
         return name
     low = name.lower()
     if not _IDENT.fullmatch(low):
-        raise SpecError(f"bad module name {name!r} in {item!r} (expected e.g. comm or engine.zero) {_HINT}")
+        raise SpecError(f"bad module name {name!r} in {item!r} (expected e.g. comm or user.trainer) {_HINT}")
     top = low.partition(".")[0]
     if top not in TOP_MODULES:
         close = difflib.get_close_matches(top, TOP_MODULES, n=1)
@@ -167,7 +165,7 @@ def help_text() -> str:
         "dslaunch --log-level SPEC: a comma list of LEVEL, MODULE=LEVEL, +MODULE (debug), -MODULE (error).",
         f"Levels: {', '.join(LEVELS)} (default: warning). The most specific setting wins;",
         "--log-level beats DSLAUNCH_LOG_LEVEL, which beats log_level in the --config file.",
-        "Examples: info | comm=debug | warning,comm=debug,launcher=info | +comm,-builder | timers=off",
+        "Examples: info | comm=debug | warning,comm=debug,launcher=info | +comm,-agent | timers=off",
         "",
         "Modules:",
     ]

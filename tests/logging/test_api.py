@@ -20,27 +20,27 @@ def reset() -> Iterator[None]:
 
 
 def test_module_levels_bind_and_runtime_changes(capsys: pytest.CaptureFixture[str]) -> None:
-    logs.configure("warning,engine=info,comm.ops=debug", role="process", facts={"host": "h"})
-    eng, comm, ops = logs.get_logger("engine"), logs.get_logger("comm"), logs.get_logger("comm.ops")
+    logs.configure("warning,user=info,comm.ops=debug", role="process", facts={"host": "h"})
+    eng, comm, ops = logs.get_logger("user"), logs.get_logger("comm"), logs.get_logger("comm.ops")
     child = eng.bind(step=4)
     child.info("a")
     comm.info("hidden-comm")
     ops.debug("ops-debug")
-    logs.set_levels("engine=error")
-    child.warning("hidden-engine")
-    eng.error("engine-error %d", 5)
+    logs.set_levels("user=error")
+    child.warning("hidden-user")
+    eng.error("user-error %d", 5)
     logs.set_levels("off")  # the default only: explicitly set modules keep theirs
-    logs.get_logger("builder").critical("hidden-builder")
+    logs.get_logger("mesh").critical("hidden-mesh")
     err = capsys.readouterr().err
-    assert " I [h:process] engine: a step=4" in err
-    assert "ops-debug" in err and "engine-error 5" in err
+    assert " I [h:process] user: a step=4" in err
+    assert "ops-debug" in err and "user-error 5" in err
     assert "hidden" not in err
     assert child.is_enabled_for(logs.ERROR) and not child.isEnabledFor(logs.WARNING)
 
 
 def test_off_silences_even_critical(capsys: pytest.CaptureFixture[str]) -> None:
     logs.configure("off", role="process")
-    log = logs.get_logger("engine")
+    log = logs.get_logger("user")
     log.critical("x")
     log.exception("y")
     log.log(logs.CRITICAL, "z")
@@ -48,8 +48,8 @@ def test_off_silences_even_critical(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_unknown_logger_names_are_rejected_with_a_hint() -> None:
-    with pytest.raises(ValueError, match="did you mean 'engine'"):
-        logs.get_logger("engin")
+    with pytest.raises(ValueError, match="did you mean 'user'"):
+        logs.get_logger("usr")
     with pytest.raises(ValueError, match=r"user\.NAME"):
         logs.get_logger("mytrainer")
     assert logs.get_logger("user.trainer").name == "user.trainer"
@@ -63,7 +63,7 @@ def test_json_record_keeps_reserved_keys_and_renames_collisions(capsys: pytest.C
         ranks="all",
         facts={"rank": 2, "local_rank": 0, "node_rank": 1, "world_size": 4, "host": "n1", "run_id": "r"},
     )
-    logs.get_logger("engine").info("evt", rank=9, level="x", payload={"a": [1, 2]})
+    logs.get_logger("user").info("evt", rank=9, level="x", payload={"a": [1, 2]})
     rec = json.loads(capsys.readouterr().err)
     assert rec["rank"] == 2 and rec["_rank"] == 9 and rec["level"] == "info" and rec["_level"] == "x"
     assert rec["payload"] == {"a": [1, 2]} and rec["node_rank"] == 1
@@ -71,7 +71,7 @@ def test_json_record_keeps_reserved_keys_and_renames_collisions(capsys: pytest.C
 
 def test_rank_outside_the_filter_prints_warnings_only(capsys: pytest.CaptureFixture[str]) -> None:
     logs.configure("debug", role="rank", ranks="0,2-3", facts={"rank": 1, "host": "h"})
-    log = logs.get_logger("engine")
+    log = logs.get_logger("user")
     log.info("quiet")
     log.warning("loud")
     err = capsys.readouterr().err
@@ -99,7 +99,7 @@ def test_comm_summary_counts_per_op(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(("rank", "shown"), [("0", True), ("1", False)])
 def test_bad_log_ranks_outside_dslaunch_falls_back_to_rank_0(rank: str, shown: bool) -> None:
     # A rank from torchrun, srun or plain python reads DSLAUNCH_LOG_RANKS unchecked by the CLI.
-    code = "import dslaunch; dslaunch.get_logger('engine').info('hello-info'); print('done')"
+    code = "import dslaunch; dslaunch.get_logger('user').info('hello-info'); print('done')"
     env = {"PATH": "/usr/bin:/bin", "RANK": rank, "DSLAUNCH_LOG_LEVEL": "info", "DSLAUNCH_LOG_RANKS": "garbage"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr

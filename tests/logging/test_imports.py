@@ -31,7 +31,7 @@ def top(mods: set[str]) -> set[str]:
     [
         "import dslaunch",
         "import dslaunch.logs",
-        "from dslaunch.logs import get_logger; get_logger('engine').debug('x'); get_logger('comm').warning('w')",
+        "from dslaunch.logs import get_logger; get_logger('user').debug('x'); get_logger('comm').warning('w')",
         "import dslaunch; dslaunch.get_logger('user.trainer').info('x')",
         "from dslaunch.logs import comm_record, timers_report",
     ],
@@ -44,7 +44,7 @@ def test_logger_import_is_free_of_torch_builder_and_structlog(code: str) -> None
 
 def test_structlog_renders_json_records_and_still_no_torch() -> None:
     code = (
-        "from dslaunch.logs import configure, get_logger\nconfigure('info', fmt='json')\nget_logger('engine').info('x')"
+        "from dslaunch.logs import configure, get_logger\nconfigure('info', fmt='json')\nget_logger('user').info('x')"
     )
     mods = top(modules_after(code))
     assert "structlog" in mods and "torch" not in mods
@@ -53,7 +53,7 @@ def test_structlog_renders_json_records_and_still_no_torch() -> None:
 def test_configure_is_not_done_at_import_and_root_is_untouched() -> None:
     code = (
         "import logging, dslaunch.logs, dslaunch.logs._core as c\nassert not c.state().configured\n"
-        "dslaunch.logs.get_logger('engine').warning('w')\nassert c.state().configured\n"
+        "dslaunch.logs.get_logger('user').warning('w')\nassert c.state().configured\n"
         "assert logging.getLogger().handlers == [] and logging.getLogger().level == logging.WARNING\n"
     )
     modules_after(code)

@@ -37,26 +37,26 @@ def records(err: str, event: str) -> list[str]:
 
 def test_default_shows_warnings_only_from_every_rank() -> None:
     _, err = launch()
-    assert len(records(err, "engine-warning")) == 2
-    assert len(records(err, "engine-exception")) == 2
-    assert not records(err, "engine-info") and not records(err, "engine-debug")
+    assert len(records(err, "user-warning")) == 2
+    assert len(records(err, "user-exception")) == 2
+    assert not records(err, "user-info") and not records(err, "user-debug")
     assert not records(err, "collective") and not records(err, "wall clock breakdown")
-    line = records(err, "engine-warning")[0]
+    line = records(err, "user-warning")[0]
     assert re.search(
-        r"\[rank(\d)\]: \d\d:\d\d:\d\d\.\d{3} W \[[^:\]]+:\1\] engine: engine-warning rank_seen=\1", line
+        r"\[rank(\d)\]: \d\d:\d\d:\d\d\.\d{3} W \[[^:\]]+:\1\] user: user-warning rank_seen=\1", line
     ), line
 
 
-def test_engine_info_shows_info_on_rank_zero_by_default() -> None:
-    _, err = launch("--log-level", "engine=info")
-    info = records(err, "engine-info")
+def test_user_info_shows_info_on_rank_zero_by_default() -> None:
+    _, err = launch("--log-level", "user=info")
+    info = records(err, "user-info")
     assert len(info) == 1 and info[0].startswith("[rank0]: ")
-    assert not records(err, "engine-debug")
+    assert not records(err, "user-debug")
 
 
 def test_log_ranks_all_shows_every_rank() -> None:
     _, err = launch("--log-level", "info", "--log-ranks", "all")
-    assert sorted(line[:8] for line in records(err, "engine-info")) == ["[rank0]:", "[rank1]:"]
+    assert sorted(line[:8] for line in records(err, "user-info")) == ["[rank0]:", "[rank1]:"]
 
 
 def test_comm_debug_shows_each_collective_and_the_summary() -> None:
@@ -65,7 +65,7 @@ def test_comm_debug_shows_each_collective_and_the_summary() -> None:
     assert len(coll) == 2
     assert all("op=all_reduce" in c and "bytes=4096" in c and "dim=dp" in c and "group_size=2" in c for c in coll)
     assert len(records(err, "comm summary")) == 2
-    assert not records(err, "engine-info")
+    assert not records(err, "user-info")
 
 
 def test_timers_print_at_the_default_level_and_off_silences_them(tmp_path: Path) -> None:
@@ -90,8 +90,8 @@ def test_json_console_and_per_rank_files(tmp_path: Path) -> None:
         lines = (log_dir / f"rank{rank}.jsonl").read_text().splitlines()
         recs = [json.loads(line) for line in lines]
         by_event = {r["event"]: r for r in recs}
-        assert {"engine-debug", "engine-info", "engine-warning", "collective"} <= set(by_event)
-        rec = by_event["engine-info"]
+        assert {"user-debug", "user-info", "user-warning", "collective"} <= set(by_event)
+        rec = by_event["user-info"]
         assert list(rec)[:11] == [
             "ts",
             "level",
@@ -106,9 +106,9 @@ def test_json_console_and_per_rank_files(tmp_path: Path) -> None:
             "run_id",
         ]
         assert (rec["rank"], rec["local_rank"], rec["node_rank"], rec["world_size"]) == (rank, rank, 0, 2)
-        assert rec["run_id"] == "logtest1" and rec["host"] == "localhost" and rec["logger"] == "engine"
+        assert rec["run_id"] == "logtest1" and rec["host"] == "localhost" and rec["logger"] == "user"
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", rec["ts"])
-        exc = by_event["engine-exception"]
+        exc = by_event["user-exception"]
         assert exc["level"] == "error" and exc["step"] == 3
         assert exc["exception"][0]["exc_type"] == "KeyError"
         assert exc["exception"][0]["frames"][-1]["filename"].endswith("emit.py")
@@ -117,7 +117,7 @@ def test_json_console_and_per_rank_files(tmp_path: Path) -> None:
 
 def test_colour_follows_force_and_no_color() -> None:
     _, err = launch(env={"FORCE_COLOR": "1"}, nproc=1)
-    assert "\x1b[33mW\x1b[0m" in records(err, "engine-warning")[0]
+    assert "\x1b[33mW\x1b[0m" in records(err, "user-warning")[0]
     _, err = launch(env={"FORCE_COLOR": "1", "NO_COLOR": "1"}, nproc=1)
     assert "\x1b[" not in err
 
@@ -129,10 +129,10 @@ def test_users_root_logging_is_left_alone() -> None:
 
 
 def test_environment_spec_reaches_ranks_and_cli_wins() -> None:
-    _, err = launch(env={"DSLAUNCH_LOG_LEVEL": "engine=info"}, nproc=1)
-    assert len(records(err, "engine-info")) == 1
-    _, err = launch("--log-level", "engine=error", env={"DSLAUNCH_LOG_LEVEL": "engine=info"}, nproc=1)
-    assert not records(err, "engine-info") and not records(err, "engine-warning")
+    _, err = launch(env={"DSLAUNCH_LOG_LEVEL": "user=info"}, nproc=1)
+    assert len(records(err, "user-info")) == 1
+    _, err = launch("--log-level", "user=error", env={"DSLAUNCH_LOG_LEVEL": "user=info"}, nproc=1)
+    assert not records(err, "user-info") and not records(err, "user-warning")
 
 
 def test_launcher_records_show_hosts_and_commands() -> None:
@@ -232,7 +232,7 @@ def test_rank_rejects_a_hand_set_bad_spec() -> None:
 def test_forked_child_neither_duplicates_nor_breaks_file_lines(tmp_path: Path) -> None:
     script = tmp_path / "fork.py"
     script.write_text(
-        "import os\nfrom dslaunch.logs import get_logger\nlog = get_logger('engine')\n"
+        "import os\nfrom dslaunch.logs import get_logger\nlog = get_logger('user')\n"
         "for i in range(50):\n    log.info('parent', i=i)\n"
         "pid = os.fork()\nif pid == 0:\n    log.info('child')\n    os._exit(0)\n"
         "os.waitpid(pid, 0)\nlog.info('parent-after')\n"
@@ -256,10 +256,10 @@ def test_rank_without_the_bootstrap_still_logs_as_a_rank(tmp_path: Path) -> None
     exe = tmp_path / "np.py"
     exe.write_text(
         f"#!{sys.executable}\nfrom dslaunch.logs import get_logger\n"
-        "get_logger('engine').info('np-info')\nget_logger('engine').warning('np-warn')\n"
+        "get_logger('user').info('np-info')\nget_logger('user').warning('np-warn')\n"
     )
     exe.chmod(0o755)
-    proc = run_cli([*BASE, "--no-python", "--log-level", "engine=info", str(exe)], timeout=60, env=CLEAN)
+    proc = run_cli([*BASE, "--no-python", "--log-level", "user=info", str(exe)], timeout=60, env=CLEAN)
     assert proc.returncode == 0, proc.stderr
     assert [line[:8] for line in records(proc.stderr, "np-info")] == ["[rank0]:"]
     assert sorted(
@@ -281,7 +281,7 @@ def test_two_node_plan_spec_reaches_node_one(tmp_path: Path) -> None:
             "--master-port",
             "0",
             "--log-level",
-            "engine=info,agent=debug",
+            "user=info,agent=debug",
             "--log-ranks",
             "1",
             "--log-dir",
@@ -292,10 +292,10 @@ def test_two_node_plan_spec_reaches_node_one(tmp_path: Path) -> None:
         env=CLEAN,
     )
     assert proc.returncode == 0, proc.stderr
-    info = records(proc.stderr, "engine-info")
-    assert len(info) == 1 and info[0].startswith("[127.0.0.1:rank1]: ") and "[127.0.0.1:1] engine:" in info[0]
+    info = records(proc.stderr, "user-info")
+    assert len(info) == 1 and info[0].startswith("[127.0.0.1:rank1]: ") and "[127.0.0.1:1] user:" in info[0]
     rec = next(
-        json.loads(line) for line in (log_dir / "rank1.jsonl").read_text().splitlines() if '"engine-info"' in line
+        json.loads(line) for line in (log_dir / "rank1.jsonl").read_text().splitlines() if '"user-info"' in line
     )
     assert (rec["host"], rec["node_rank"], rec["rank"], rec["local_rank"]) == ("127.0.0.1", 1, 1, 0)
     agent = [json.loads(line) for line in (log_dir / "agent1.jsonl").read_text().splitlines()]
