@@ -42,9 +42,9 @@ def test_default_shows_warnings_only_from_every_rank() -> None:
     assert not records(err, "user-info") and not records(err, "user-debug")
     assert not records(err, "collective") and not records(err, "wall clock breakdown")
     line = records(err, "user-warning")[0]
-    assert re.search(
-        r"\[rank(\d)\]: \d\d:\d\d:\d\d\.\d{3} W \[[^:\]]+:\1\] user: user-warning rank_seen=\1", line
-    ), line
+    assert re.search(r"\[rank(\d)\]: \d\d:\d\d:\d\d\.\d{3} W \[[^:\]]+:\1\] user: user-warning rank_seen=\1", line), (
+        line
+    )
 
 
 def test_user_info_shows_info_on_rank_zero_by_default() -> None:
@@ -294,9 +294,7 @@ def test_two_node_plan_spec_reaches_node_one(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     info = records(proc.stderr, "user-info")
     assert len(info) == 1 and info[0].startswith("[127.0.0.1:rank1]: ") and "[127.0.0.1:1] user:" in info[0]
-    rec = next(
-        json.loads(line) for line in (log_dir / "rank1.jsonl").read_text().splitlines() if '"user-info"' in line
-    )
+    rec = next(json.loads(line) for line in (log_dir / "rank1.jsonl").read_text().splitlines() if '"user-info"' in line)
     assert (rec["host"], rec["node_rank"], rec["rank"], rec["local_rank"]) == ("127.0.0.1", 1, 1, 0)
     agent = [json.loads(line) for line in (log_dir / "agent1.jsonl").read_text().splitlines()]
     assert agent[0]["event"] == "rank started" and agent[0]["host"] == "127.0.0.1" and agent[0]["node_rank"] == 1
