@@ -8,7 +8,6 @@ wall time: on CUDA they measure the launch unless the op synchronises.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -38,22 +37,17 @@ class Comm:
 
     def __init__(self, mesh: Any) -> None:
         self._mesh = mesh  # dslaunch.mesh_build.BuiltMesh
-        self._record = getattr(logs, "comm_record", None)
-        self._enabled = getattr(logs, "comm_enabled", None)
-        self._log = logs.get_logger("comm")
+        self._record = logs.comm_record
+        self._enabled = logs.comm_enabled
 
     def _report(self, op: str, dim: str, tensor: Any, start: float) -> None:
         seconds = time.perf_counter() - start
-        enabled = self._enabled() if self._enabled else self._log.isEnabledFor(logging.DEBUG)
-        if not enabled:
+        if not self._enabled():
             return
         nbytes = tensor.numel() * tensor.element_size() if tensor is not None else 0
         dtype = str(tensor.dtype).removeprefix("torch.") if tensor is not None else "-"
         size = self._mesh.size(dim)
-        if self._record is not None:
-            self._record(op=op, dim=dim, group_size=size, dtype=dtype, nbytes=nbytes, duration_s=seconds)
-        else:
-            self._log.debug(f"{op} dim={dim} group_size={size} dtype={dtype} bytes={nbytes} seconds={seconds:.6f}")
+        self._record(op=op, dim=dim, group_size=size, dtype=dtype, nbytes=nbytes, duration_s=seconds)
 
     def all_reduce(self, tensor: Any, dim: str = "world", op: str = "sum") -> Any:
         """Reduce ``tensor`` in place over ``dim``; returns it."""
