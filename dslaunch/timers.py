@@ -3,7 +3,9 @@
 Timing is always on (one ``perf_counter`` pair per block); the breakdown is reported
 through the ``timers`` channel by :meth:`Timers.step` only when the wall-clock breakdown
 is on (config ``wall_clock_breakdown``, ``DSLAUNCH_WALL_CLOCK_BREAKDOWN=1`` or
-``timers=info``). On CUDA a block measures host time unless ``sync=True``.
+``timers=info``), and then every ``steps_per_print`` steps (config ``steps_per_print``, which
+reaches ranks as ``DSLAUNCH_STEPS_PER_PRINT``; default: every step). On CUDA a block measures
+host time unless ``sync=True``.
 """
 
 from __future__ import annotations
@@ -25,14 +27,29 @@ def breakdown_on(env: Mapping[str, str] | None = None, config: Mapping[str, Any]
         return True
     if config is not None and bool(config.get("wall_clock_breakdown")):
         return True
-    enabled = getattr(logs, "timers_enabled", None)
-    return bool(enabled and enabled())
+    return bool(logs.timers_enabled())
+
+
+def steps_per_print_from_env(env: Mapping[str, str] | None = None) -> int:
+    """``DSLAUNCH_STEPS_PER_PRINT`` (the launcher checked the config's value); 1 when unset or not a positive int."""
+    env = os.environ if env is None else env
+    try:
+        every = int(env.get("DSLAUNCH_STEPS_PER_PRINT", "").strip() or 1)
+    except ValueError:
+        return 1
+    return max(every, 1)
+
+
+def reports_at(step: int, every: int) -> bool:
+    """Whether step ``step`` is reported when the breakdown is reported every ``every`` steps."""
+    return every <= 1 or step % every == 0
 
 
 class Timers:
-    def __init__(self, enabled: bool | None = None, sync: bool = False) -> None:
+    def __init__(self, enabled: bool | None = None, sync: bool = False, steps_per_print: int | None = None) -> None:
         self.enabled = breakdown_on() if enabled is None else enabled
         self.sync = sync
+        self.steps_per_print = steps_per_print_from_env() if steps_per_print is None else steps_per_print
         self._totals: dict[str, float] = {}
         self._steps = 0
 
@@ -61,15 +78,14 @@ class Timers:
         return dict(self._totals)
 
     def step(self, step: int | None = None) -> dict[str, float]:
-        """End a step: report the breakdown (if on), reset, and return it (seconds per timer)."""
+        """End a step: report the breakdown (if on, every ``steps_per_print`` steps), reset, and return it.
+
+        The breakdown is in seconds per timer, for this step alone; a reported step shows its own.
+        ``step`` defaults to the number of step() calls so far.
+        """
         self._steps += 1
         data, self._totals = self._totals, {}
-        if self.enabled and data:
-            step = self._steps if step is None else step
-            report = getattr(logs, "timers_report", None)
-            if report is not None:
-                report(step, data)
-            else:
-                parts = " | ".join(f"{n}: {s * 1e3:.2f} ms" for n, s in data.items())
-                logs.get_logger("timers").info(f"step {step} wall clock breakdown: {parts}")
+        step = self._steps if step is None else step
+        if self.enabled and data and reports_at(step, self.steps_per_print):
+            logs.timers_report(step, data)
         return data

@@ -12,7 +12,7 @@ import click
 from dslaunch import hostfile
 from dslaunch.cli.draft import PlanDraft
 from dslaunch.cli.files import read_option_file
-from dslaunch.config import ConfigError, load_config
+from dslaunch.config import ConfigError, load_config, unknown_key_warnings
 from dslaunch.gpus import gpu_labels
 from dslaunch.plan import Program, assign_ranks
 
@@ -175,6 +175,8 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
             draft.config = load_config(path)
         except ConfigError as exc:
             raise click.BadParameter(str(exc), param_hint="'--config'") from None
+        for warning in unknown_key_warnings(draft.config):  # here only: ranks read the file without a word
+            click.echo(warning, err=True)
         draft.env["DSLAUNCH_CONFIG"] = path
     draft.dry_run = values["dry_run"]
     draft.json = values["as_json"]

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from dslaunch.cli.draft import PlanDraft
+from dslaunch.config import ConfigError, steps_per_print
 from dslaunch.logs import spec as S
 
 
@@ -116,6 +117,10 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
     fmt = (values.get("log_format") or "console").lower()
     color = S.decide_color((values.get("log_color") or "auto").lower(), sys.stdout.isatty(), os.environ)
     switches = _config_switches(draft.config, values.get("wall_clock_breakdown"))
+    try:
+        every = steps_per_print(draft.config)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--config'") from None
     draft.env["DSLAUNCH_LOG_LEVEL"] = spec.canonical()
     draft.env["DSLAUNCH_LOG_FORMAT"] = fmt
     draft.env["DSLAUNCH_LOG_COLOR"] = "1" if color else "0"
@@ -125,6 +130,8 @@ def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
     for switch, on in switches.items():
         if on:
             draft.env[f"DSLAUNCH_{switch.upper()}"] = "1"
+    if every is not None:
+        draft.env["DSLAUNCH_STEPS_PER_PRINT"] = str(every)
 
     from dslaunch.logs import _core
 

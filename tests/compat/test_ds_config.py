@@ -47,6 +47,7 @@ def test_every_key_reaches_the_rank_environment(tmp_path: Path) -> None:
     env = _env(tmp_path, FULL)
     assert env["DSLAUNCH_LOG_LEVEL"] == "info"
     assert env["DSLAUNCH_WALL_CLOCK_BREAKDOWN"] == "1" and env["DSLAUNCH_COMMS_LOGGER"] == "1"
+    assert env["DSLAUNCH_STEPS_PER_PRINT"] == "10"
     assert env["DSLAUNCH_MESH"] == "dp_shard=2,sp=2"
     assert env["DSLAUNCH_CONFIG"].endswith("ds_config.json")
 
@@ -74,6 +75,7 @@ def test_defaults_without_config_keys(tmp_path: Path) -> None:
     env = _env(tmp_path, {"train_batch_size": 8})
     assert env["DSLAUNCH_LOG_LEVEL"] == "warning"  # v1 default, not DeepSpeed's info
     assert "DSLAUNCH_WALL_CLOCK_BREAKDOWN" not in env and "DSLAUNCH_MESH" not in env
+    assert "DSLAUNCH_STEPS_PER_PRINT" not in env  # the timers report every step
 
 
 @pytest.mark.parametrize(
@@ -82,6 +84,7 @@ def test_defaults_without_config_keys(tmp_path: Path) -> None:
         ({"mesh_param": [3, 2]}, "dp(3) * sp(2) = 6 != WORLD_SIZE(4)"),
         ({"mesh_param": "2x2"}, "mesh_param"),
         ({"log_level": "loud"}, "log_level"),
+        ({"steps_per_print": 0}, "steps_per_print must be a positive whole number"),
     ],
 )
 def test_bad_config_keys_exit_2_before_anything_starts(tmp_path: Path, data: dict[str, object], needle: str) -> None:
@@ -125,6 +128,7 @@ def test_deepspeed_command_line_with_ds_config_reaches_real_ranks(tmp_path: Path
             "DSLAUNCH_CONFIG": cfg,
             "DSLAUNCH_WALL_CLOCK_BREAKDOWN": "1",
             "DSLAUNCH_COMMS_LOGGER": "1",
+            "DSLAUNCH_STEPS_PER_PRINT": "10",
         }
     assert result.stderr.count("--num_gpus is DeepSpeed's spelling") == 1
     assert result.stderr.count("--log_level is DeepSpeed's spelling") == 1

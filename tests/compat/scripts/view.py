@@ -20,6 +20,7 @@ view = {
             "DSLAUNCH_CONFIG",
             "DSLAUNCH_WALL_CLOCK_BREAKDOWN",
             "DSLAUNCH_COMMS_LOGGER",
+            "DSLAUNCH_STEPS_PER_PRINT",
         )
     },
 }
