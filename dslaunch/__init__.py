@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from dslaunch.bootstrap.engine import Engine
+    from dslaunch.logs._core import Logger
 
 
 def engine(**kwargs: Any) -> Engine:
@@ -21,9 +22,9 @@ def engine(**kwargs: Any) -> Engine:
     return _engine(**kwargs)
 
 
-def get_logger(module: str) -> Any:
-    """The dslaunch logger ``dslaunch.<module>`` (e.g. "engine", or "user.NAME" for your own code)."""
-    from dslaunch.logs import get_logger as _get_logger
+def get_logger(module: str) -> Logger:
+    """The dslaunch logger ``dslaunch.<module>``: "user", or "user.NAME" for your own code."""
+    from dslaunch.logs._core import get_logger as _get_logger
 
     return _get_logger(module)
 

@@ -11,60 +11,91 @@ import datetime
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dslaunch.bootstrap.env import RankInfo, detect
+
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed import ProcessGroup
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from dslaunch.comm import Comm
+    from dslaunch.logs._core import Logger
+    from dslaunch.mesh import MeshLayout
+    from dslaunch.mesh_build import BuiltMesh
+    from dslaunch.timers import Timers
 
 _lock = threading.Lock()
 _engine: Engine | None = None
 
 
+class EngineClosedError(RuntimeError):
+    pass
+
+
 @dataclass
 class Engine:
+    """This rank's facts and its initialised torch.distributed, from :func:`dslaunch.engine`."""
+
     rank: int
     local_rank: int
     world_size: int
     local_world_size: int
     node_rank: int
-    device: Any  # torch.device
+    device: torch.device
     backend: str
-    process_group: Any
+    process_group: ProcessGroup | None  # WORLD; None once the engine is closed at exit
     info: RankInfo
     owns_process_group: bool
-    built_mesh: Any = None  # dslaunch.mesh_build.BuiltMesh
-    comm: Any = None  # dslaunch.comm.Comm
-    timers: Any = None  # dslaunch.timers.Timers
-    log: Any = None  # the "user" logger
+    built_mesh: BuiltMesh | None
+    timers: Timers
+    log: Logger
+    _comm: Comm | None
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
 
     @property
-    def mesh(self) -> Any:
-        """The torch DeviceMesh over the dims larger than 1 (canonical order)."""
-        return self.built_mesh.root
+    def comm(self) -> Comm:
+        """Collectives addressed by mesh dim or view name: ``engine.comm.all_reduce(t, dim="dp")``."""
+        if self._comm is None:
+            raise EngineClosedError("the engine is closed: its process groups were destroyed at exit")
+        return self._comm
+
+    def _built(self) -> BuiltMesh:
+        if self.built_mesh is None:
+            raise EngineClosedError("the engine is closed: its process groups were destroyed at exit")
+        return self.built_mesh
 
     @property
-    def mesh_layout(self) -> Any:
-        return self.built_mesh.layout
+    def mesh(self) -> DeviceMesh | None:
+        """The torch DeviceMesh over the dims larger than 1 (canonical order)."""
+        root: DeviceMesh | None = self._built().root
+        return root
+
+    @property
+    def mesh_layout(self) -> MeshLayout:
+        return self._built().layout
 
     def size(self, name: str) -> int:
         """Size of a dim or view (``tp``, ``dp``, ``dp_cp``, ``mp``...); 1 when absent."""
-        return int(self.built_mesh.size(name))
+        return int(self._built().size(name))
 
-    def group(self, name: str) -> Any:
+    def group(self, name: str) -> ProcessGroup:
         """Process group of a dim or view."""
-        return self.built_mesh.group(name)
+        group: ProcessGroup = self._built().group(name)
+        return group
 
-    def submesh(self, name: str) -> Any:
+    def submesh(self, name: str) -> DeviceMesh | None:
         """1-D DeviceMesh of a dim or view (for DTensor, TP, FSDP2); None when its size is 1."""
-        return self.built_mesh.submesh(name)
+        return self._built().submesh(name)
 
     @property
     def coordinate(self) -> dict[str, int]:
         """This rank's index along every dim and view."""
-        return dict(self.built_mesh.coordinate())
+        return dict(self._built().coordinate())
 
     def close(self) -> None:
         """Destroy the process groups this engine made and drop its references to them."""
@@ -115,7 +146,7 @@ def build_engine(mesh: Any = None) -> Engine:
     built = bootstrap(mesh, info.local_world_size, "cuda" if cuda else "cpu")
     return Engine(
         built_mesh=built,
-        comm=Comm(built),
+        _comm=Comm(built),
         timers=Timers(),
         log=get_logger("user"),
         rank=dist.get_rank(),
@@ -143,7 +174,7 @@ def release() -> None:
         if _engine is not None:
             _engine.process_group = None
             _engine.built_mesh = None
-            _engine.comm = None
+            _engine._comm = None
         _engine = None
 
 
@@ -164,7 +195,7 @@ def engine(mesh: Any = None) -> Engine:
         elif mesh is not None:
             from dslaunch.mesh import MeshConfigError, as_spec
 
-            if as_spec(mesh).text() != _engine.built_mesh.requested:
+            if as_spec(mesh).text() != _engine._built().requested:
                 raise MeshConfigError(
                     f"the engine already exists with {_engine.mesh_layout.summary()}; "
                     f"it cannot be rebuilt with mesh={mesh!r}"

@@ -18,11 +18,6 @@ from dslaunch.remote.common import START_FAILED
 from dslaunch.runners.supervise import supervise_and_report
 
 
-def agent_argv(node_rank: int, python: str = sys.executable) -> list[str]:
-    """What a remote runner executes; locally the same agent code runs in a fork of the launcher."""
-    return [python, "-m", "dslaunch.agent", "--node-rank", str(node_rank)]
-
-
 def _reset_signal_handlers() -> None:
     """Start the forked agent with a fresh interpreter's handlers, not the launcher's."""
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGURG):
@@ -163,4 +158,4 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-__all__ = ["LocalRunner", "agent_argv", "free_port"]
+__all__ = ["LocalRunner", "free_port"]
