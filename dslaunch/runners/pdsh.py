@@ -20,7 +20,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from dslaunch import wire
 from dslaunch.agent.supervisor import set_parent_death_signal
@@ -56,17 +56,25 @@ def pdsh_argv(plan: LaunchPlan, settings: RemoteSettings) -> list[str]:
         plan, token, venv_script=settings.venv_script, plan_file=stage.plan_path(plan.run_id, token)
     )
     command = command.replace("%", "%%").replace(token, rank)
+    return pdsh_command(settings, [n.host for n in plan.nodes], command, strict=True)
+
+
+def pdsh_command(settings: RemoteSettings, hosts: Sequence[str], command: str, *, strict: bool = False) -> list[str]:
+    """One pdsh over ssh running ``command`` (its ``%`` already escaped) on every host at once.
+
+    ``strict`` (-S) makes pdsh exit with the largest remote status.
+    """
     return [
         "pdsh",
-        "-S",
+        *(["-S"] if strict else []),
         "-R",
         "ssh",
         "-f",
-        str(max(settings.fanout, len(plan.nodes))),
+        str(max(settings.fanout, len(hosts))),
         "-t",
         str(max(1, round(settings.connect_timeout))),
         "-w",
-        ",".join(n.host for n in plan.nodes),
+        ",".join(hosts),
         command,
     ]
 

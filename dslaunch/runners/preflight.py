@@ -45,21 +45,10 @@ def _results_ssh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, 
 
 def _results_pdsh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, str, str]]:
     from dslaunch.remote.command import RemoteSettings
-    from dslaunch.runners.pdsh import pdsh_env
+    from dslaunch.runners.pdsh import pdsh_command, pdsh_env
 
     settings = RemoteSettings.of(plan)
-    argv = [
-        "pdsh",
-        "-R",
-        "ssh",
-        "-f",
-        str(max(settings.fanout, len(plan.nodes))),
-        "-t",
-        str(max(1, round(settings.connect_timeout))),
-        "-w",
-        ",".join(n.host for n in plan.nodes),
-        command.replace("%", "%%"),
-    ]
+    argv = pdsh_command(settings, [n.host for n in plan.nodes], command.replace("%", "%%"))
     done = subprocess.run(
         argv,
         capture_output=True,
