@@ -7,7 +7,7 @@ that work holds a tensor whose Python object C++ now owns, the drop needs the GI
 unwind meets a ``noexcept`` destructor and libstdc++ calls ``std::terminate``: SIGABRT,
 exit 134, after the script finished cleanly.
 
-The cure is to have no gloo worker left when finalisation starts. ``finish`` runs as the
+The cure is to have no gloo worker left when finalisation starts. ``_finish_at_exit`` runs as the
 last atexit handler (the interpreter is whole, user handlers have run): it destroys every
 process group, drops the references dslaunch holds and collects garbage, so each
 ProcessGroupGloo destructor joins its workers, which drains their queues. If user
@@ -30,7 +30,7 @@ _state: dict[str, object] = {"installed": False, "code": 0}
 
 
 def install() -> None:
-    """Register :func:`finish` before user code runs, so it is the last atexit handler."""
+    """Register :func:`_finish_at_exit` before user code runs, so it is the last atexit handler."""
     if not _state["installed"]:
         _state["installed"] = True
         atexit.register(_finish_at_exit)
