@@ -1,7 +1,7 @@
 """Core binding (``--bind-cores-to-rank``), as pure helpers shared by the CLI and the node agent.
 
-The plan carries ``runner_options["bind_cores"]``: absent when binding is off,
-``[]`` to split the node's own usable cores (its CPU affinity, read on the
+The plan carries ``bind_cores``: None when binding is off,
+``()`` to split the node's own usable cores (its CPU affinity, read on the
 node), or the explicit list from ``--bind-core-list``. Each rank gets an
 equal, contiguous slice and runs under ``numactl -C <slice>``.
 """
@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from dslaunch.errors import DslaunchError
 
-class CoreListError(ValueError):
+
+class CoreListError(DslaunchError):
     pass
 
 
@@ -70,12 +72,11 @@ def rank_cores(cores: Sequence[int], nproc: int, local_rank: int) -> tuple[int, 
     return tuple(cores[local_rank * per_rank : (local_rank + 1) * per_rank])
 
 
-def cores_for(option: object, nproc: int, local_rank: int) -> tuple[int, ...] | None:
-    """The cores of one rank from the plan's ``bind_cores`` option, or None when binding is off."""
-    if option is None:
+def cores_for(bind_cores: Sequence[int] | None, nproc: int, local_rank: int) -> tuple[int, ...] | None:
+    """The cores of one rank from the plan's ``bind_cores``, or None when binding is off."""
+    if bind_cores is None:
         return None
-    assert isinstance(option, (list, tuple))
-    return rank_cores(tuple(option) or usable_cores(), nproc, local_rank)
+    return rank_cores(tuple(bind_cores) or usable_cores(), nproc, local_rank)
 
 
 def numactl_argv(cores: Sequence[int]) -> list[str]:

@@ -7,8 +7,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from dslaunch.errors import DslaunchError
 
-class ConfigError(ValueError):
+
+class ConfigError(DslaunchError):
     pass
 
 

@@ -11,13 +11,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from dslaunch.errors import DslaunchError
+
 ResourcePool = dict[str, tuple[str, ...]]
 
 _HOST_LINE = re.compile(r"^(?P<host>\S+)\s+slots=(?P<slots>\d+)(?P<rest>.*)$")
 _EXTRA_TOKEN = re.compile(r"^[A-Za-z_][\w-]*=\S+$")
 
 
-class HostfileError(ValueError):
+class HostfileError(DslaunchError):
     """A hostfile line that cannot be used; names the file, line and text."""
 
     def __init__(self, path: str, lineno: int | None, text: str | None, why: str) -> None:
@@ -26,7 +28,7 @@ class HostfileError(ValueError):
         super().__init__(f"hostfile {where}{shown}: {why}")
 
 
-class FilterError(ValueError):
+class FilterError(DslaunchError):
     """A bad ``--include``/``--exclude``/``--num-*`` request."""
 
 

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from dslaunch.errors import DslaunchError
+
 # World-size factors, outermost first. cp and sp share a slot: at most one may be > 1.
 ORDER: tuple[str, ...] = ("pp", "dp_replicate", "dp_shard", "cp", "sp", "tp")
 DIMS: tuple[str, ...] = (*ORDER, "ep")
@@ -34,7 +36,7 @@ NAMES: tuple[str, ...] = (*ORDER, *VIEWS, *EXPERT_VIEWS, "world")
 VALID_INPUT = "pp, dp_replicate, dp_shard (alias dp), cp, sp, tp, ep"
 
 
-class MeshConfigError(ValueError):
+class MeshConfigError(DslaunchError):
     """A mesh spec that cannot describe this job; raised before any process group is made."""
 
 

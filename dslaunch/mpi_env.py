@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
 
+from dslaunch.errors import DslaunchError
+
 # The process's rank in the MPI job = its node rank (one agent per host): Open MPI, PMIx, MPICH/Hydra.
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
 # MPI's idea of rank and size describes the agents, not the job's ranks: user code must not see it.
@@ -18,7 +20,7 @@ IDENTITY_PREFIXES = (
 )
 
 
-class MpiEnvError(ValueError):
+class MpiEnvError(DslaunchError):
     pass
 
 

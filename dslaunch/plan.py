@@ -7,10 +7,11 @@ command-line namespace. The plan travels to node agents as JSON.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal
 
-PLAN_VERSION = 1
+# 2: typed runner options (remote, slurm, launcher_args, bind_cores, manual_node) replaced the option bag.
+PLAN_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,30 @@ class Program:
 
 
 @dataclass(frozen=True)
+class RemoteSettings:
+    """How the ssh and pdsh runners (and mpirun's rsh agent) reach other hosts."""
+
+    fanout: int = 32
+    venv_script: str | None = None
+    ssh_config: str | None = None
+    ssh_port: int | None = None
+    accept_new_hosts: bool = False
+    connect_timeout: float = 10.0
+
+
+SlurmMode = Literal["srun", "node", "rank"]
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """``srun``: this launcher runs srun in an allocation; ``node``/``rank``: this srun task is a node agent/rank."""
+
+    mode: SlurmMode = "srun"
+    exclude: tuple[str, ...] = ()  # allocation nodes left out (srun --exclude)
+    signals_ranks: bool = False  # Slurm itself signals every rank (srun --signal / scancel -s): relay nothing
+
+
+@dataclass(frozen=True)
 class LaunchPlan:
     launcher: str
     run_id: str
@@ -50,8 +75,12 @@ class LaunchPlan:
     cwd: str | None = None
     # Environment given to every rank on every node (logging spec, mesh spec, exports...).
     env: tuple[tuple[str, str], ...] = ()
-    # Runner-specific settings (ssh options, srun arguments...), typed by each runner.
-    runner_options: tuple[tuple[str, Any], ...] = field(default=())
+    # Runner settings, each read only by the runners it names.
+    remote: RemoteSettings = RemoteSettings()
+    slurm: SlurmSettings = SlurmSettings()
+    launcher_args: tuple[str, ...] = ()  # --launcher-args: mpirun/mpiexec/srun
+    bind_cores: tuple[int, ...] | None = None  # --bind-cores-to-rank: None off; () the node's usable cores
+    manual_node: int | None = None  # --node-rank N: the node the "node" launcher starts here
 
     @property
     def world_size(self) -> int:
@@ -59,9 +88,6 @@ class LaunchPlan:
 
     def node(self, node_rank: int) -> NodePlan:
         return self.nodes[node_rank]
-
-    def option(self, name: str, default: Any = None) -> Any:
-        return dict(self.runner_options).get(name, default)
 
     def with_port(self, port: int) -> LaunchPlan:
         return replace(self, master_port=port)
@@ -103,8 +129,18 @@ class LaunchPlan:
         )
         program = Program(**_program(data.pop("program")))
         env = tuple((k, v) for k, v in data.pop("env"))
-        options = tuple((k, v) for k, v in data.pop("runner_options"))
-        return LaunchPlan(nodes=nodes, program=program, env=env, runner_options=options, **data)
+        slurm = data.pop("slurm")
+        bind = data.pop("bind_cores")
+        return LaunchPlan(
+            nodes=nodes,
+            program=program,
+            env=env,
+            remote=RemoteSettings(**data.pop("remote")),
+            slurm=SlurmSettings(**{**slurm, "exclude": tuple(slurm["exclude"])}),
+            launcher_args=tuple(data.pop("launcher_args")),
+            bind_cores=None if bind is None else tuple(bind),
+            **data,
+        )
 
 
 def _program(raw: dict[str, Any]) -> dict[str, Any]:

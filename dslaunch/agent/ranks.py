@@ -20,7 +20,7 @@ def rank_argv(plan: LaunchPlan, local_rank: int, node: NodePlan | None = None) -
         argv += program.args
     if program.local_rank_arg:
         argv.append(f"--local_rank={local_rank}")
-    cores = binding.cores_for(plan.option("bind_cores"), (node or plan.nodes[0]).nproc, local_rank)
+    cores = binding.cores_for(plan.bind_cores, (node or plan.nodes[0]).nproc, local_rank)
     return argv if cores is None else [*binding.numactl_argv(cores), *argv]
 
 
@@ -59,7 +59,7 @@ def rank_env(
         env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo otherwise needs this host's name to resolve
     if node.nproc > 1 and "OMP_NUM_THREADS" not in base and "OMP_NUM_THREADS" not in dict(plan.env):
         env["OMP_NUM_THREADS"] = "1"  # as torchrun: N ranks x all cores oversubscribes the node
-    cores = binding.cores_for(plan.option("bind_cores"), node.nproc, local_rank)
+    cores = binding.cores_for(plan.bind_cores, node.nproc, local_rank)
     if cores is not None and "OMP_NUM_THREADS" not in base and "OMP_NUM_THREADS" not in dict(plan.env):
         env["OMP_NUM_THREADS"] = str(len(cores))  # one thread per bound core, as DeepSpeed
     return env

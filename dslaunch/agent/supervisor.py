@@ -291,7 +291,7 @@ class NodeSupervisor:
             return
         for signum in data:
             if signum in _FORWARD_SIGNALS:
-                if self.plan.option("scheduler_signals_ranks", False):
+                if self.plan.slurm.signals_ranks:
                     continue  # the scheduler (Slurm) already signalled every process of the step
                 for r in self.ranks:
                     if r.returncode is None:

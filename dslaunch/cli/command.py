@@ -1,35 +1,31 @@
-"""The ``dslaunch`` click command, assembled from option areas.
+"""The ``dslaunch`` click command: parse, decide, then act.
 
-Each area module exports ``PARAMS`` (click parameters) and
-``contribute(values, draft)``, which adds its part to the plan draft.
+Each option area module exports ``PARAMS`` (click parameters) and ``parse``,
+which checks its own options into a small frozen record; :mod:`dslaunch.cli.decide`
+turns the records into the frozen plan; only then does anything change the world
+(logging set-up, pid file, preflight, the launch). Every :class:`DslaunchError`
+becomes a click usage error, exit 2, here and nowhere else.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import click
 
 from dslaunch import __version__, masking
-from dslaunch.cli import render
-from dslaunch.cli.draft import PlanDraft
+from dslaunch.cli import core_options, ds_compat, log_options, mesh_options, parity_options, remote_options, render
+from dslaunch.cli.decide import Choices, Decision, decide
+from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan
 
-# Option areas, in the order they contribute to the plan.
-AREAS: tuple[str, ...] = (
-    "dslaunch.cli.ds_compat",
-    "dslaunch.cli.slurm_early",
-    "dslaunch.cli.core_options",
-    "dslaunch.cli.slurm_options",
-    "dslaunch.cli.log_options",
-    "dslaunch.cli.remote_options",
-    "dslaunch.cli.parity_options",
-    "dslaunch.cli.mesh_options",
-)
+# Option areas, in --help order.
+AREAS = (ds_compat, core_options, log_options, remote_options, parity_options, mesh_options)
 
 
 def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -38,88 +34,78 @@ def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
         ctx.exit(0)
 
 
-def choose_launcher(draft: PlanDraft) -> str:
-    """Resolve ``--launcher auto`` and check an explicit choice exists."""
-    from dslaunch.cli.core_options import LOCAL_NAMES
-    from dslaunch.runners import RUNNERS
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """The one translation of user errors into click's (a one-line message, exit 2)."""
+    try:
+        yield
+    except DslaunchError as exc:
+        if exc.option:
+            raise click.BadParameter(exc.message, param_hint=f"'{exc.option}'") from None
+        raise click.UsageError(exc.message) from None
 
-    name = draft.launcher
-    if name == "auto":
-        if len(draft.nodes) == 1 and draft.nodes[0].host in LOCAL_NAMES:
-            return "local"
-        from shutil import which
 
-        for candidate in ("pdsh", "ssh"):  # pdsh only when installed
-            if candidate in RUNNERS and (candidate != "pdsh" or which("pdsh")):
-                return candidate
-        raise click.UsageError(
-            f"the plan has remote hosts ({', '.join(n.host for n in draft.nodes)}) but no remote launcher "
-            f"is available; known launchers: {', '.join(sorted(RUNNERS))}"
-        )
-    if name not in RUNNERS:
-        raise click.BadParameter(
-            f"unknown launcher {name!r}; known: auto, {', '.join(sorted(RUNNERS))}", param_hint="'--launcher'"
-        )
-    return name
+def choices_of(values: dict[str, Any], environ: Mapping[str, str]) -> Choices:
+    """Parse every area's options (``values`` is click's, DeepSpeed spellings translated in place)."""
+    ds_compat.translate(values)
+    core = core_options.parse(values, environ)
+    return Choices(
+        core=core,
+        logs=log_options.parse(values, core.config, environ),
+        remote=remote_options.parse(values, environ),
+        parity=parity_options.parse(values),
+        mesh=mesh_options.parse(values, core.config),
+    )
+
+
+def decided(choices: Choices) -> Decision:
+    """The frozen plan for ``choices``; its warnings go to stderr, once."""
+    decision = decide(choices, os.environ)
+    for warning in decision.warnings:
+        click.echo(warning, err=True)
+    return decision
 
 
 def _run(**values: Any) -> None:
     if values.get("script") is None and not values.get("preflight"):
         raise click.UsageError("Missing argument 'SCRIPT'.")
-    draft = PlanDraft()
-    for area in AREAS:
-        importlib.import_module(area).contribute(values, draft)
-    draft.launcher = choose_launcher(draft)
-    if draft.launcher == "local":
-        if not values.get("master_addr"):
-            draft.master_addr = "127.0.0.1"  # every agent of a local run is on this machine
-        if not draft.dry_run:
-            _check_target(draft)
-            if draft.master_port == 0:
-                draft.master_port = _free_port(draft.master_addr)
-    plan = draft.freeze()
-    from dslaunch.runners import get_runner
-
-    runner = get_runner(plan.launcher)
-    if draft.dry_run:
-        _dry_run(plan, runner.describe(plan), draft)
-        return
-    from dslaunch.cli.log_options import log_launch
-
-    log_launch(plan.launcher, runner.describe(plan), plan.env, draft.secrets)
-    code = runner.run(plan)
+    with user_errors():
+        choices = choices_of(values, os.environ)
+        code = _act(choices, decided(choices))
     sys.stdout.flush()
     click.get_current_context().exit(code)
 
 
-def _free_port(addr: str) -> int:
-    from dslaunch.runners.local import free_port
+def _act(choices: Choices, decision: Decision) -> int:
+    """Everything with an effect, in order, once the plan is frozen."""
+    plan, core = decision.plan, choices.core
+    log_options.configure(choices.logs, plan, dry_run=core.dry_run)
+    if choices.remote.preflight:
+        from dslaunch.runners.preflight import run_preflight
 
-    try:
-        return free_port(addr)
-    except OSError as exc:
-        raise click.BadParameter(f"cannot pick a free port on {addr!r}: {exc}", param_hint="'--master-addr'") from None
+        code, report = run_preflight(plan)
+        click.echo(report)
+        return code
+    from dslaunch.runners import get_runner
+
+    runner = get_runner(plan.launcher)
+    if core.dry_run:
+        _dry_run(plan, runner.describe(plan), decision.secrets, as_json=core.json)
+        return 0
+    if choices.parity.save_pid:
+        parity_options.write_pid_file(choices.parity.save_pid)
+    log_options.log_launch(plan.launcher, runner.describe(plan), plan.env, decision.secrets)
+    return runner.run(plan)
 
 
-def _check_target(draft: PlanDraft) -> None:
-    program = draft.program
-    assert program is not None
-    if program.module or program.no_python:
-        return
-    if not os.path.isfile(program.target):
-        raise click.BadParameter(
-            f"script {program.target!r} does not exist (use -m for a module)", param_hint="'SCRIPT'"
-        )
-
-
-def _dry_run(plan: LaunchPlan, commands: list[str], draft: PlanDraft) -> None:
-    if draft.json:
+def _dry_run(plan: LaunchPlan, commands: list[str], secrets: frozenset[str], *, as_json: bool) -> None:
+    if as_json:
         data = plan.summary()
-        data["commands"] = [masking.mask(c, draft.secrets) for c in commands]
-        data["env"] = {k: masking.mask_value(k, v, draft.secrets) for k, v in plan.env}
+        data["commands"] = [masking.mask(c, secrets) for c in commands]
+        data["env"] = {k: masking.mask_value(k, v, secrets) for k, v in plan.env}
         click.echo(json.dumps(data, indent=2))
     else:
-        click.echo(render.plan_text(plan, commands, draft.secrets))
+        click.echo(render.plan_text(plan, commands, secrets))
 
 
 def build_command() -> click.Command:
@@ -134,7 +120,7 @@ def build_command() -> click.Command:
         ),
     ]
     for area in AREAS:
-        params.extend(importlib.import_module(area).PARAMS)
+        params.extend(area.PARAMS)
     params += [
         click.Argument(["script"], metavar="SCRIPT", required=False),  # optional only for --preflight
         click.Argument(["script_args"], nargs=-1, type=click.UNPROCESSED, metavar="[SCRIPT_ARGS]..."),

@@ -5,18 +5,22 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from dslaunch import hostfile
-from dslaunch.cli.draft import PlanDraft
 from dslaunch.cli.files import read_option_file
-from dslaunch.config import ConfigError, load_config, unknown_key_warnings
+from dslaunch.config import ConfigError, load_config
+from dslaunch.errors import DslaunchError
 from dslaunch.gpus import gpu_labels
-from dslaunch.plan import Program, assign_ranks
+from dslaunch.plan import Program
 
 DEFAULT_HOSTFILE = "/job/hostfile"  # DeepSpeed's default, read only if it exists
+DEFAULT_PORT = 29500
 
 
 class NprocType(click.ParamType):  # type: ignore[type-arg]  # generic only from click 8.5
@@ -74,7 +78,7 @@ PARAMS: list[click.Parameter] = [
     click.Option(
         ["--master-port"],
         type=click.IntRange(0, 65535),
-        default=29500,
+        default=DEFAULT_PORT,
         show_default=True,
         help="Rendezvous port; 0 picks a free one.",
     ),
@@ -106,80 +110,102 @@ PARAMS: list[click.Parameter] = [
 ]
 
 
-def _read_hostfile(path: str, explicit: bool) -> hostfile.ResourcePool | None:
-    text = read_option_file(path, "hostfile", "'-H/--hostfile'", required=explicit)
-    if text is None:
-        return None
-    try:
-        return hostfile.parse_hostfile(text, path)
-    except hostfile.HostfileError as exc:
-        raise click.UsageError(str(exc)) from None
+@dataclass(frozen=True)
+class CoreChoices:
+    """The core options, parsed and checked on their own (hosts are filtered in ``decide``)."""
+
+    pool: hostfile.ResourcePool | None  # the parsed hostfile; None without one
+    include: str
+    exclude: str
+    num_nodes: int | None
+    nproc: int | str | None
+    launcher: str  # as asked: auto, local, ssh, pdsh, slurm, openmpi, mpich
+    master_addr: str | None
+    master_port: int
+    port_given: bool  # --master-port on the command line or environment, not the default
+    program: Program
+    shutdown_timeout: float
+    log_dir: str | None
+    cwd: str
+    run_id: str
+    config_path: str | None
+    config: Mapping[str, Any]
+    dry_run: bool
+    json: bool
 
 
-def resource_pool(values: dict[str, Any], env: dict[str, str]) -> hostfile.ResourcePool:
-    """Hosts and slots after the hostfile, filters and --num-* options."""
+def parse(values: Mapping[str, Any], environ: Mapping[str, str]) -> CoreChoices:
+    if values["module"] and values["no_python"]:
+        raise DslaunchError("--module and --no-python cannot be used together: pick one way to run SCRIPT")
+    if values["as_json"] and not values["dry_run"]:
+        raise DslaunchError("--json only shapes the --dry-run output: add --dry-run, or drop --json", option="--json")
     explicit = values.get("hostfile") is not None
-    path = values["hostfile"] if explicit else DEFAULT_HOSTFILE
-    pool = _read_hostfile(path, explicit)
-    nproc = values.get("nproc_per_node")
+    pool = _read_hostfile(values["hostfile"] if explicit else DEFAULT_HOSTFILE, explicit)
+    config_path = os.path.abspath(values["config"]) if values.get("config") else None
+    config: Mapping[str, Any] = {}
+    if config_path is not None:
+        try:
+            config = load_config(config_path)
+        except ConfigError as exc:
+            raise DslaunchError(exc.message, option="--config") from None
+    given = values.get("run_id")
+    return CoreChoices(
+        pool=pool,
+        include=values.get("include") or "",
+        exclude=values.get("exclude") or "",
+        num_nodes=values.get("num_nodes"),
+        nproc=values.get("nproc_per_node"),
+        launcher=_launcher(values["launcher"]),
+        master_addr=values.get("master_addr") or None,
+        master_port=values["master_port"],
+        port_given=values["master_port"] != DEFAULT_PORT or _source("master_port") not in _DEFAULTED,
+        program=Program(
+            target=values["script"] if values["script"] is not None else "-",  # no SCRIPT: --preflight only
+            args=tuple(values["script_args"]),
+            module=values["module"],
+            no_python=values["no_python"],
+            python=sys.executable,
+        ),
+        shutdown_timeout=values["shutdown_timeout"],
+        log_dir=os.path.abspath(values["log_dir"]) if values.get("log_dir") else None,
+        cwd=os.getcwd(),
+        run_id=_run_id(given if given is not None else environ.get("DSLAUNCH_RUN_ID") or os.urandom(6).hex()),
+        config_path=config_path,
+        config=config,
+        dry_run=values["dry_run"],
+        json=values["as_json"],
+    )
+
+
+_DEFAULTED = (ParameterSource.DEFAULT, None)
+
+
+def _source(name: str) -> ParameterSource | None:
+    ctx = click.get_current_context(silent=True)
+    return ctx.get_parameter_source(name) if ctx is not None else None
+
+
+def _read_hostfile(path: str, explicit: bool) -> hostfile.ResourcePool | None:
+    text = read_option_file(path, "hostfile", "-H/--hostfile", required=explicit)
+    return None if text is None else hostfile.parse_hostfile(text, path)
+
+
+def resource_pool(core: CoreChoices, environ: Mapping[str, str]) -> hostfile.ResourcePool:
+    """Hosts and slots after the hostfile, filters and --num-* options."""
+    nproc = core.nproc
     num_slots = nproc if isinstance(nproc, int) else None
+    pool = core.pool
     if pool is None:
-        if values.get("num_nodes") not in (None, 1):
-            raise click.UsageError("--num-nodes is more than 1 but there is no hostfile: give one with -H")
-        labels = gpu_labels(env)
+        if core.num_nodes not in (None, 1):
+            raise DslaunchError("--num-nodes is more than 1 but there is no hostfile: give one with -H")
+        labels = gpu_labels(environ)
         if not labels:
             count = num_slots or ((os.cpu_count() or 1) if nproc == "auto" else 1)
             labels = tuple(str(i) for i in range(count))
         pool = {"localhost": labels}
-    try:
-        return hostfile.select(
-            pool,
-            include_spec=values.get("include") or "",
-            exclude_spec=values.get("exclude") or "",
-            num_nodes=values.get("num_nodes"),
-            num_slots=num_slots,
-        )
-    except hostfile.FilterError as exc:
-        raise click.UsageError(str(exc)) from None
-
-
-def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
-    if values["module"] and values["no_python"]:
-        raise click.UsageError("--module and --no-python cannot be used together: pick one way to run SCRIPT")
-    pool = resource_pool(values, dict(os.environ))
-    nodes = assign_ranks(pool)
-    if not nodes:
-        raise click.UsageError("no slots left to run on after --include/--exclude")
-    draft.nodes = nodes
-    draft.launcher = _launcher(values["launcher"])
-    draft.master_port = values["master_port"]
-    if values.get("master_addr"):
-        draft.master_addr = values["master_addr"]
-    elif len(nodes) > 1 or nodes[0].host not in LOCAL_NAMES:
-        draft.master_addr = nodes[0].host.rpartition("@")[2]
-    draft.program = Program(
-        target=values["script"],
-        args=tuple(values["script_args"]),
-        module=values["module"],
-        no_python=values["no_python"],
-        python=sys.executable,
+    return hostfile.select(
+        pool, include_spec=core.include, exclude_spec=core.exclude, num_nodes=core.num_nodes, num_slots=num_slots
     )
-    draft.shutdown_timeout = values["shutdown_timeout"]
-    draft.log_dir = os.path.abspath(values["log_dir"]) if values.get("log_dir") else None
-    draft.cwd = os.getcwd()
-    given = values.get("run_id")
-    draft.run_id = _run_id(given if given is not None else os.environ.get("DSLAUNCH_RUN_ID") or os.urandom(6).hex())
-    if values.get("config"):
-        path = os.path.abspath(values["config"])
-        try:
-            draft.config = load_config(path)
-        except ConfigError as exc:
-            raise click.BadParameter(str(exc), param_hint="'--config'") from None
-        for warning in unknown_key_warnings(draft.config):  # here only: ranks read the file without a word
-            click.echo(warning, err=True)
-        draft.env["DSLAUNCH_CONFIG"] = path
-    draft.dry_run = values["dry_run"]
-    draft.json = values["as_json"]
 
 
 LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "localhost.localdomain"})
@@ -190,9 +216,7 @@ def _launcher(value: str) -> str:
 
     name = value.lower()
     if name not in USER_LAUNCHERS:
-        raise click.BadParameter(
-            f"unknown launcher {value!r}; known: {', '.join(USER_LAUNCHERS)}", param_hint="'--launcher'"
-        )
+        raise DslaunchError(f"unknown launcher {value!r}; known: {', '.join(USER_LAUNCHERS)}", option="--launcher")
     return name
 
 
@@ -202,7 +226,5 @@ _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 def _run_id(value: str) -> str:
     """The run id names files and tags processes on every host: a short plain word."""
     if not _RUN_ID.fullmatch(value):
-        raise click.BadParameter(
-            f"{value!r}: use 1-64 of A-Z a-z 0-9 . _ - (not starting with . _ -)", param_hint="'--run-id'"
-        )
+        raise DslaunchError(f"{value!r}: use 1-64 of A-Z a-z 0-9 . _ - (not starting with . _ -)", option="--run-id")
     return value

@@ -1,7 +1,7 @@
 """DeepSpeed launcher spellings (``deepspeed`` 0.19.8), mapped through one table to the v1 options.
 
-This area runs first: it rewrites ``values`` to the v1 names, so later areas
-only ever see v1 values, and it warns once per DeepSpeed flag used, naming
+:func:`translate` runs before any area parses: it rewrites ``values`` to the v1 names,
+so the areas only ever see v1 values, and it warns once per DeepSpeed flag used, naming
 the v1 spelling. Flags with no v1 meaning are a warned no-op or rejected.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from dslaunch.cli.draft import PlanDraft
+from dslaunch.errors import DslaunchError
 
 UNSET = object()  # a converter's answer for DeepSpeed's "use the default" values (-1, "", "None")
 
@@ -218,34 +218,35 @@ def _apply(flag: DsFlag, values: dict[str, Any], applied: dict[str, DsFlag]) -> 
     if value is UNSET:
         return
     if flag.target not in values:
-        raise click.UsageError(f"{_spelling(flag)} needs dslaunch's {flag.v1_name}, which this build does not have yet")
+        raise DslaunchError(f"{_spelling(flag)} needs dslaunch's {flag.v1_name}, which this build does not have yet")
     earlier = applied.get(flag.target)
     if earlier is not None and values[flag.target] != value:
-        raise click.UsageError(f"{_spelling(earlier)} and {_spelling(flag)} disagree: give only {flag.v1_name}")
+        raise DslaunchError(f"{_spelling(earlier)} and {_spelling(flag)} disagree: give only {flag.v1_name}")
     if _given_on_cli(flag.target) and values[flag.target] != value:
-        raise click.UsageError(f"{_spelling(flag)} and {flag.v1_name} disagree: give only {flag.v1_name}")
+        raise DslaunchError(f"{_spelling(flag)} and {flag.v1_name} disagree: give only {flag.v1_name}")
     values[flag.target] = value
     applied[flag.target] = flag
 
 
-def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
+def translate(values: dict[str, Any]) -> None:
+    """Rewrite DeepSpeed spellings in ``values`` to the v1 options (warning once per flag), before parsing."""
     applied: dict[str, DsFlag] = {}
     for flag in TABLE:
         if flag.external or not _used(flag, values):
             continue
         if flag.reject:
-            raise click.UsageError(message(flag))
+            raise DslaunchError(message(flag))
         click.echo(f"dslaunch: {message(flag)}", err=True)
         if flag.target is not None:
             _apply(flag, values, applied)
     if str(values.get("launcher", "")).lower() in _NO_V1_LAUNCHERS:
-        raise click.BadParameter(
+        raise DslaunchError(
             f"DeepSpeed's {values['launcher']!r} launcher has no dslaunch equivalent: "
             "use --launcher openmpi or --launcher mpich (or auto)",
-            param_hint="'--launcher'",
+            option="--launcher",
         )
     if _used(_BY_DEST["ds_no_ssh"], values) and values.get("node_rank") is None:
-        raise click.UsageError("--no_ssh needs --node_rank N (in dslaunch: --node-rank N): the rank of this node")
+        raise DslaunchError("--no_ssh needs --node_rank N (in dslaunch: --node-rank N): the rank of this node")
 
 
 _BY_DEST = {f.dest: f for f in TABLE}

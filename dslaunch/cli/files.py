@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import click
+from dslaunch.errors import DslaunchError
 
 
-def read_option_file(path: str, what: str, param_hint: str, *, required: bool) -> str | None:
+def read_option_file(path: str, what: str, option: str, *, required: bool) -> str | None:
     """The file's text; None when it is missing and not ``required``."""
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()
     except FileNotFoundError:
         if required:
-            raise click.BadParameter(f"{what} {path!r} does not exist", param_hint=param_hint) from None
+            raise DslaunchError(f"{what} {path!r} does not exist", option=option) from None
         return None
     except (OSError, UnicodeDecodeError) as exc:
-        raise click.BadParameter(f"cannot read {what} {path!r}: {exc}", param_hint=param_hint) from None
+        raise DslaunchError(f"cannot read {what} {path!r}: {exc}", option=option) from None

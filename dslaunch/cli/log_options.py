@@ -6,16 +6,18 @@ config's ``log_level``, validated here (exit 2) and exported to every rank.
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from typing import Any
 
 import click
 
-from dslaunch.cli.draft import PlanDraft
 from dslaunch.config import ConfigError, steps_per_print
+from dslaunch.errors import DslaunchError
 from dslaunch.logs import spec as S
+from dslaunch.plan import LaunchPlan
 
 
 def _level_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -81,30 +83,30 @@ PARAMS: list[click.Parameter] = [
 ]
 
 
-def merged_spec(cli: str | None, env_text: str | None, config: dict[str, Any]) -> S.LogSpec:
-    """CLI over env over config, per key; raises click errors naming the source."""
+def merged_spec(cli: str | None, env_text: str | None, config: Mapping[str, Any]) -> S.LogSpec:
+    """CLI over env over config, per key; errors name the source."""
     spec = S.LogSpec()
     value = config.get("log_level")
     if value is not None:
         if not isinstance(value, str):
-            raise click.BadParameter(
-                f"config key log_level must be a string spec like 'info', not {value!r}", param_hint="'--config'"
+            raise DslaunchError(
+                f"config key log_level must be a string spec like 'info', not {value!r}", option="--config"
             )
         try:
             spec = S.parse_spec(value).merged_over(spec)
         except S.SpecError as exc:
-            raise click.BadParameter(f"config key log_level: {exc}", param_hint="'--config'") from None
+            raise DslaunchError(f"config key log_level: {exc}", option="--config") from None
     if env_text and env_text.strip():
         try:
             spec = S.parse_spec(env_text).merged_over(spec)
         except S.SpecError as exc:
-            raise click.UsageError(f"environment DSLAUNCH_LOG_LEVEL={env_text!r}: {exc}") from None
+            raise DslaunchError(f"environment DSLAUNCH_LOG_LEVEL={env_text!r}: {exc}") from None
     if cli is not None:
         spec = S.parse_spec(cli).merged_over(spec)  # validated by the option callback
     return spec
 
 
-def _config_switches(config: dict[str, Any], wall_clock: bool | None) -> dict[str, bool]:
+def _config_switches(config: Mapping[str, Any], wall_clock: bool | None) -> dict[str, bool]:
     comms = config.get("comms_logger")
     return {
         "wall_clock_breakdown": bool(config.get("wall_clock_breakdown")) if wall_clock is None else wall_clock,
@@ -112,48 +114,72 @@ def _config_switches(config: dict[str, Any], wall_clock: bool | None) -> dict[st
     }
 
 
-def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
-    spec = merged_spec(values.get("log_level"), os.environ.get("DSLAUNCH_LOG_LEVEL"), draft.config)
-    fmt = (values.get("log_format") or "console").lower()
-    color = S.decide_color((values.get("log_color") or "auto").lower(), sys.stdout.isatty(), os.environ)
-    switches = _config_switches(draft.config, values.get("wall_clock_breakdown"))
-    try:
-        every = steps_per_print(draft.config)
-    except ConfigError as exc:
-        raise click.BadParameter(str(exc), param_hint="'--config'") from None
-    draft.env["DSLAUNCH_LOG_LEVEL"] = spec.canonical()
-    draft.env["DSLAUNCH_LOG_FORMAT"] = fmt
-    draft.env["DSLAUNCH_LOG_COLOR"] = "1" if color else "0"
-    draft.env["DSLAUNCH_LOG_RANKS"] = values.get("log_ranks") or "0"
-    if draft.log_dir:
-        draft.env["DSLAUNCH_LOG_DIR"] = draft.log_dir
-    for switch, on in switches.items():
-        if on:
-            draft.env[f"DSLAUNCH_{switch.upper()}"] = "1"
-    if every is not None:
-        draft.env["DSLAUNCH_STEPS_PER_PRINT"] = str(every)
+@dataclass(frozen=True)
+class LogChoices:
+    spec: S.LogSpec
+    fmt: str  # console | json
+    color: bool
+    ranks: str  # canonical --log-ranks
+    switches: tuple[str, ...]  # DSLAUNCH_<NAME>=1 for each: wall_clock_breakdown, comms_logger
+    steps_per_print: int | None
 
+    def rank_env(self, log_dir: str | None) -> dict[str, str]:
+        """What every rank needs to log as the launcher was told to."""
+        env = {
+            "DSLAUNCH_LOG_LEVEL": self.spec.canonical(),
+            "DSLAUNCH_LOG_FORMAT": self.fmt,
+            "DSLAUNCH_LOG_COLOR": "1" if self.color else "0",
+            "DSLAUNCH_LOG_RANKS": self.ranks,
+        }
+        if log_dir:
+            env["DSLAUNCH_LOG_DIR"] = log_dir
+        env.update((f"DSLAUNCH_{switch.upper()}", "1") for switch in self.switches)
+        if self.steps_per_print is not None:
+            env["DSLAUNCH_STEPS_PER_PRINT"] = str(self.steps_per_print)
+        return env
+
+
+def parse(values: Mapping[str, Any], config: Mapping[str, Any], environ: Mapping[str, str]) -> LogChoices:
+    try:
+        every = steps_per_print(config)
+    except ConfigError as exc:
+        raise DslaunchError(exc.message, option="--config") from None
+    switches = _config_switches(config, values.get("wall_clock_breakdown"))
+    return LogChoices(
+        spec=merged_spec(values.get("log_level"), environ.get("DSLAUNCH_LOG_LEVEL"), config),
+        fmt=(values.get("log_format") or "console").lower(),
+        color=S.decide_color((values.get("log_color") or "auto").lower(), sys.stdout.isatty(), environ),
+        ranks=values.get("log_ranks") or "0",
+        switches=tuple(name for name, on in switches.items() if on),
+        steps_per_print=every,
+    )
+
+
+def configure(choices: LogChoices, plan: LaunchPlan, *, dry_run: bool) -> None:
+    """Set up the launcher's own logging (a side effect: after the plan is frozen)."""
     from dslaunch.logs import _core
 
     _core.configure(
-        spec,
+        choices.spec,
         role="launcher",
-        fmt=fmt,
-        color=color,
-        log_dir=None if draft.dry_run else draft.log_dir,
-        facts={"run_id": draft.run_id},
+        fmt=choices.fmt,
+        color=choices.color,
+        log_dir=None if dry_run else plan.log_dir,
+        facts={"run_id": plan.run_id},
     )
     log = _core.get_logger("launcher")
     if log.is_enabled_for(S.INFO):
         log.info(
             "hosts chosen",
-            nodes=[f"{n.host}:{','.join(n.slots)}" for n in draft.nodes],
-            ranks=sum(len(n.ranks) for n in draft.nodes),
-            log_spec=spec.canonical(),
+            nodes=[f"{n.host}:{','.join(n.slots)}" for n in plan.nodes],
+            ranks=plan.world_size,
+            log_spec=choices.spec.canonical(),
         )
 
 
-def log_launch(launcher: str, commands: Sequence[str], env: Sequence[tuple[str, str]], secrets: set[str]) -> None:
+def log_launch(
+    launcher: str, commands: Sequence[str], env: Sequence[tuple[str, str]], secrets: AbstractSet[str]
+) -> None:
     """The launcher's record of what it runs (secrets masked)."""
     from dslaunch import masking
     from dslaunch.logs import _core

@@ -6,11 +6,14 @@ The spec reaches every rank as ``DSLAUNCH_MESH``; the rank bootstrap resolves it
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from dslaunch.cli.draft import PlanDraft
+from dslaunch.errors import DslaunchError
+from dslaunch.plan import NodePlan
 
 if TYPE_CHECKING:
     from dslaunch.mesh import MeshSpec
@@ -29,29 +32,34 @@ PARAMS: list[click.Parameter] = [
 ]
 
 
-def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
-    text = values.get("mesh")
-    if text is None and not draft.config:
-        return  # nothing to check: ranks default to pure data parallel
-    from dslaunch.mesh import MeshConfigError, locality_warnings, parse_spec, resolve, spec_from_config
+@dataclass(frozen=True)
+class MeshChoice:
+    spec: MeshSpec
+    option: str  # where it came from, for errors: --mesh or --config
 
-    spec: MeshSpec | None
+
+def parse(values: Mapping[str, Any], config: Mapping[str, Any]) -> MeshChoice | None:
+    """The mesh asked for (None: ranks default to pure data parallel); checked against the world in ``decide``."""
+    text = values.get("mesh")
+    if text is None and not config:
+        return None
+    from dslaunch.mesh import MeshConfigError, parse_spec, spec_from_config
+
+    option = "--mesh" if text is not None else "--config"
     try:
-        if text is not None:
-            spec, hint = parse_spec(text), "'--mesh'"
-        else:
-            spec, hint = spec_from_config(draft.config), "'--config'"
+        spec = parse_spec(text) if text is not None else spec_from_config(config)
     except MeshConfigError as exc:
-        raise click.BadParameter(str(exc), param_hint="'--mesh'" if text is not None else "'--config'") from None
-    if spec is None:
-        return
-    world = sum(node.nproc for node in draft.nodes)
-    if world:
-        try:
-            layout = resolve(spec, world)
-        except MeshConfigError as exc:
-            raise click.BadParameter(f"{exc} (the plan has {world} ranks)", param_hint=hint) from None
-        per_node = min(node.nproc for node in draft.nodes)
-        for warning in locality_warnings(layout, per_node):
-            click.echo(f"dslaunch: warning: {warning}", err=True)
-    draft.env["DSLAUNCH_MESH"] = spec.text()
+        raise DslaunchError(exc.message, option=option) from None
+    return None if spec is None else MeshChoice(spec, option)
+
+
+def check(choice: MeshChoice, nodes: Sequence[NodePlan]) -> list[str]:
+    """Resolve the mesh for the plan's world size (errors name the option); the locality warnings."""
+    from dslaunch.mesh import MeshConfigError, locality_warnings, resolve
+
+    world = sum(node.nproc for node in nodes)
+    try:
+        layout = resolve(choice.spec, world)
+    except MeshConfigError as exc:
+        raise DslaunchError(f"{exc.message} (the plan has {world} ranks)", option=choice.option) from None
+    return [f"dslaunch: warning: {w}" for w in locality_warnings(layout, min(node.nproc for node in nodes))]

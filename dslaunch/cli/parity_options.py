@@ -5,17 +5,14 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import click
 
 from dslaunch import binding
-from dslaunch.cli.core_options import LOCAL_NAMES
-from dslaunch.cli.draft import PlanDraft
-
-REMOTE_LAUNCHERS = ("pdsh", "ssh")  # what --force-multi picks, in choose_launcher's order
-LAUNCHER_ARGS_USERS = ("openmpi", "mpich", "slurm")  # runners that read runner_options["launcher_args"]
+from dslaunch.errors import DslaunchError
 
 PARAMS: list[click.Parameter] = [
     click.Option(
@@ -50,32 +47,58 @@ PARAMS: list[click.Parameter] = [
 ]
 
 
-def _shown(launcher: str) -> str:
-    return "auto (local, pdsh or ssh here)" if launcher == "auto" else launcher
+@dataclass(frozen=True)
+class ParityChoices:
+    local_rank_arg: bool
+    bind_cores: tuple[int, ...] | None  # None: no binding; (): the node's usable cores
+    save_pid: str | None
+    force_multi: bool
+    launcher_args: tuple[str, ...]
 
 
-def _core_list(values: dict[str, Any], draft: PlanDraft) -> list[int] | None:
+def parse(values: Mapping[str, Any]) -> ParityChoices:
+    return ParityChoices(
+        local_rank_arg=bool(values.get("local_rank_arg")),
+        bind_cores=_core_list(values),
+        save_pid=values.get("save_pid") or None,
+        force_multi=bool(values.get("force_multi")),
+        launcher_args=split_launcher_args(values.get("launcher_args")),
+    )
+
+
+def split_launcher_args(raw: str | None) -> tuple[str, ...]:
+    if not raw:
+        return ()
+    try:
+        return tuple(shlex.split(raw))
+    except ValueError as exc:
+        raise DslaunchError(f"cannot split {raw!r}: {exc}", option="--launcher-args") from None
+
+
+def _core_list(values: Mapping[str, Any]) -> tuple[int, ...] | None:
     text = values.get("bind_core_list")
     if not values.get("bind_cores_to_rank"):
         if text:
-            raise click.UsageError("--bind-core-list needs --bind-cores-to-rank")
+            raise DslaunchError("--bind-core-list needs --bind-cores-to-rank")
         return None
     try:
-        cores = list(binding.parse_core_list(text)) if text else []
+        return binding.parse_core_list(text) if text else ()
     except binding.CoreListError as exc:
-        raise click.BadParameter(str(exc), param_hint="'--bind-core-list'") from None
-    most = max(node.nproc for node in draft.nodes)
-    if cores and len(cores) < most:
-        raise click.BadParameter(
-            f"{len(cores)} core(s) cannot give each of {most} ranks a core of its own", param_hint="'--bind-core-list'"
+        raise DslaunchError(exc.message, option="--bind-core-list") from None
+
+
+def check_core_list(cores: tuple[int, ...], most_ranks: int, *, need_numactl: bool) -> None:
+    """Enough cores for the busiest node; numactl present when ranks start on this machine."""
+    if cores and len(cores) < most_ranks:
+        raise DslaunchError(
+            f"{len(cores)} core(s) cannot give each of {most_ranks} ranks a core of its own", option="--bind-core-list"
         )
-    local_only = draft.launcher in ("auto", "local") and all(n.host in LOCAL_NAMES for n in draft.nodes)
-    if local_only and not draft.dry_run and shutil.which("numactl") is None:
-        raise click.UsageError("--bind-cores-to-rank needs numactl on PATH (apt-get install numactl)")
-    return cores
+    if need_numactl and shutil.which("numactl") is None:
+        raise DslaunchError("--bind-cores-to-rank needs numactl on PATH (apt-get install numactl)")
 
 
-def _pid_file(path: str) -> None:
+def write_pid_file(path: str) -> None:
+    """Write the launcher's pid to ``path`` for the job's lifetime (a side effect: after the plan is frozen)."""
     path = os.path.abspath(path)
     # Written aside, then hard-linked into place: a reader never sees the file empty, and an
     # existing one is never replaced (link fails like open(..., "x") would).
@@ -85,11 +108,9 @@ def _pid_file(path: str) -> None:
             f.write(f"{os.getpid()}\n")
         os.link(partial, path)
     except FileExistsError:
-        raise click.BadParameter(
-            f"pid file {path!r} already exists: is another job running?", param_hint="'--save-pid'"
-        ) from None
+        raise DslaunchError(f"pid file {path!r} already exists: is another job running?", option="--save-pid") from None
     except OSError as exc:
-        raise click.BadParameter(f"cannot write pid file {path!r}: {exc.strerror}", param_hint="'--save-pid'") from None
+        raise DslaunchError(f"cannot write pid file {path!r}: {exc.strerror}", option="--save-pid") from None
     finally:
         try:
             os.unlink(partial)
@@ -103,37 +124,3 @@ def _pid_file(path: str) -> None:
             pass
 
     click.get_current_context().call_on_close(remove)
-
-
-def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
-    if values.get("local_rank_arg"):
-        assert draft.program is not None
-        draft.program = replace(draft.program, local_rank_arg=True)
-    cores = _core_list(values, draft)
-    if cores is not None:
-        draft.runner_options["bind_cores"] = cores
-    if values.get("launcher_args"):
-        try:
-            draft.runner_options["launcher_args"] = shlex.split(values["launcher_args"])
-        except ValueError as exc:
-            raise click.BadParameter(
-                f"cannot split {values['launcher_args']!r}: {exc}", param_hint="'--launcher-args'"
-            ) from None
-        if draft.launcher not in LAUNCHER_ARGS_USERS:
-            click.echo(
-                f"dslaunch: warning: --launcher-args is only used by the {', '.join(LAUNCHER_ARGS_USERS)} "
-                f"launchers; ignored with --launcher {_shown(draft.launcher)}",
-                err=True,
-            )
-    if values.get("force_multi") and draft.launcher == "auto":
-        from dslaunch.runners import RUNNERS
-
-        found = [name for name in REMOTE_LAUNCHERS if name in RUNNERS and (name != "pdsh" or shutil.which("pdsh"))]
-        if not found:
-            raise click.UsageError(
-                f"--force-multi needs a remote launcher ({', '.join(REMOTE_LAUNCHERS)}); "
-                f"known launchers: {', '.join(sorted(RUNNERS))}"
-            )
-        draft.launcher = found[0]
-    if values.get("save_pid") and not draft.dry_run:
-        _pid_file(values["save_pid"])

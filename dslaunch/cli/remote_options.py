@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import click
 
-from dslaunch.cli.draft import PlanDraft
 from dslaunch.cli.files import read_option_file
-from dslaunch.masking import is_secret_name
+from dslaunch.errors import DslaunchError
+from dslaunch.plan import RemoteSettings
 
 PARAMS: list[click.Parameter] = [
     click.Option(
@@ -86,131 +87,99 @@ PARAMS: list[click.Parameter] = [
 ]
 
 
-def is_remote(draft: PlanDraft) -> bool:
-    from dslaunch.cli.core_options import LOCAL_NAMES
+@dataclass(frozen=True)
+class RemoteChoices:
+    fanout: int
+    venv_script: str | None
+    ssh_config: str | None  # --ssh-config as given; checked only when hosts are remote
+    ssh_port: int | None
+    accept_new_hosts: bool
+    connect_timeout: float
+    remote_python: str | None
+    remote_cwd: str | None
+    explicit_env: tuple[tuple[str, str], ...]  # --env-file lines, then --export, in order
+    node_rank: int | None
+    preflight: bool
 
-    return draft.launcher in ("ssh", "pdsh") or any(n.host not in LOCAL_NAMES for n in draft.nodes)
+    def settings(self, ssh_config: str | None) -> RemoteSettings:
+        return RemoteSettings(
+            fanout=self.fanout,
+            venv_script=self.venv_script,
+            ssh_config=ssh_config,
+            ssh_port=self.ssh_port,
+            accept_new_hosts=self.accept_new_hosts,
+            connect_timeout=self.connect_timeout,
+        )
 
 
-def _read_env_file(path: str, explicit: bool) -> dict[str, str]:
+def parse(values: Mapping[str, Any], environ: Mapping[str, str]) -> RemoteChoices:
     from dslaunch.remote import envs  # keep --help and local launches lean
 
-    text = read_option_file(path, "env file", "'--env-file'", required=explicit)
+    explicit: list[tuple[str, str]] = []
+    for path in values.get("env_files") or ():
+        explicit += read_env_file(os.path.abspath(path), explicit=True).items()
+    for spec in values.get("exports") or ():
+        try:
+            item = envs.parse_export(spec, environ)
+        except envs.EnvError as exc:
+            raise DslaunchError(exc.message, option="--export") from None
+        explicit.append((item.name, item.value))
+    return RemoteChoices(
+        fanout=values["fanout"],
+        venv_script=values.get("venv_script"),
+        ssh_config=values.get("ssh_config"),
+        ssh_port=values.get("ssh_port"),
+        accept_new_hosts=bool(values.get("ssh_accept_new_hosts")),
+        connect_timeout=values["ssh_connect_timeout"],
+        remote_python=values.get("remote_python"),
+        remote_cwd=values.get("remote_cwd"),
+        explicit_env=tuple(explicit),
+        node_rank=values.get("node_rank"),
+        preflight=bool(values.get("preflight")),
+    )
+
+
+def read_env_file(path: str, explicit: bool) -> dict[str, str]:
+    from dslaunch.remote import envs
+
+    text = read_option_file(path, "env file", "--env-file", required=explicit)
     if text is None:
         return {}
     try:
         return envs.parse_env_file(text, path)
     except envs.EnvError as exc:
-        raise click.BadParameter(
-            f"{exc} (lines are NAME=VALUE, '#' comments, optional quotes)", param_hint="'--env-file'"
+        raise DslaunchError(
+            f"{exc.message} (lines are NAME=VALUE, '#' comments, optional quotes)", option="--env-file"
         ) from None
 
 
-def _exports(values: dict[str, Any], draft: PlanDraft, remote: bool) -> None:
+def implicit_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """What a multi-node DeepSpeed job sends without being asked: DS-prefixed variables, .deepspeed_env files."""
     from dslaunch.remote import envs
 
-    environ = dict(os.environ)
-    implicit: dict[str, str] = {}
-    if remote:
-        implicit.update(envs.prefixed_exports(environ))
-        for path in envs.env_file_paths(environ, os.path.expanduser("~"), os.getcwd()):
-            implicit.update(_read_env_file(path, explicit=False))
-    explicit: dict[str, str] = {}
-    for path in values.get("env_files") or ():
-        explicit.update(_read_env_file(os.path.abspath(path), explicit=True))
-    for spec in values.get("exports") or ():
-        try:
-            item = envs.parse_export(spec, environ)
-        except envs.EnvError as exc:
-            raise click.BadParameter(str(exc), param_hint="'--export'") from None
-        explicit[item.name] = item.value
-    for name, value in implicit.items():
-        draft.env.setdefault(name, value)
-    draft.env.update(explicit)
-    for name, value in {**implicit, **explicit}.items():
-        if is_secret_name(name) and value:
-            draft.secrets.add(value)
+    found = envs.prefixed_exports(environ)
+    for path in envs.env_file_paths(environ, os.path.expanduser("~"), os.getcwd()):
+        found.update(read_env_file(path, explicit=False))
+    return found
 
 
-def _check_hosts(draft: PlanDraft) -> None:
+def check_hosts(hosts: Sequence[str]) -> None:
     from dslaunch.remote.sshconfig import valid_host
 
-    bad = [n.host for n in draft.nodes if not valid_host(n.host)]
+    bad = [host for host in hosts if not valid_host(host)]
     if bad:
-        raise click.UsageError(
+        raise DslaunchError(
             f"host name {bad[0]!r} is not valid for a remote launch: use a host name, an IP address "
             "or user@host (letters, digits, '.', '-', '_'; not starting with '-')"
         )
 
 
-def _ssh_config(values: dict[str, Any]) -> str | None:
+def ssh_config_path(given: str | None) -> str | None:
+    """The ssh client config remote runners use: --ssh-config (checked), else the default one."""
     from dslaunch.remote.sshconfig import default_config_path
 
-    path: str | None = values.get("ssh_config")
-    if path is None:
+    if given is None:
         return default_config_path()
-    if not os.path.exists(path) or os.path.isdir(path):  # /dev/null is a valid "no config", as for ssh -F
-        raise click.BadParameter(f"ssh config {path!r} does not exist or is a directory", param_hint="'--ssh-config'")
-    return os.path.abspath(path)
-
-
-def _manual_node(values: dict[str, Any], draft: PlanDraft) -> None:
-    node_rank = values["node_rank"]
-    if node_rank >= len(draft.nodes):
-        raise click.BadParameter(
-            f"{node_rank} is not a node of this plan: valid node ranks are 0..{len(draft.nodes) - 1}",
-            param_hint="'--node-rank'",
-        )
-    if draft.master_port == 0:
-        raise click.BadParameter(
-            "every node must agree on the port: give a fixed --master-port with --node-rank",
-            param_hint="'--master-port'",
-        )
-    draft.launcher = "node"
-    draft.runner_options["node_rank"] = node_rank
-
-
-def contribute(values: dict[str, Any], draft: PlanDraft) -> None:
-    remote = is_remote(draft)
-    config = None
-    if remote:
-        _check_hosts(draft)
-        config = _ssh_config(values)
-        if not values.get("master_addr") and values.get("node_rank") is None:
-            from dslaunch.remote.sshconfig import resolve_address
-
-            draft.master_addr = resolve_address(draft.nodes[0].host, config)
-    assert draft.program is not None
-    if values.get("remote_python"):
-        draft.program = dataclasses.replace(draft.program, python=values["remote_python"])
-    if values.get("remote_cwd"):
-        draft.cwd = values["remote_cwd"]
-    _exports(values, draft, remote)
-    from dslaunch.remote.command import RemoteSettings
-
-    settings = RemoteSettings(
-        fanout=values["fanout"],
-        venv_script=values.get("venv_script"),
-        ssh_config=config,
-        ssh_port=values.get("ssh_port"),
-        accept_new_hosts=bool(values.get("ssh_accept_new_hosts")),
-        connect_timeout=values["ssh_connect_timeout"],
-    )
-    draft.runner_options["remote"] = dataclasses.asdict(settings)
-    if values.get("node_rank") is not None:
-        _manual_node(values, draft)
-    if values.get("preflight"):
-        _preflight(draft)
-
-
-def _preflight(draft: PlanDraft) -> None:
-    """Check every host of the plan (SCRIPT optional) and exit 0 if all are usable, else 1."""
-    from dslaunch.cli.command import choose_launcher
-    from dslaunch.runners.preflight import run_preflight
-
-    if draft.program is not None and draft.program.target is None:
-        draft.program = dataclasses.replace(draft.program, target="-")
-    draft.launcher = choose_launcher(draft)
-    code, report = run_preflight(draft.freeze())
-    click.echo(report)
-    click.get_current_context().exit(code)
+    if not os.path.exists(given) or os.path.isdir(given):  # /dev/null is a valid "no config", as for ssh -F
+        raise DslaunchError(f"ssh config {given!r} does not exist or is a directory", option="--ssh-config")
+    return os.path.abspath(given)

@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from dslaunch.errors import DslaunchError
+
 DEBUG, INFO, WARNING, ERROR, CRITICAL, OFF = 10, 20, 30, 40, 50, 100
 LEVELS: dict[str, int] = {
     "debug": DEBUG,
@@ -49,7 +51,7 @@ _QNAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _HINT = "(run `dslaunch --log-level help`; any stdlib logger: py:NAME=LEVEL)"
 
 
-class SpecError(ValueError):
+class SpecError(DslaunchError):
     """A bad logging spec; the message names the bad item and what is valid."""
 
 

@@ -10,28 +10,11 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from dslaunch.plan import LaunchPlan
 
 # Exported variables the agent process itself needs (to import dslaunch, say), not only its ranks.
 AGENT_ENV_NAMES = ("PYTHONPATH",)
-
-
-@dataclass(frozen=True)
-class RemoteSettings:
-    """The runner options of the ssh and pdsh launchers (``plan.option('remote')``)."""
-
-    fanout: int = 32
-    venv_script: str | None = None
-    ssh_config: str | None = None
-    ssh_port: int | None = None
-    accept_new_hosts: bool = False
-    connect_timeout: float = 10.0
-
-    @staticmethod
-    def of(plan: LaunchPlan) -> RemoteSettings:
-        return RemoteSettings(**(plan.option("remote") or {}))
 
 
 def agent_command(

@@ -7,6 +7,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from dslaunch.errors import DslaunchError
+
 # DeepSpeed's EXPORT_ENVS + the CUDA accelerator's NCCL, plus what users keep asking for.
 EXPORT_PREFIXES: tuple[str, ...] = (
     "DSLAUNCH_",
@@ -40,7 +42,7 @@ DEFAULT_ENV_FILE = ".deepspeed_env"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class EnvError(ValueError):
+class EnvError(DslaunchError):
     """A bad ``--export`` value or env-file line; the message says what is valid."""
 
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 
 from dslaunch import _prctl, wire
+from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan
 from dslaunch.remote.common import START_FAILED
 from dslaunch.runners.supervise import supervise_and_report
@@ -137,6 +138,8 @@ class LocalRunner:
         return [f"node agent {n.node_rank} ({n.host}): forked from the launcher on this machine" for n in plan.nodes]
 
     def run(self, plan: LaunchPlan) -> int:
+        if plan.master_port == 0:
+            plan = plan.with_port(port_on_this_machine(plan.master_addr))
         handles = []
         _prctl.load()
         try:
@@ -148,6 +151,14 @@ class LocalRunner:
             print(f"dslaunch: cannot start the node agent: {exc}", file=sys.stderr)
             return START_FAILED
         return supervise_and_report(plan, handles)
+
+
+def port_on_this_machine(addr: str) -> int:
+    """A free port for ``--master-port 0`` when the master is this machine (local and MPI runners)."""
+    try:
+        return free_port(addr)
+    except OSError as exc:
+        raise DslaunchError(f"cannot pick a free port on {addr!r}: {exc}", option="--master-addr") from None
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from dslaunch import wire
 from dslaunch.agent.supervisor import set_parent_death_signal
-from dslaunch.plan import LaunchPlan
+from dslaunch.errors import DslaunchError
+from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote.common import START_FAILED
 from dslaunch.runners.supervise import supervise_and_report
 
@@ -41,8 +42,8 @@ OPENMPI = Flavour("openmpi", ("mpirun.openmpi", "mpirun"), "apt-get install open
 MPICH = Flavour("mpich", ("mpiexec.hydra", "mpiexec.mpich", "mpirun.mpich"), "apt-get install mpich")
 
 
-class MpiError(RuntimeError):
-    pass
+class MpiError(DslaunchError):
+    """A plan MPI cannot run (exit 2, like any user error)."""
 
 
 def _check_hosts(plan: LaunchPlan) -> None:
@@ -69,24 +70,24 @@ def _exports(plan: LaunchPlan) -> list[str]:
     return names
 
 
-def _ssh_args(remote: dict[str, object]) -> str:
-    """The remote area's ssh settings as Open MPI's ssh arguments (it splits them on spaces)."""
+def _ssh_args(remote: RemoteSettings) -> str:
+    """The remote settings as Open MPI's ssh arguments (it splits them on spaces)."""
     parts = []
-    if remote.get("ssh_config"):
-        parts.append(f"-F {remote['ssh_config']}")
-    if remote.get("ssh_port"):
-        parts.append(f"-p {remote['ssh_port']}")
+    if remote.ssh_config:
+        parts.append(f"-F {remote.ssh_config}")
+    if remote.ssh_port:
+        parts.append(f"-p {remote.ssh_port}")
     return " ".join(parts)
 
 
 def ssh_wrapper_text(plan: LaunchPlan) -> str | None:
     """Hydra takes no ssh arguments, only an ssh program: a per-job wrapper adds them."""
-    remote = plan.option("remote") or {}
+    remote = plan.remote
     args = ["ssh"]
-    if remote.get("ssh_config"):
-        args += ["-F", str(remote["ssh_config"])]
-    if remote.get("ssh_port"):
-        args += ["-p", str(remote["ssh_port"])]
+    if remote.ssh_config:
+        args += ["-F", remote.ssh_config]
+    if remote.ssh_port:
+        args += ["-p", str(remote.ssh_port)]
     return None if len(args) == 1 else f'#!/bin/sh\nexec {shlex.join(args)} "$@"\n'
 
 
@@ -100,11 +101,11 @@ def mpi_argv(
 ) -> list[str]:
     """The full mpirun/mpiexec command line (pure, apart from the exported names)."""
     nodes = str(len(plan.nodes))
-    extra = list(plan.option("launcher_args", []))
+    extra = list(plan.launcher_args)
     exports = _exports(plan)
     if flavour is OPENMPI:
         argv = [program, "-n", nodes, "--hostfile", hostfile, "--map-by", "slot", "--bind-to", "none"]
-        rsh = _ssh_args(plan.option("remote") or {})
+        rsh = _ssh_args(plan.remote)
         if rsh:
             argv += ["--mca", "plm_rsh_args", rsh]
         for name in exports:
@@ -147,9 +148,9 @@ def _with_port(plan: LaunchPlan) -> LaunchPlan:
         raise MpiError(
             f"--master-port 0 needs the master on this machine, not {plan.master_addr!r}: give a fixed --master-port"
         )
-    from dslaunch.runners.local import free_port
+    from dslaunch.runners.local import port_on_this_machine
 
-    return plan.with_port(free_port(plan.master_addr))
+    return plan.with_port(port_on_this_machine(plan.master_addr))
 
 
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})

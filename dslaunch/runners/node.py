@@ -11,9 +11,9 @@ class NodeRunner:
     name = "node"
 
     def describe(self, plan: LaunchPlan) -> list[str]:
-        node_rank = int(plan.option("node_rank", 0))
+        node_rank = plan.manual_node or 0
         return [f"node agent {node_rank}: forked from the launcher on this machine (this node only; no ssh)"]
 
     def run(self, plan: LaunchPlan) -> int:
-        node_rank = int(plan.option("node_rank", 0))
+        node_rank = plan.manual_node or 0
         return supervise_and_report(plan, [LocalAgent(plan, node_rank)])

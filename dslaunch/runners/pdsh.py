@@ -24,9 +24,9 @@ from collections.abc import Iterator, Sequence
 
 from dslaunch import wire
 from dslaunch.agent.supervisor import set_parent_death_signal
-from dslaunch.plan import LaunchPlan
+from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import common, stage
-from dslaunch.remote.command import RemoteSettings, agent_command
+from dslaunch.remote.command import agent_command
 from dslaunch.remote.sshconfig import default_config_path
 from dslaunch.runners.remote_base import RemoteRunner
 from dslaunch.runners.supervise import supervise_and_report
@@ -209,7 +209,7 @@ class PdshRunner(RemoteRunner):
         self._env: dict[str, str] = {}
 
     def describe(self, plan: LaunchPlan) -> list[str]:
-        settings = RemoteSettings.of(plan)
+        settings = plan.remote
         argv = pdsh_argv(plan, settings)
         staged = f"  # plan staged first over ssh to ~/{stage.plan_path(plan.run_id, 'N')} (0600) on each host"
         return [f"PDSH_SSH_ARGS_APPEND={shlex.quote(' '.join(ssh_args(settings)))} {shlex.join(argv)}{staged}"]
@@ -231,7 +231,7 @@ class PdshRunner(RemoteRunner):
         return done.returncode, done.stdout, done.stderr
 
     def run(self, plan: LaunchPlan) -> int:
-        settings = RemoteSettings.of(plan)
+        settings = plan.remote
         try:
             env = self._env = pdsh_env(settings, dict(os.environ))
         except ValueError as exc:

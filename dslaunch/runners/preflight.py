@@ -19,10 +19,9 @@ def _run_local(command: str, timeout: float) -> tuple[int | None, str, str]:
 
 
 def _results_ssh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, str, str]]:
-    from dslaunch.remote.command import RemoteSettings
     from dslaunch.runners.ssh import connect_all, run_on
 
-    settings = RemoteSettings.of(plan)
+    settings = plan.remote
     conns, failures = connect_all(plan, settings)
     results: dict[int, tuple[int | None, str, str]] = {}
     for node in plan.nodes:
@@ -44,10 +43,9 @@ def _results_ssh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, 
 
 
 def _results_pdsh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, str, str]]:
-    from dslaunch.remote.command import RemoteSettings
     from dslaunch.runners.pdsh import pdsh_command, pdsh_env
 
-    settings = RemoteSettings.of(plan)
+    settings = plan.remote
     argv = pdsh_command(settings, [n.host for n in plan.nodes], command.replace("%", "%%"))
     done = subprocess.run(
         argv,

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from dslaunch.plan import LaunchPlan
+from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import common
-from dslaunch.remote.command import RemoteSettings, reap_command
+from dslaunch.remote.command import reap_command
 
 START_FAILED = common.START_FAILED
 

@@ -1,6 +1,6 @@
 """``--launcher slurm``: srun one task per node from an allocation, or act inside an srun step.
 
-The mode is the plan's ``slurm_mode`` runner option, set by ``cli/slurm_options``:
+The mode is the plan's ``slurm.mode``, set by ``cli/slurm_hosts``:
 ``srun`` (run the srun line and wait for it), ``node`` (this srun task is its
 node's agent) or ``rank`` (this srun task becomes one rank).
 """
@@ -26,8 +26,8 @@ _RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal
 def srun_line(plan: LaunchPlan) -> list[str]:
     return srun.srun_argv(
         plan,
-        exclude=plan.option("slurm_exclude", ()),
-        launcher_args=plan.option("slurm_launcher_args", ()),
+        exclude=plan.slurm.exclude,
+        launcher_args=plan.launcher_args,
         environ=os.environ,
     )
 
@@ -36,7 +36,7 @@ class SlurmRunner:
     name = "slurm"
 
     def describe(self, plan: LaunchPlan) -> list[str]:
-        mode = plan.option("slurm_mode", "srun")
+        mode = plan.slurm.mode
         if mode == "srun":
             return [shlex.join(srun_line(plan)) + f"  # plan in ${wire.PLAN_VAR}"]
         if mode == "node":
@@ -50,7 +50,7 @@ class SlurmRunner:
         return ["this srun task becomes its rank: " + shlex.join(rank_argv(plan, 0))]
 
     def run(self, plan: LaunchPlan) -> int:
-        mode = plan.option("slurm_mode", "srun")
+        mode = plan.slurm.mode
         if mode == "node":
             return slurm_step.run_node(plan)
         if mode == "rank":

@@ -63,7 +63,7 @@ class StepAgent(LocalAgent):
 
     def __init__(self, plan: LaunchPlan, node_rank: int) -> None:
         super().__init__(plan, node_rank)
-        self.relay_user_signals = not plan.option(layout.SIGNALS_OPTION, False)
+        self.relay_user_signals = not plan.slurm.signals_ranks
 
     def signal(self, signum: int) -> None:
         if self.relay_user_signals or signum not in (signal.SIGUSR1, signal.SIGUSR2):

@@ -15,9 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from dslaunch import wire
-from dslaunch.plan import LaunchPlan
+from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import common
-from dslaunch.remote.command import RemoteSettings, agent_command
+from dslaunch.remote.command import agent_command
 from dslaunch.runners.remote_base import RemoteRunner
 from dslaunch.runners.supervise import supervise_and_report
 
@@ -122,7 +122,7 @@ class SshRunner(RemoteRunner):
         self._conns: dict[str, Any] = {}
 
     def describe(self, plan: LaunchPlan) -> list[str]:
-        settings = RemoteSettings.of(plan)
+        settings = plan.remote
         return [
             f"ssh {n.host}  {agent_command(plan, n.node_rank, venv_script=settings.venv_script)}  < plan on stdin"
             for n in plan.nodes
@@ -144,7 +144,7 @@ class SshRunner(RemoteRunner):
         return run_on(conn, command, timeout)
 
     def run(self, plan: LaunchPlan) -> int:
-        settings = self._settings = RemoteSettings.of(plan)
+        settings = self._settings = plan.remote
         conns, failures = connect_all(plan, settings)
         self._conns = {plan.node(rank).host: conn for rank, conn in conns.items()}
         handles: list[SshAgent] = []

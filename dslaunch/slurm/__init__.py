@@ -1,7 +1,7 @@
 """Slurm support: hostlists, the task layout of a step, port derivation and srun lines.
 
 Everything here is pure and imports nothing heavy; the CLI area
-(``dslaunch.cli.slurm_options``) and the runners (``dslaunch.runners.slurm``,
+(``dslaunch.cli.slurm_hosts``) and the runners (``dslaunch.runners.slurm``,
 ``dslaunch.runners.slurm_step``) put it to work. ``python -m dslaunch.slurm``
 (``__main__``, what each task of the runner's srun step runs) is the one entry
 point here that uses the runners.

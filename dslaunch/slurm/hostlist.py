@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import itertools
 
+from dslaunch.errors import DslaunchError
+
 MAX_HOSTS = 1_000_000  # refuse absurd expansions instead of eating memory
 
 
-class HostlistError(ValueError):
+class HostlistError(DslaunchError):
     pass
 
 

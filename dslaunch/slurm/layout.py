@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from dslaunch.errors import DslaunchError
 from dslaunch.plan import NodePlan
 from dslaunch.slurm import hostlist
 
@@ -15,14 +16,8 @@ PORT_BASE = 20000
 PORT_SPAN = 12000
 _STEPS_PER_JOB = 16
 
-# Plan option read by the node agent: Slurm (proctrack cgroup or linuxproc) already delivers
-# USR1/USR2 to every process of a step, so relaying them would signal each rank twice.
-# DSLAUNCH_SLURM_FORWARD_SIGNALS=1 turns relaying back on, for proctrack/pgid, which signals
-# only the task's process group (the ranks run in sessions of their own).
-SIGNALS_OPTION = "scheduler_signals_ranks"
 
-
-class SlurmLayoutError(ValueError):
+class SlurmLayoutError(DslaunchError):
     pass
 
 
@@ -133,6 +128,13 @@ def read_step(env: Mapping[str, str]) -> SlurmStep:
 
 
 def slurm_signals_ranks(env: Mapping[str, str]) -> bool:
+    """Whether Slurm signals every rank itself (plan ``slurm.signals_ranks``, read by the node agent).
+
+    Slurm (proctrack cgroup or linuxproc) already delivers USR1/USR2 to every process of a step,
+    so relaying them would signal each rank twice. DSLAUNCH_SLURM_FORWARD_SIGNALS=1 turns relaying
+    back on, for proctrack/pgid, which signals only the task's process group (the ranks run in
+    sessions of their own).
+    """
     return env.get("DSLAUNCH_SLURM_FORWARD_SIGNALS", "0") in ("", "0")
 
 

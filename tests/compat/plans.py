@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-import importlib
 import json
+import os
 from collections.abc import Sequence
 from typing import Any
 
 from dslaunch.cli import command
-from dslaunch.cli.draft import PlanDraft
 from dslaunch.plan import LaunchPlan
 
 
 def plan_of(args: Sequence[str]) -> LaunchPlan:
-    """The plan ``dslaunch ARGS`` would run (click errors propagate as click exceptions)."""
+    """The plan ``dslaunch ARGS`` would run (user errors propagate as click exceptions)."""
     cmd = command.build_command()
-    with cmd.make_context("dslaunch", list(args)) as ctx:
-        values: dict[str, Any] = dict(ctx.params)
-        draft = PlanDraft()
-        for area in command.AREAS:
-            importlib.import_module(area).contribute(values, draft)
-        draft.launcher = command.choose_launcher(draft)
-        return draft.freeze()
+    with cmd.make_context("dslaunch", list(args)) as ctx, command.user_errors():
+        return command.decided(command.choices_of(dict(ctx.params), os.environ)).plan
 
 
 def comparable(plan: LaunchPlan) -> dict[str, Any]:

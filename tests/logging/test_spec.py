@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import click
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dslaunch.cli.log_options import merged_spec
+from dslaunch.errors import DslaunchError
 from dslaunch.logs import spec as S
 
 GOOD = [
@@ -116,11 +116,13 @@ def test_precedence_cli_over_env_over_config(cli: str | None, env: str | None, c
 
 
 def test_bad_env_and_config_name_their_source() -> None:
-    with pytest.raises(click.UsageError, match="DSLAUNCH_LOG_LEVEL"):
+    with pytest.raises(DslaunchError, match="DSLAUNCH_LOG_LEVEL") as env_error:
         merged_spec(None, "com=debug", {})
-    with pytest.raises(click.BadParameter, match="log_level"):
+    assert env_error.value.option is None
+    with pytest.raises(DslaunchError, match="log_level") as config_error:
         merged_spec(None, None, {"log_level": "loud"})
-    with pytest.raises(click.BadParameter, match="must be a string"):
+    assert config_error.value.option == "--config"
+    with pytest.raises(DslaunchError, match="must be a string"):
         merged_spec(None, None, {"log_level": 10})
 
 

@@ -9,11 +9,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from dslaunch.plan import LaunchPlan, NodePlan, Program
+from dslaunch.plan import LaunchPlan, NodePlan, Program, RemoteSettings
 from dslaunch.runners import mpi
 from tests.helpers import DSLAUNCH, job_processes, wait_until_gone
 
@@ -30,7 +32,7 @@ def _need(flavour: mpi.Flavour) -> None:
     pytest.skip(why)
 
 
-def _plan(hosts: list[str], **options: object) -> LaunchPlan:
+def _plan(hosts: list[str], launcher_args: Sequence[str] = (), remote: dict[str, Any] | None = None) -> LaunchPlan:
     nodes = tuple(NodePlan(h, i, ("0",), (i,)) for i, h in enumerate(hosts))
     return LaunchPlan(
         launcher="openmpi",
@@ -40,7 +42,8 @@ def _plan(hosts: list[str], **options: object) -> LaunchPlan:
         master_port=29500,
         program=Program("train.py"),
         cwd="/work dir",
-        runner_options=tuple(options.items()),
+        launcher_args=tuple(launcher_args),
+        remote=RemoteSettings(**(remote or {})),
     )
 
 

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dslaunch.plan import LaunchPlan, NodePlan, Program
+from dslaunch.plan import LaunchPlan, NodePlan, Program, RemoteSettings
 from dslaunch.remote import envs, preflight
-from dslaunch.remote.command import RemoteSettings, agent_command
+from dslaunch.remote.command import agent_command
 from dslaunch.remote.sshconfig import resolve, valid_host
 from dslaunch.runners.pdsh import pdsh_argv, pdsh_env
 

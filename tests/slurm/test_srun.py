@@ -16,7 +16,7 @@ from dslaunch.slurm.__main__ import _with_local_gpus
 from dslaunch.slurm.step import node_rank_of
 
 
-def _plan(args: tuple[str, ...] = (), **options: object) -> LaunchPlan:
+def _plan(args: tuple[str, ...] = (), launcher_args: tuple[str, ...] = ()) -> LaunchPlan:
     return LaunchPlan(
         launcher="slurm",
         run_id="r7",
@@ -25,7 +25,7 @@ def _plan(args: tuple[str, ...] = (), **options: object) -> LaunchPlan:
         master_port=0,
         program=Program("train.py", args, python="/venv/bin/python"),
         env=(("DSLAUNCH_LOG_LEVEL", "info"),),
-        runner_options=tuple(sorted({"slurm_mode": "srun", **options}.items())),
+        launcher_args=launcher_args,
     )
 
 
@@ -72,7 +72,7 @@ def test_a_narrowed_slurm_export_still_carries_the_plan(export: str | None, opti
 
 
 def test_dry_run_line_is_shell_quoted_and_hides_the_plan() -> None:
-    plan = _plan(("; rm -rf /",), slurm_launcher_args=["--comment=a b;c"])
+    plan = _plan(("; rm -rf /",), launcher_args=("--comment=a b;c",))
     (line,) = SlurmRunner().describe(plan)
     command, _, note = line.partition("  # ")
     assert note == "plan in $DSLAUNCH_PLAN_B64"

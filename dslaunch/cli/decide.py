@@ -1,0 +1,194 @@
+"""The one place that turns parsed options into the frozen :class:`LaunchPlan`.
+
+Each option area parses its own options into a small record; :func:`decide` reads
+them in one order: where Slurm stands, the hosts, the launcher, the address, the
+port, then the rank environment and the checks that need the whole plan. It only
+reads (files, the environment, PATH, ssh config); what changes the world (logging
+set-up, the pid file, preflight, the launch itself) happens after it returns.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from dslaunch import hostfile
+from dslaunch.cli import mesh_options, parity_options, remote_options, slurm_hosts
+from dslaunch.cli.core_options import LOCAL_NAMES, CoreChoices, resource_pool
+from dslaunch.cli.log_options import LogChoices
+from dslaunch.cli.mesh_options import MeshChoice
+from dslaunch.cli.parity_options import ParityChoices
+from dslaunch.cli.remote_options import RemoteChoices
+from dslaunch.config import unknown_key_warnings
+from dslaunch.errors import DslaunchError
+from dslaunch.masking import is_secret_name
+from dslaunch.plan import LaunchPlan, NodePlan, SlurmSettings, assign_ranks
+
+REMOTE_LAUNCHERS = ("pdsh", "ssh")  # what auto picks for remote hosts (and --force-multi), first found
+LAUNCHER_ARGS_USERS = ("openmpi", "mpich", "slurm")  # the runners that read plan.launcher_args
+
+
+@dataclass(frozen=True)
+class Choices:
+    """Every option area's record."""
+
+    core: CoreChoices
+    logs: LogChoices
+    remote: RemoteChoices
+    parity: ParityChoices
+    mesh: MeshChoice | None
+
+
+@dataclass(frozen=True)
+class Decision:
+    plan: LaunchPlan
+    secrets: frozenset[str]  # values to mask wherever a command or the environment is printed
+    warnings: tuple[str, ...]  # for stderr, once
+
+
+def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
+    core = c.core
+    warnings = list(unknown_key_warnings(core.config))
+    slurm_kind = slurm_hosts.context(core.launcher, core.pool is not None, environ)
+    slurm = slurm_hosts.hosts(slurm_kind, core, c.parity.launcher_args, environ) if slurm_kind else None
+    nodes = slurm.nodes if slurm else _nodes(core, environ)
+    launcher = pick_launcher(
+        core.launcher, nodes, slurm=slurm is not None, node_rank=c.remote.node_rank, force_multi=c.parity.force_multi
+    )
+    remote = core.launcher in REMOTE_LAUNCHERS or any(n.host not in LOCAL_NAMES for n in nodes)
+    if remote:
+        remote_options.check_hosts([n.host for n in nodes])
+    ssh_config = remote_options.ssh_config_path(c.remote.ssh_config) if remote else None
+    master_addr = pick_address(core.master_addr, launcher, nodes, remote=remote, ssh_config=ssh_config, environ=environ)
+    master_port = slurm.port if slurm else core.master_port
+    env, secrets = _rank_env(c, remote, environ)
+    if c.mesh is not None:
+        warnings += mesh_options.check(c.mesh, nodes)
+        env["DSLAUNCH_MESH"] = c.mesh.spec.text()
+    _check(c, launcher, nodes, master_port)
+    if c.parity.launcher_args and launcher not in LAUNCHER_ARGS_USERS:
+        warnings.append(
+            f"dslaunch: warning: --launcher-args is only used by the {', '.join(LAUNCHER_ARGS_USERS)} "
+            f"launchers; ignored with --launcher {launcher}"
+        )
+    program = core.program
+    if c.remote.remote_python:
+        program = replace(program, python=c.remote.remote_python)
+    if c.parity.local_rank_arg:
+        program = replace(program, local_rank_arg=True)
+    plan = LaunchPlan(
+        launcher=launcher,
+        run_id=core.run_id,
+        nodes=nodes,
+        master_addr=master_addr,
+        master_port=master_port,
+        program=program,
+        shutdown_timeout=core.shutdown_timeout,
+        log_dir=core.log_dir,
+        cwd=c.remote.remote_cwd or core.cwd,
+        env=tuple(sorted(env.items())),
+        remote=c.remote.settings(ssh_config),
+        slurm=slurm.settings if slurm else SlurmSettings(),
+        launcher_args=c.parity.launcher_args,
+        bind_cores=c.parity.bind_cores,
+        manual_node=c.remote.node_rank,
+    )
+    return Decision(plan, frozenset(secrets), tuple(warnings))
+
+
+def _nodes(core: CoreChoices, environ: Mapping[str, str]) -> tuple[NodePlan, ...]:
+    try:
+        nodes = assign_ranks(resource_pool(core, environ))
+    except hostfile.FilterError as exc:
+        raise DslaunchError(exc.message) from None
+    if not nodes:
+        raise DslaunchError("no slots left to run on after --include/--exclude")
+    return nodes
+
+
+def pick_launcher(
+    asked: str, nodes: Sequence[NodePlan], *, slurm: bool, node_rank: int | None, force_multi: bool
+) -> str:
+    """The runner for the plan: Slurm's when in Slurm, "node" for --node-rank, else asked, else auto's choice."""
+    if slurm:
+        return "slurm"
+    if node_rank is not None:
+        return "node"
+    if asked != "auto":
+        return asked
+    if not force_multi and len(nodes) == 1 and nodes[0].host in LOCAL_NAMES:
+        return "local"
+    found = [name for name in REMOTE_LAUNCHERS if name != "pdsh" or shutil.which("pdsh")]  # pdsh only if installed
+    if not found:
+        why = "--force-multi" if force_multi else f"the plan has remote hosts ({', '.join(n.host for n in nodes)}) and"
+        raise DslaunchError(f"{why} needs a remote launcher ({', '.join(REMOTE_LAUNCHERS)}), and none is available")
+    return found[0]
+
+
+def pick_address(
+    given: str | None,
+    launcher: str,
+    nodes: Sequence[NodePlan],
+    *,
+    remote: bool,
+    ssh_config: str | None,
+    environ: Mapping[str, str],
+) -> str:
+    """MASTER_ADDR: as given, else what the first node is called from where the ranks run."""
+    if given:
+        return given
+    first = nodes[0].host
+    if launcher == "local":
+        return "127.0.0.1"  # every agent of a local run is on this machine
+    if launcher == "slurm":
+        from dslaunch.slurm import address
+
+        return address.node_address(first, environ)
+    if remote and launcher != "node":
+        from dslaunch.remote.sshconfig import resolve_address
+
+        return resolve_address(first, ssh_config)
+    if len(nodes) > 1 or first not in LOCAL_NAMES:
+        return first.rpartition("@")[2]
+    return "127.0.0.1"
+
+
+def _rank_env(c: Choices, remote: bool, environ: Mapping[str, str]) -> tuple[dict[str, str], set[str]]:
+    """Every rank's extra environment: config, logging, then exports (explicit over implicit)."""
+    env: dict[str, str] = {}
+    if c.core.config_path:
+        env["DSLAUNCH_CONFIG"] = c.core.config_path
+    env.update(c.logs.rank_env(c.core.log_dir))
+    implicit = remote_options.implicit_env(environ) if remote else {}
+    for name, value in implicit.items():
+        env.setdefault(name, value)
+    env.update(c.remote.explicit_env)
+    exported = [*implicit.items(), *c.remote.explicit_env]
+    return env, {value for name, value in exported if value and is_secret_name(name)}
+
+
+def _check(c: Choices, launcher: str, nodes: Sequence[NodePlan], master_port: int) -> None:
+    """Checks that need the whole plan."""
+    node_rank = c.remote.node_rank
+    if node_rank is not None:
+        if node_rank >= len(nodes):
+            raise DslaunchError(
+                f"{node_rank} is not a node of this plan: valid node ranks are 0..{len(nodes) - 1}",
+                option="--node-rank",
+            )
+        if master_port == 0:
+            raise DslaunchError(
+                "every node must agree on the port: give a fixed --master-port with --node-rank", option="--master-port"
+            )
+    if c.parity.bind_cores is not None:
+        parity_options.check_core_list(
+            c.parity.bind_cores,
+            max(node.nproc for node in nodes),
+            need_numactl=launcher in ("local", "node") and not c.core.dry_run,
+        )
+    program = c.core.program
+    checks_script = launcher in ("local", "slurm") and not c.core.dry_run and not c.remote.preflight
+    if checks_script and not (program.module or program.no_python) and not os.path.isfile(program.target):
+        raise DslaunchError(f"script {program.target!r} does not exist (use -m for a module)", option="SCRIPT")

@@ -1,0 +1,121 @@
+"""One decision point: the launcher, address and port are chosen in ``dslaunch.cli.decide`` and nowhere else,
+and every path through the CLI (run, --dry-run, --preflight) acts on that one plan."""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dslaunch.cli.decide import pick_address, pick_launcher
+from dslaunch.errors import DslaunchError
+from dslaunch.plan import NodePlan
+from tests.helpers import run_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+REMOTE = "pdsh" if shutil.which("pdsh") else "ssh"
+
+
+def _nodes(*hosts: str) -> tuple[NodePlan, ...]:
+    return tuple(NodePlan(h, i, ("0",), (i,)) for i, h in enumerate(hosts))
+
+
+@pytest.mark.parametrize(
+    ("asked", "hosts", "slurm", "node_rank", "force_multi", "expected"),
+    [
+        ("auto", ("localhost",), False, None, False, "local"),
+        ("auto", ("127.0.0.1",), False, None, False, "local"),
+        ("auto", ("localhost",), False, None, True, REMOTE),
+        ("auto", ("w1",), False, None, False, REMOTE),
+        ("auto", ("localhost", "127.0.0.1"), False, None, False, REMOTE),  # two agents: two hosts
+        ("ssh", ("w1", "w2"), False, None, False, "ssh"),
+        ("local", ("localhost",), False, None, True, "local"),  # --force-multi only steers auto
+        ("openmpi", ("w1",), False, None, True, "openmpi"),
+        ("ssh", ("w1", "w2"), False, 1, False, "node"),  # --node-rank: this node only, no ssh
+        ("auto", ("n1", "n2"), True, None, False, "slurm"),
+    ],
+)
+def test_pick_launcher(
+    asked: str, hosts: tuple[str, ...], slurm: bool, node_rank: int | None, force_multi: bool, expected: str
+) -> None:
+    got = pick_launcher(asked, _nodes(*hosts), slurm=slurm, node_rank=node_rank, force_multi=force_multi)
+    assert got == expected
+
+
+def test_auto_with_remote_hosts_and_no_remote_launcher_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("dslaunch.cli.decide.REMOTE_LAUNCHERS", ("pdsh",))
+    monkeypatch.setattr(shutil, "which", lambda _name: None)
+    with pytest.raises(DslaunchError, match=r"remote hosts \(w1\).*needs a remote launcher \(pdsh\)"):
+        pick_launcher("auto", _nodes("w1"), slurm=False, node_rank=None, force_multi=False)
+
+
+@pytest.mark.parametrize(
+    ("given", "launcher", "hosts", "remote", "expected"),
+    [
+        ("10.0.0.9", "ssh", ("w1",), True, "10.0.0.9"),
+        (None, "local", ("localhost",), False, "127.0.0.1"),
+        (None, "local", ("w1", "w2"), True, "127.0.0.1"),  # a local run: every agent is on this machine
+        (None, "node", ("alice@w1", "w2"), True, "w1"),  # manual mode: no ssh config to ask
+        (None, "node", ("localhost",), False, "127.0.0.1"),
+    ],
+)
+def test_pick_address(given: str | None, launcher: str, hosts: tuple[str, ...], remote: bool, expected: str) -> None:
+    got = pick_address(given, launcher, _nodes(*hosts), remote=remote, ssh_config=None, environ={})
+    assert got == expected
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        [],
+        ["--force-multi"],
+        ["--launcher", "ssh"],
+        ["-H", "{hostfile}"],
+        ["--node-rank", "0", "--master-port", "29511"],
+    ],
+    ids=["local", "force-multi", "ssh", "remote-hostfile", "manual-node"],
+)
+def test_preflight_and_dry_run_agree_on_the_launcher(options: list[str], tmp_path: Path) -> None:
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("127.0.0.2 slots=1\n")  # not a local name: a remote host nothing listens on
+    args = [arg.format(hostfile=hostfile) for arg in options] + ["--ssh-connect-timeout", "2"]
+    dry = run_cli([*args, "--dry-run", "--json", "train.py"])
+    assert dry.returncode == 0, dry.stderr
+    planned = json.loads(dry.stdout)["launcher"]
+    checked = run_cli([*args, "--preflight"], timeout=60)
+    first = checked.stdout.splitlines()[0] if checked.stdout else checked.stderr
+    assert first.startswith(f"dslaunch preflight via {planned}:"), (planned, checked.stdout, checked.stderr)
+
+
+def _calls(name: str) -> list[str]:
+    """Where in dslaunch/ a function or method called ``name`` is called."""
+    found = []
+    for path in sorted((ROOT / "dslaunch").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call):
+                func = node.func
+                called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+                if called == name:
+                    found.append(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_the_plan_is_built_in_one_place() -> None:
+    # decide builds the plan; plan.py decodes one that arrived over the wire.
+    assert sorted(set(_calls("LaunchPlan"))) == ["dslaunch/cli/decide.py", "dslaunch/plan.py"]
+    assert _calls("pick_launcher") == ["dslaunch/cli/decide.py"]
+    assert _calls("pick_address") == ["dslaunch/cli/decide.py"]
+
+
+def test_port_zero_is_resolved_only_where_the_port_must_be_free() -> None:
+    """--master-port 0 is kept as 0 in the plan and resolved at launch, once per runner kind: on this machine
+    (local, MPI), on node 0 (ssh, pdsh), or from the step ids (Slurm); see docs/architecture.md."""
+    assert sorted(_calls("with_port")) == [
+        "dslaunch/runners/local.py",
+        "dslaunch/runners/mpi.py",
+        "dslaunch/runners/remote_base.py",
+        "dslaunch/slurm/step.py",
+    ]
