@@ -108,7 +108,7 @@ PLAIN = """
 import dslaunch, torch
 from dslaunch.compat import get_data_parallel_group
 from dslaunch.mesh import MeshConfigError, parse_spec, resolve
-from dslaunch.mesh_build import check_torch
+from dslaunch.bootstrap.mesh_build import check_torch
 from torch.distributed.device_mesh import DeviceMesh
 
 e = dslaunch.engine(mesh="dp=-1")
@@ -124,7 +124,7 @@ except MeshConfigError as exc:
     assert "needs torch >= 2.10 for ep=4 with efsdp=2 (DeviceMesh._unflatten)" in str(exc), exc
 
 import torch.distributed.device_mesh as dm
-from dslaunch.mesh_build import bootstrap
+from dslaunch.bootstrap.mesh_build import bootstrap
 def broken(*args, **kwargs):
     raise RuntimeError("boom")
 dm.init_device_mesh = broken  # group creation failing part-way

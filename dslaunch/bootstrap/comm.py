@@ -36,7 +36,7 @@ class Comm:
     """Collectives addressed by mesh dim or view name (``tp``, ``dp``, ``dp_cp``, ``world``...)."""
 
     def __init__(self, mesh: Any) -> None:
-        self._mesh = mesh  # dslaunch.mesh_build.BuiltMesh
+        self._mesh = mesh  # dslaunch.bootstrap.mesh_build.BuiltMesh
         self._record = logs.comm_record
         self._enabled = logs.comm_enabled
 
