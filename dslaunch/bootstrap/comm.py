@@ -47,7 +47,7 @@ class Comm:
         nbytes = tensor.numel() * tensor.element_size() if tensor is not None else 0
         dtype = str(tensor.dtype).removeprefix("torch.") if tensor is not None else "-"
         size = self._mesh.size(dim)
-        self._record(op=op, dim=dim, group_size=size, dtype=dtype, nbytes=nbytes, duration_s=seconds)
+        self._record(op=op, axis=dim, group_size=size, dtype=dtype, nbytes=nbytes, duration_s=seconds)
 
     def all_reduce(self, tensor: Any, dim: str = "world", op: str = "sum") -> Any:
         """Reduce ``tensor`` in place over ``dim``; returns it."""
