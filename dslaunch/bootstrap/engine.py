@@ -59,7 +59,7 @@ class Engine:
 
     @property
     def comm(self) -> Comm:
-        """Collectives addressed by mesh dim or view name: ``engine.comm.all_reduce(t, dim="dp")``."""
+        """Collectives addressed by mesh dim or view name: ``engine.comm.all_reduce(t, axis="dp")``."""
         if self._comm is None:
             raise EngineClosedError("the engine is closed: its process groups were destroyed at exit")
         return self._comm

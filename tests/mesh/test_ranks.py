@@ -113,7 +113,7 @@ from torch.distributed.device_mesh import DeviceMesh
 
 e = dslaunch.engine(mesh="dp=-1")
 assert e.world_size == 1 and e.size("tp") == 1 and e.size("dp") == 1, e
-assert e.comm.all_reduce(torch.ones(1), dim="dp").item() == 1
+assert e.comm.all_reduce(torch.ones(1), axis="dp").item() == 1
 assert get_data_parallel_group() is not None
 check_torch(resolve(parse_spec("dp=4,tp=2,ep=4"), 8))  # this torch has _flatten and _unflatten
 del DeviceMesh._unflatten  # an older torch
