@@ -69,7 +69,7 @@ def _micro(spec: str, out_dir: str, rank: int, reps: int = 9) -> None:
     import torch
     import torch.distributed as dist
 
-    from dslaunch.mesh_build import bootstrap
+    from dslaunch.bootstrap.mesh_build import bootstrap
 
     times: dict[str, list[float]] = {"bare": [], "dslaunch": []}
     for i in range(reps * 2):

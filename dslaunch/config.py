@@ -37,8 +37,8 @@ def load_config(path: str) -> dict[str, Any]:
 
 DSLAUNCH_KEYS: dict[str, str] = {
     "log_level": "cli/log_options.py: logging spec for every process",
-    "wall_clock_breakdown": "cli/log_options.py, timers.py: the timers channel prints at the default level",
-    "steps_per_print": "cli/log_options.py, timers.py: the timers channel reports every N steps",
+    "wall_clock_breakdown": "cli/log_options.py, bootstrap/timers.py: the timers channel prints at the default level",
+    "steps_per_print": "cli/log_options.py, bootstrap/timers.py: the timers channel reports every N steps",
     "comms_logger": "cli/log_options.py: 'enabled' turns the per-op collective summary on",
     "mesh": "mesh.py: dslaunch's own mesh section",
     "mesh_param": "mesh.py: [dp, sp]",

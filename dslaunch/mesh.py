@@ -8,6 +8,7 @@ convention of DeviceMesh, torchtitan, Megatron (order string reversed) and DeepS
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -38,6 +39,33 @@ VALID_INPUT = "pp, dp_replicate, dp_shard (alias dp), cp, sp, tp, ep"
 
 class MeshConfigError(DslaunchError):
     """A mesh spec that cannot describe this job; raised before any process group is made."""
+
+
+# APIs that already warned about dim= in this process (axis_alias warns once per API, not per call).
+_DIM_WARNED: set[str] = set()
+
+
+def axis_alias(axis: str | None, dim: str | None, *, api: str, call: str, stacklevel: int = 3) -> str | None:
+    """The mesh axis from ``axis=`` or its deprecated alias ``dim=`` (None when neither is given).
+
+    ``dim=`` still works but warns once per process for each ``api`` with a DeprecationWarning
+    (attributed ``stacklevel`` frames up: the user's call when the helper is called from the API
+    function itself); giving both is a TypeError. ``call`` names the function in the messages.
+    docs/mesh.md, "Axis keyword: why `axis=`".
+    """
+    if dim is None:
+        return axis
+    if axis is not None:
+        raise TypeError(f"{call}() got both axis={axis!r} and dim={dim!r}; dim= is the deprecated alias of axis=")
+    if api not in _DIM_WARNED:
+        warnings.warn(
+            f"{call}(dim=...) is deprecated, use axis={dim!r}: dim= names a mesh axis here, but in torch "
+            "dim means a tensor dimension (this warning is shown once per process)",
+            DeprecationWarning,
+            stacklevel=stacklevel,
+        )
+        _DIM_WARNED.add(api)
+    return dim
 
 
 @dataclass(frozen=True)

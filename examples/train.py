@@ -56,10 +56,10 @@ def main() -> None:
             optimizer.step()
             optimizer.zero_grad()
         with engine.timers("allreduce_loss"):
-            mean = engine.comm.all_reduce(loss.detach().clone(), dim="dp", op="avg").item()
+            mean = engine.comm.all_reduce(loss.detach().clone(), axis="dp", op="avg").item()
         losses.append(mean)
         # A launcher sanity check each step: the sum of all ranks over the whole world.
-        total = engine.comm.all_reduce(torch.tensor([float(engine.rank)]), dim="world").item()
+        total = engine.comm.all_reduce(torch.tensor([float(engine.rank)]), axis="world").item()
         if total != expected:
             raise SystemExit(f"rank {engine.rank}: all_reduce gave {total}, expected {expected}")
         times = engine.timers.step(step)

@@ -20,11 +20,11 @@ if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
     from torch.distributed.device_mesh import DeviceMesh
 
-    from dslaunch.comm import Comm
+    from dslaunch.bootstrap.comm import Comm
+    from dslaunch.bootstrap.mesh_build import BuiltMesh
+    from dslaunch.bootstrap.timers import Timers
     from dslaunch.logs._core import Logger
     from dslaunch.mesh import MeshLayout
-    from dslaunch.mesh_build import BuiltMesh
-    from dslaunch.timers import Timers
 
 _lock = threading.Lock()
 _engine: Engine | None = None
@@ -59,7 +59,7 @@ class Engine:
 
     @property
     def comm(self) -> Comm:
-        """Collectives addressed by mesh dim or view name: ``engine.comm.all_reduce(t, dim="dp")``."""
+        """Collectives addressed by mesh dim or view name: ``engine.comm.all_reduce(t, axis="dp")``."""
         if self._comm is None:
             raise EngineClosedError("the engine is closed: its process groups were destroyed at exit")
         return self._comm
@@ -138,10 +138,10 @@ def build_engine(mesh: Any = None) -> Engine:
                 backend, rank=info.rank, world_size=info.world_size, timeout=_pg_timeout(), **kwargs
             )
         owns = True
-    from dslaunch.comm import Comm
+    from dslaunch.bootstrap.comm import Comm
+    from dslaunch.bootstrap.mesh_build import bootstrap
+    from dslaunch.bootstrap.timers import Timers
     from dslaunch.logs import get_logger
-    from dslaunch.mesh_build import bootstrap
-    from dslaunch.timers import Timers
 
     built = bootstrap(mesh, info.local_world_size, "cuda" if cuda else "cpu")
     return Engine(

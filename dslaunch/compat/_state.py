@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dslaunch.mesh_build import BuiltMesh
+    from dslaunch.bootstrap.mesh_build import BuiltMesh
 
 
 def mesh() -> BuiltMesh:

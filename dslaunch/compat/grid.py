@@ -15,7 +15,7 @@ from dslaunch.compat._state import mesh
 from dslaunch.mesh import MeshConfigError
 
 if TYPE_CHECKING:
-    from dslaunch.mesh_build import BuiltMesh
+    from dslaunch.bootstrap.mesh_build import BuiltMesh
 
 
 class ProcessTopology:

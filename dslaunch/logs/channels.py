@@ -22,15 +22,31 @@ def comm_enabled() -> bool:
 
 
 def comm_record(
-    *, op: str, dim: str | None, group_size: int, dtype: str, nbytes: int, duration_s: float, **extra: Any
+    *,
+    op: str,
+    axis: str | None = None,
+    group_size: int,
+    dtype: str,
+    nbytes: int,
+    duration_s: float,
+    dim: str | None = None,
+    **extra: Any,
 ) -> None:
-    """One collective: a debug record under ``comm`` and a line in the exit summary (``comm.summary``)."""
+    """One collective: a debug record under ``comm`` and a line in the exit summary (``comm.summary``).
+
+    ``axis`` is the mesh axis (dim or view) of the group; ``dim=`` is its deprecated alias (warned
+    once per process). The record keeps its field name ``dim`` so log readers need not change.
+    """
+    if dim is not None:
+        from dslaunch.mesh import axis_alias
+
+        axis = axis_alias(axis, dim, api="comm_record", call="dslaunch.logs.comm_record")
     log = _core.get_logger("comm")
     if log._level <= S.DEBUG:
         log.debug(
             "collective",
             op=op,
-            dim=dim,
+            dim=axis,
             group_size=group_size,
             dtype=dtype,
             bytes=nbytes,

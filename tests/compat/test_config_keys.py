@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dslaunch import config as C
-from dslaunch import timers
+from dslaunch.bootstrap import timers
 from tests.helpers import run_cli
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "migration.md"

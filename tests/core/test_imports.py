@@ -173,7 +173,7 @@ LEAVES: dict[str, tuple[str, ...]] = {
     "dslaunch.config": (),
     "dslaunch.masking": (),  # secret masking: the CLI's dry run and the agent's debug log
     "dslaunch.gpus": (),  # visible GPU ids without torch: the CLI and preflight
-    "dslaunch.mesh": (),  # mesh spec and layout (pure); mesh_build adds torch
+    "dslaunch.mesh": (),  # mesh spec and layout (pure); bootstrap.mesh_build adds torch
     "dslaunch.logs.spec": (),
     # Slurm's pure side: environment, hostlists, task layout, srun lines (runners put it to work)
     "dslaunch.slurm.address": (),
@@ -199,11 +199,8 @@ def test_leaf_modules_import_only_their_allow_list(module: str) -> None:
 
 # Code that runs inside the user's ranks never pulls in launcher code (nor click or paramiko).
 RANK_SIDE = (
-    "dslaunch.bootstrap",
+    "dslaunch.bootstrap",  # with its mesh_build, comm and timers
     "dslaunch.mesh",
-    "dslaunch.mesh_build",
-    "dslaunch.comm",
-    "dslaunch.timers",
     "dslaunch.compat",
 )
 LAUNCHER_SIDE = (

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 
 import pytest
 
-from dslaunch import logs
+from dslaunch import logs, mesh
 from dslaunch.logs import _core
 
 
@@ -81,12 +82,33 @@ def test_rank_outside_the_filter_prints_warnings_only(capsys: pytest.CaptureFixt
     assert "selected" in capsys.readouterr().err
 
 
+def test_comm_record_takes_axis_and_dim_as_its_deprecated_alias(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mesh, "_DIM_WARNED", set())  # as in a process that has not warned yet
+    logs.configure("comm=debug", role="process")
+    fields = {"op": "barrier", "group_size": 2, "dtype": "-", "nbytes": 0, "duration_s": 0.0}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        logs.comm_record(axis="tp", **fields)
+        for _ in range(2):
+            logs.comm_record(dim="dp", **fields)
+    assert [(w.category, w.filename) for w in caught] == [(DeprecationWarning, __file__)]
+    assert "dslaunch.logs.comm_record(dim=...) is deprecated, use axis='dp'" in str(caught[0].message)
+    with pytest.raises(TypeError, match=r"comm_record\(\) got both axis='tp' and dim='dp'"):
+        logs.comm_record(axis="tp", dim="dp", **fields)
+    logs.flush_comm_summary()
+    err = capsys.readouterr().err
+    assert "op=barrier dim=tp group_size=2" in err  # the record's field keeps its name
+    assert err.count("op=barrier dim=dp group_size=2") == 2
+
+
 def test_comm_summary_counts_per_op(capsys: pytest.CaptureFixture[str]) -> None:
     logs.configure("comm=info", role="process")
     assert logs.comm_enabled()
     for _ in range(3):
-        logs.comm_record(op="all_reduce", dim="dp", group_size=2, dtype="float32", nbytes=100, duration_s=0.001)
-    logs.comm_record(op="broadcast", dim=None, group_size=4, dtype="int64", nbytes=8, duration_s=0.002)
+        logs.comm_record(op="all_reduce", axis="dp", group_size=2, dtype="float32", nbytes=100, duration_s=0.001)
+    logs.comm_record(op="broadcast", axis=None, group_size=4, dtype="int64", nbytes=8, duration_s=0.002)
     logs.flush_comm_summary()
     lines = capsys.readouterr().err.splitlines()
     assert not any("collective" in line for line in lines)  # per-call records are debug

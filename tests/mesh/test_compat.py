@@ -9,9 +9,9 @@ import pytest
 
 from dslaunch import compat
 from dslaunch.bootstrap import engine as engine_module
+from dslaunch.bootstrap.mesh_build import BuiltMesh
 from dslaunch.compat import groups
 from dslaunch.mesh import parse_spec, resolve
-from dslaunch.mesh_build import BuiltMesh
 
 
 @pytest.fixture

@@ -108,12 +108,12 @@ PLAIN = """
 import dslaunch, torch
 from dslaunch.compat import get_data_parallel_group
 from dslaunch.mesh import MeshConfigError, parse_spec, resolve
-from dslaunch.mesh_build import check_torch
+from dslaunch.bootstrap.mesh_build import check_torch
 from torch.distributed.device_mesh import DeviceMesh
 
 e = dslaunch.engine(mesh="dp=-1")
 assert e.world_size == 1 and e.size("tp") == 1 and e.size("dp") == 1, e
-assert e.comm.all_reduce(torch.ones(1), dim="dp").item() == 1
+assert e.comm.all_reduce(torch.ones(1), axis="dp").item() == 1
 assert get_data_parallel_group() is not None
 check_torch(resolve(parse_spec("dp=4,tp=2,ep=4"), 8))  # this torch has _flatten and _unflatten
 del DeviceMesh._unflatten  # an older torch
@@ -124,7 +124,7 @@ except MeshConfigError as exc:
     assert "needs torch >= 2.10 for ep=4 with efsdp=2 (DeviceMesh._unflatten)" in str(exc), exc
 
 import torch.distributed.device_mesh as dm
-from dslaunch.mesh_build import bootstrap
+from dslaunch.bootstrap.mesh_build import bootstrap
 def broken(*args, **kwargs):
     raise RuntimeError("boom")
 dm.init_device_mesh = broken  # group creation failing part-way

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from dslaunch.bootstrap.mesh_build import BuiltMesh
 from dslaunch.compat.grid import MeshGrid, ProcessTopology
 from dslaunch.mesh import MeshConfigError, parse_spec, resolve
-from dslaunch.mesh_build import BuiltMesh
 
 
 def test_e3_matches_the_mesh() -> None:

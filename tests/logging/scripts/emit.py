@@ -12,7 +12,7 @@ log = dslaunch.get_logger("user")
 log.debug("user-debug", rank_seen=rank)
 log.info("user-info", rank_seen=rank)
 log.warning("user-warning", rank_seen=rank)
-comm_record(op="all_reduce", dim="dp", group_size=2, dtype="float32", nbytes=4096, duration_s=0.002)
+comm_record(op="all_reduce", axis="dp", group_size=2, dtype="float32", nbytes=4096, duration_s=0.002)
 timers_report(7, {"fwd": 0.25, "bwd": 0.5})
 try:
     {}["missing"]

@@ -4,6 +4,7 @@ and all its dims and views checked. Prints "rank R: <case> ..." lines."""
 
 import sys
 import time
+import warnings
 
 import meshcheck  # patches new_group before any mesh exists
 import torch
@@ -61,30 +62,38 @@ assert dist.get_process_group_ranks(e.group("tp")) == tp_ranks
 assert dist.get_process_group_ranks(e.group("cp")) == [rank]  # size 1: a singleton group
 
 # comm: one check per collective, each against the expected group
-t = e.comm.all_reduce(torch.tensor([float(rank)]), dim="dp")
+t = e.comm.all_reduce(torch.tensor([float(rank)]), axis="dp")
 assert t.item() == sum(dp_ranks), t
-t = e.comm.all_reduce(torch.tensor([float(rank)]), dim="tp", op="avg")
+t = e.comm.all_reduce(torch.tensor([float(rank)]), axis="tp", op="avg")
 assert t.item() == sum(tp_ranks) / 2, t
-t = e.comm.all_reduce(torch.tensor([float(rank)]), dim="tp", op="max")
+t = e.comm.all_reduce(torch.tensor([float(rank)]), axis="tp", op="max")
 assert t.item() == max(tp_ranks), t
-g = e.comm.all_gather(torch.tensor([rank, rank * 10]), dim="tp")
+g = e.comm.all_gather(torch.tensor([rank, rank * 10]), axis="tp")
 assert g.tolist() == [tp_ranks[0], tp_ranks[0] * 10, tp_ranks[1], tp_ranks[1] * 10], g
-s = e.comm.reduce_scatter(torch.tensor([float(rank), float(rank * 10)]), dim="dp")
+s = e.comm.reduce_scatter(torch.tensor([float(rank), float(rank * 10)]), axis="dp")
 assert s.tolist() == [[sum(dp_ranks), sum(dp_ranks) * 10][e.coordinate["dp"]]], s
-b = e.comm.broadcast(torch.tensor([rank]), dim="dp", src=1)
+b = e.comm.broadcast(torch.tensor([rank]), axis="dp", src=1)
 assert b.item() == dp_ranks[1], b
 try:
-    e.comm.broadcast(torch.tensor([rank]), dim="dp", src=2)
+    e.comm.broadcast(torch.tensor([rank]), axis="dp", src=2)
     raise AssertionError("broadcast from outside the group accepted")
 except ValueError as exc:
     assert "src=2 is not a rank inside the group (0..1)" in str(exc), exc
-a = e.comm.all_to_all(torch.tensor([rank * 10, rank * 10 + 1]), dim="tp")
+a = e.comm.all_to_all(torch.tensor([rank * 10, rank * 10 + 1]), axis="tp")
 assert a.tolist() == [tp_ranks[0] * 10 + rank % 2, tp_ranks[1] * 10 + rank % 2], a
-e.comm.barrier(dim="tp")
+e.comm.barrier(axis="tp")
 e.comm.barrier()
+# the deprecated dim= alias: the same group, and one DeprecationWarning per process, pointing at this script
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    t = e.comm.all_reduce(torch.tensor([float(rank)]), dim="dp")
+    e.comm.barrier(dim="tp")
+assert t.item() == sum(dp_ranks), t
+assert [(w.category, os.path.basename(w.filename)) for w in caught] == [(DeprecationWarning, "engine_api.py")], caught
+assert "engine.comm.all_reduce(dim=...) is deprecated, use axis='dp'" in str(caught[0].message), caught[0]
 try:
-    e.comm.all_reduce(torch.zeros(1), dim="model")
-    raise AssertionError("unknown dim accepted")
+    e.comm.all_reduce(torch.zeros(1), axis="model")
+    raise AssertionError("unknown axis accepted")
 except MeshConfigError as exc:
     assert "valid: pp, dp_replicate" in str(exc)
 

@@ -4,8 +4,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.device_mesh as dm
 
+from dslaunch.bootstrap.mesh_build import build
 from dslaunch.mesh import EXPERT_VIEWS, NAMES, parse_spec, resolve
-from dslaunch.mesh_build import build
 
 calls = []
 _real = dm.new_group
