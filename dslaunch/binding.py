@@ -12,6 +12,7 @@ import os
 from collections.abc import Sequence
 
 from dslaunch.errors import DslaunchError
+from dslaunch.limits import ascii_int
 
 
 class CoreListError(DslaunchError):
@@ -24,7 +25,7 @@ def parse_core_list(text: str) -> tuple[int, ...]:
     for raw in text.split(","):
         item = raw.strip()
         low, dash, high = item.partition("-")
-        if not low.isdigit() or (dash and not high.isdigit()):
+        if ascii_int(low) is None or (dash and ascii_int(high) is None):
             raise CoreListError(f"bad item {item!r} in core list {text!r}: expected N or N-M, e.g. '0-3,8'")
         first, last = int(low), int(high) if dash else int(low)
         if last < first:

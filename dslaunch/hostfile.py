@@ -12,10 +12,11 @@ import re
 from dataclasses import dataclass
 
 from dslaunch.errors import DslaunchError
+from dslaunch.limits import MAX_SLOTS_PER_HOST, MAX_WORLD_SIZE
 
 ResourcePool = dict[str, tuple[str, ...]]
 
-_HOST_LINE = re.compile(r"^(?P<host>\S+)\s+slots=(?P<slots>\d+)(?P<rest>.*)$")
+_HOST_LINE = re.compile(r"^(?P<host>\S+)\s+slots=(?P<slots>[0-9]+)(?P<rest>.*)$")
 _EXTRA_TOKEN = re.compile(r"^[A-Za-z_][\w-]*=\S+$")
 
 
@@ -41,6 +42,7 @@ class FilterItem:
 def parse_hostfile(text: str, path: str = "<hostfile>") -> ResourcePool:
     """Parse ``<host> slots=<n> [key=value ...] [# comment]`` lines."""
     pool: ResourcePool = {}
+    world = 0
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -57,9 +59,19 @@ def parse_hostfile(text: str, path: str = "<hostfile>") -> ResourcePool:
         host = match["host"]
         if host in pool:
             raise HostfileError(path, lineno, line, f"host {host!r} is listed more than once")
-        pool[host] = tuple(str(i) for i in range(int(match["slots"])))
+        slots = int(match["slots"])
+        if slots > MAX_SLOTS_PER_HOST:
+            raise HostfileError(
+                path, lineno, line, f"slots={slots} is more than {MAX_SLOTS_PER_HOST} ranks on one host"
+            )
+        world += slots
+        if world > MAX_WORLD_SIZE:
+            raise HostfileError(path, lineno, line, f"the hosts so far have more than {MAX_WORLD_SIZE} slots in all")
+        pool[host] = tuple(str(i) for i in range(slots))
     if not pool:
         raise HostfileError(path, None, None, "no hosts: the file is empty or has only comments")
+    if not world:
+        raise HostfileError(path, None, None, "every host has slots=0: nothing to run on")
     return pool
 
 

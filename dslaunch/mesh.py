@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from dslaunch.errors import DslaunchError
+from dslaunch.limits import ascii_int
 
 # World-size factors, outermost first. cp and sp share a slot: at most one may be > 1.
 ORDER: tuple[str, ...] = ("pp", "dp_replicate", "dp_shard", "cp", "sp", "tp")
@@ -94,9 +95,11 @@ def _int_value(name: str, value: Any) -> int:
         raise MeshConfigError(f"mesh: {name} must be a whole number or -1 (got {value!r})")
     if isinstance(value, str):
         text = value.strip()
-        if not text.lstrip("-").isdigit():
+        magnitude = ascii_int(text.removeprefix("-"))
+        number = None if magnitude is None else -magnitude if text.startswith("-") else magnitude
+        if number is None:
             raise MeshConfigError(f"mesh: {name}={value!r} is not a whole number; use e.g. {name}=2 or {name}=-1")
-        return int(text)
+        return number
     return value
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping
 
 from dslaunch.errors import DslaunchError
+from dslaunch.limits import ascii_int
 
 # The process's rank in the MPI job = its node rank (one agent per host): Open MPI, PMIx, MPICH/Hydra.
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
@@ -28,9 +29,10 @@ def node_rank(env: Mapping[str, str]) -> int:
     for name in RANK_VARS:
         value = env.get(name)
         if value is not None:
-            if not value.isdigit():
+            rank = ascii_int(value)
+            if rank is None:
                 raise MpiEnvError(f"{name}={value!r} is not a rank")
-            return int(value)
+            return rank
     raise MpiEnvError(f"--node-rank mpi: none of {', '.join(RANK_VARS)} is set: start the agent with mpirun/mpiexec")
 
 

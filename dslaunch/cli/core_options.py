@@ -14,27 +14,15 @@ from click.core import ParameterSource
 
 from dslaunch import hostfile
 from dslaunch.cli.files import read_option_file
+from dslaunch.cli.types import NprocType, Seconds, Whole
 from dslaunch.config import ConfigError, load_config
 from dslaunch.errors import DslaunchError
 from dslaunch.gpus import gpu_labels
+from dslaunch.limits import MAX_WORLD_SIZE
 from dslaunch.plan import Program
 
 DEFAULT_HOSTFILE = "/job/hostfile"  # DeepSpeed's default, read only if it exists
 DEFAULT_PORT = 29500
-
-
-class NprocType(click.ParamType):  # type: ignore[type-arg]  # generic only from click 8.5
-    name = "N|auto"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
-        if isinstance(value, int) or value == "auto":
-            return value  # type: ignore[no-any-return]
-        text = str(value).strip().lower()
-        if text == "auto":
-            return "auto"
-        if text.isdigit() and int(text) > 0:
-            return int(text)
-        self.fail(f"{value!r} is not a positive whole number or 'auto'", param, ctx)
 
 
 PARAMS: list[click.Parameter] = [
@@ -54,7 +42,7 @@ PARAMS: list[click.Parameter] = [
     ),
     click.Option(
         ["--num-nodes", "num_nodes"],
-        type=click.IntRange(min=1),
+        type=Whole(1, MAX_WORLD_SIZE),
         metavar="N",
         help="Use the first N hosts of the hostfile.",
     ),
@@ -77,7 +65,7 @@ PARAMS: list[click.Parameter] = [
     ),
     click.Option(
         ["--master-port"],
-        type=click.IntRange(0, 65535),
+        type=Whole(0, 65535),
         default=DEFAULT_PORT,
         show_default=True,
         help="Rendezvous port; 0 picks a free one.",
@@ -92,7 +80,7 @@ PARAMS: list[click.Parameter] = [
     ),
     click.Option(
         ["--shutdown-timeout"],
-        type=click.FloatRange(min=0),
+        type=Seconds(0, 86400),
         default=5.0,
         show_default=True,
         metavar="SECONDS",

@@ -24,7 +24,7 @@ from dslaunch.cli.remote_options import RemoteChoices
 from dslaunch.config import unknown_key_warnings
 from dslaunch.errors import DslaunchError
 from dslaunch.masking import is_secret_name
-from dslaunch.plan import LaunchPlan, NodePlan, SlurmSettings, assign_ranks
+from dslaunch.plan import LaunchPlan, NodePlan, Program, SlurmSettings, assign_ranks
 
 REMOTE_LAUNCHERS = ("pdsh", "ssh")  # what auto picks for remote hosts (and --force-multi), first found
 LAUNCHER_ARGS_USERS = ("openmpi", "mpich", "slurm")  # the runners that read plan.launcher_args
@@ -188,7 +188,22 @@ def _check(c: Choices, launcher: str, nodes: Sequence[NodePlan], master_port: in
             max(node.nproc for node in nodes),
             need_numactl=launcher in ("local", "node") and not c.core.dry_run,
         )
-    program = c.core.program
-    checks_script = launcher in ("local", "slurm") and not c.core.dry_run and not c.remote.preflight
-    if checks_script and not (program.module or program.no_python) and not os.path.isfile(program.target):
-        raise DslaunchError(f"script {program.target!r} does not exist (use -m for a module)", option="SCRIPT")
+    if launcher in ("local", "slurm") and not c.core.dry_run and not c.remote.preflight:
+        _check_target(c.core.program)
+
+
+def _check_target(program: Program) -> None:
+    """What the ranks run exists here (local and Slurm ranks run on a file system this one shares)."""
+    target = program.target
+    if program.module:
+        return
+    if not program.no_python:
+        if not os.path.isfile(target):
+            raise DslaunchError(f"script {target!r} does not exist (use -m for a module)", option="SCRIPT")
+        return
+    path = target if "/" in target else shutil.which(target)
+    if path is None:
+        raise DslaunchError(f"{target!r} is not a program on PATH (--no-python runs SCRIPT itself)", option="SCRIPT")
+    if not os.path.isfile(path) or not os.access(path, os.X_OK):
+        why = "does not exist" if not os.path.exists(path) else "is not an executable file"
+        raise DslaunchError(f"{target!r} {why} (--no-python runs SCRIPT itself)", option="SCRIPT")

@@ -15,7 +15,9 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from dslaunch.cli.types import Whole
 from dslaunch.errors import DslaunchError
+from dslaunch.limits import MAX_WORLD_SIZE
 
 UNSET = object()  # a converter's answer for DeepSpeed's "use the default" values (-1, "", "None")
 
@@ -59,14 +61,14 @@ _ELASTIC = "elastic training was removed in DeepSpeed 0.19.8 and dslaunch has no
 
 TABLE: tuple[DsFlag, ...] = (
     DsFlag(
-        ("--num_nodes",), "ds_num_nodes", "--num-nodes", "num_nodes", type=click.IntRange(min=-1), convert=_minus_one
+        ("--num_nodes",), "ds_num_nodes", "--num-nodes", "num_nodes", type=Whole(-1, MAX_WORLD_SIZE), convert=_minus_one
     ),
     DsFlag(
         ("--num_gpus",),
         "ds_num_gpus",
         "--nproc-per-node",
         "nproc_per_node",
-        type=click.IntRange(min=-1),
+        type=Whole(-1, MAX_WORLD_SIZE),
         convert=_minus_one,
         note="checked against the hostfile's slots",
     ),
@@ -75,14 +77,14 @@ TABLE: tuple[DsFlag, ...] = (
         "ds_num_accelerators",
         "--nproc-per-node",
         "nproc_per_node",
-        type=click.IntRange(min=-1),
+        type=Whole(-1, MAX_WORLD_SIZE),
         convert=_minus_one,
         note="checked against the hostfile's slots",
     ),
     DsFlag(("--master_addr",), "ds_master_addr", "--master-addr", "master_addr", convert=_none_string),
-    DsFlag(("--master_port",), "ds_master_port", "--master-port", "master_port", type=click.IntRange(0, 65535)),
+    DsFlag(("--master_port",), "ds_master_port", "--master-port", "master_port", type=Whole(0, 65535)),
     DsFlag(
-        ("--node_rank",), "ds_node_rank", "--node-rank", "node_rank", type=click.IntRange(min=-1), convert=_minus_one
+        ("--node_rank",), "ds_node_rank", "--node-rank", "node_rank", type=Whole(-1, MAX_WORLD_SIZE), convert=_minus_one
     ),
     DsFlag(("--launcher_args",), "ds_launcher_args", "--launcher-args", "launcher_args"),
     DsFlag(("--no_python",), "ds_no_python", "--no-python", "no_python", is_flag=True),
@@ -137,7 +139,7 @@ TABLE: tuple[DsFlag, ...] = (
         note="the default core list is the node's usable cores (CPU affinity)",
     ),
     DsFlag(("--bind_core_list",), "ds_bind_core_list", "--bind-core-list", "bind_core_list"),
-    DsFlag(("--ssh_port",), "ds_ssh_port", "--ssh-port", "ssh_port", type=click.IntRange(1, 65535)),
+    DsFlag(("--ssh_port",), "ds_ssh_port", "--ssh-port", "ssh_port", type=Whole(1, 65535)),
     DsFlag(("--venv_script",), "ds_venv_script", "--venv-script", "venv_script"),
     DsFlag(
         ("--log_level",),

@@ -10,13 +10,15 @@ from typing import Any
 import click
 
 from dslaunch.cli.files import read_option_file
+from dslaunch.cli.types import Seconds, Whole
 from dslaunch.errors import DslaunchError
+from dslaunch.limits import MAX_WORLD_SIZE
 from dslaunch.plan import RemoteSettings
 
 PARAMS: list[click.Parameter] = [
     click.Option(
         ["--fanout"],
-        type=click.IntRange(min=1),
+        type=Whole(1, 100_000),
         default=32,
         show_default=True,
         metavar="N",
@@ -41,7 +43,7 @@ PARAMS: list[click.Parameter] = [
     ),
     click.Option(
         ["--ssh-port", "ssh_port"],
-        type=click.IntRange(1, 65535),
+        type=Whole(1, 65535),
         metavar="PORT",
         help="ssh port, overriding the ssh config.",
     ),
@@ -52,7 +54,7 @@ PARAMS: list[click.Parameter] = [
     ),
     click.Option(
         ["--ssh-connect-timeout"],
-        type=click.FloatRange(min=0.1),
+        type=Seconds(0.1, 3600),
         default=10.0,
         show_default=True,
         metavar="SECONDS",
@@ -74,7 +76,7 @@ PARAMS: list[click.Parameter] = [
     ),
     click.Option(
         ["--node-rank"],
-        type=click.IntRange(min=0),
+        type=Whole(0, MAX_WORLD_SIZE),
         metavar="N",
         help="Manual multi-node mode: start only node N's ranks here, no ssh (needs a fixed --master-port).",
     ),

@@ -135,7 +135,7 @@ def _gpus_per_node(env: Mapping[str, str]) -> int:
     """SLURM_GPUS_PER_NODE ('2', 'a100:2', 'gpu:a100:2') or SLURM_GPUS_ON_NODE; 0 when absent."""
     for name in ("SLURM_GPUS_PER_NODE", "SLURM_GPUS_ON_NODE"):
         text = env.get(name, "")
-        match = re.search(r"(\d+)$", text.split(",")[0])
+        match = re.search(r"([0-9]+)$", text.split(",")[0])
         if match:
             return int(match.group(1))
     return 0
@@ -143,7 +143,7 @@ def _gpus_per_node(env: Mapping[str, str]) -> int:
 
 def _cpus_per_node(env: Mapping[str, str]) -> int:
     text = env.get("SLURM_JOB_CPUS_PER_NODE", "")
-    match = re.match(r"\d+", text)
+    match = re.match(r"[0-9]+", text)
     return int(match.group(0)) if match else (os.cpu_count() or 1)
 
 

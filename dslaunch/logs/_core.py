@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from dslaunch.limits import ascii_int
 from dslaunch.logs import spec as S
 from dslaunch.logs._sinks import _STATE, _after_fork, _flush_file, state, write
 
@@ -231,9 +232,9 @@ def configure_from_env(env: Mapping[str, str], *, role: str = "rank", strict: bo
     if "RANK" in env:
         for key in ("rank", "local_rank", "node_rank", "world_size"):
             value = env.get(key.upper())
-            facts[key] = int(value) if value and value.isdigit() else None
+            facts[key] = ascii_int(value) if value else None
     elif role == "agent":
-        facts["node_rank"] = int(env["NODE_RANK"]) if env.get("NODE_RANK", "").isdigit() else None
+        facts["node_rank"] = ascii_int(env.get("NODE_RANK", ""))
     configure(
         spec,
         role=role,

@@ -213,7 +213,7 @@ def parse_ranks(text: str) -> RankFilter:
     ranges = []
     for raw in word.split(","):
         item = raw.strip()
-        m = re.fullmatch(r"(?:(local|node):)?(\d+)(?:-(\d+))?", item)
+        m = re.fullmatch(r"(?:(local|node):)?([0-9]+)(?:-([0-9]+))?", item)
         if not m:
             raise SpecError(
                 f"bad rank item {item!r} in {text!r} (expected 'all', 'none', or global ranks and "

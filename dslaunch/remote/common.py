@@ -7,6 +7,8 @@ import sys
 import threading
 from collections.abc import Iterable
 
+from dslaunch.limits import ascii_int
+
 _err_lock = threading.Lock()
 START_FAILED = 255  # a job that could not start, every runner (ssh itself exits 255 when it cannot connect)
 
@@ -30,7 +32,8 @@ def port_probe_command(python: str) -> str:
 
 def parse_port(output: str) -> int | None:
     text = output.strip().splitlines()[-1:] if output.strip() else []
-    return int(text[0]) if text and text[0].isdigit() and 0 < int(text[0]) < 65536 else None
+    port = ascii_int(text[0]) if text else None
+    return port if port is not None and 0 < port < 65536 else None
 
 
 def report_start_failures(failures: dict[str, str]) -> int:

@@ -61,7 +61,10 @@ def parse_export(spec: str, environ: Mapping[str, str]) -> Export:
     """``NAME=VALUE``, or ``NAME`` to send the launcher's current value."""
     name, sep, value = spec.partition("=")
     if not _NAME.match(name):
-        raise EnvError(f"{spec!r} is not NAME or NAME=VALUE (NAME: letters, digits, '_', not starting with a digit)")
+        shown = repr(name) if sep else repr(spec)  # never the value: it may be a secret
+        raise EnvError(
+            f"{shown} is not a variable name (letters, digits, '_', not starting with a digit): use NAME or NAME=VALUE"
+        )
     if not sep:
         if name not in environ:
             raise EnvError(f"{name} is not set in the launcher's environment; give a value with {name}=VALUE")
@@ -80,7 +83,7 @@ def _unquote(raw: str, where: str) -> str:
             raise EnvError(f"{where}: unterminated {quote} quote")
         tail = raw[end + 1 :].strip()
         if tail and not tail.startswith("#"):
-            raise EnvError(f"{where}: unexpected text {tail!r} after the quoted value")
+            raise EnvError(f"{where}: unexpected text after the quoted value (not shown: it may be a secret)")
         body = raw[1:end]
         if quote == "'":
             return body
@@ -114,7 +117,8 @@ def parse_env_file(text: str, path: str = "<env file>") -> dict[str, str]:
         name, sep, value = stripped.partition("=")
         name = name.strip()
         if not sep or not _NAME.match(name):
-            raise EnvError(f"{where}: expected NAME=VALUE, got {line.strip()!r}")
+            shown = f"name {name!r}" if sep else "a line without '='"  # never the value: it may be a secret
+            raise EnvError(f"{where}: expected NAME=VALUE, got {shown}")
         result[name] = _unquote(value, where)
     return result
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import paramiko
 
+from dslaunch.limits import ascii_int
 from dslaunch.remote.sshconfig import SshTarget, resolve
 
 GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")  # read, never written
@@ -111,7 +112,7 @@ def _client(target: SshTarget, accept_new: bool, timeout: float, sock: Any = Non
 def _hop_spec(hop: str) -> tuple[str, int | None]:
     """``[user@]host[:port]`` from a ProxyJump list."""
     host, sep, port = hop.rpartition(":")
-    if sep and port.isdigit() and ":" not in host:
+    if sep and ascii_int(port) is not None and ":" not in host:
         return host, int(port)
     return hop, None
 

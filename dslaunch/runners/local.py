@@ -140,6 +140,8 @@ class LocalRunner:
     def run(self, plan: LaunchPlan) -> int:
         if plan.master_port == 0:
             plan = plan.with_port(port_on_this_machine(plan.master_addr))
+        else:
+            check_port_free(plan.master_addr, plan.master_port)
         handles = []
         _prctl.load()
         try:
@@ -159,6 +161,32 @@ def port_on_this_machine(addr: str) -> int:
         return free_port(addr)
     except OSError as exc:
         raise DslaunchError(f"cannot pick a free port on {addr!r}: {exc}", option="--master-addr") from None
+
+
+def check_port_free(addr: str, port: int) -> None:
+    """Refuse a rendezvous port another process listens on (two jobs, one port), before any rank starts.
+
+    SO_REUSEADDR, as torch's TCPStore binds: a port left in TIME_WAIT by the last job is still usable.
+    """
+    import errno
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return  # the rank reports an address it cannot resolve
+    family, _, _, _, sockaddr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(sockaddr)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise DslaunchError(
+                    f"port {port} on {addr} is already in use (another job?): give another --master-port, "
+                    "or --master-port 0 for a free one",
+                    option="--master-port",
+                ) from None
 
 
 def free_port(host: str = "127.0.0.1") -> int:

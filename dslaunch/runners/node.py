@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dslaunch.plan import LaunchPlan
-from dslaunch.runners.local import LocalAgent
+from dslaunch.runners.local import LocalAgent, check_port_free
 from dslaunch.runners.supervise import supervise_and_report
 
 
@@ -16,4 +16,6 @@ class NodeRunner:
 
     def run(self, plan: LaunchPlan) -> int:
         node_rank = plan.manual_node or 0
+        if node_rank == 0:  # node 0's rank 0 serves the rendezvous
+            check_port_free(plan.master_addr, plan.master_port)
         return supervise_and_report(plan, [LocalAgent(plan, node_rank)])

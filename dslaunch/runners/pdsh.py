@@ -32,7 +32,7 @@ from dslaunch.runners.remote_base import RemoteRunner
 from dslaunch.runners.supervise import supervise_and_report
 
 _SSH_END = re.compile(
-    r"^pdsh@[^:]*: (?P<host>[^:]+): ssh (?:exited with exit code (?P<code>\d+)|killed by signal (?P<sig>\d+))"
+    r"^pdsh@[^:]*: (?P<host>[^:]+): ssh (?:exited with exit code (?P<code>[0-9]+)|killed by signal (?P<sig>[0-9]+))"
 )
 
 

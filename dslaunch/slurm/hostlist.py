@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 
 from dslaunch.errors import DslaunchError
+from dslaunch.limits import ascii_int
 
 MAX_HOSTS = 1_000_000  # refuse absurd expansions instead of eating memory
 
@@ -72,7 +73,7 @@ def _expand_ranges(body: str, expr: str) -> list[str]:
     out: list[str] = []
     for item in body.split(","):
         lo, dash, hi = item.strip().partition("-")
-        if not lo.isdigit() or (dash and not hi.isdigit()):
+        if ascii_int(lo) is None or (dash and ascii_int(hi) is None):
             raise HostlistError(f"bad range {item!r} in hostlist {expr!r}: use N or N-M with digits")
         if not dash:
             out.append(lo)

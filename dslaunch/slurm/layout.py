@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dslaunch.errors import DslaunchError
+from dslaunch.limits import MAX_SLOTS_PER_HOST, MAX_WORLD_SIZE, ascii_int
 from dslaunch.plan import NodePlan
 from dslaunch.slurm import hostlist
 
@@ -69,7 +70,7 @@ def _int(env: Mapping[str, str], *names: str) -> int:
     raise SlurmLayoutError(f"{names[0]} is not set: is this really inside a Slurm step?")
 
 
-_TPN = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
+_TPN = re.compile(r"^([0-9]+)(?:\(x([0-9]+)\))?$")
 
 
 def parse_tasks_per_node(text: str) -> tuple[int, ...]:
@@ -79,7 +80,10 @@ def parse_tasks_per_node(text: str) -> tuple[int, ...]:
         match = _TPN.match(item.strip())
         if match is None:
             raise SlurmLayoutError(f"cannot read tasks per node {text!r} (expected e.g. '2(x3),1')")
-        counts.extend([int(match.group(1))] * int(match.group(2) or 1))
+        tasks, repeat = int(match.group(1)), int(match.group(2) or 1)
+        if tasks > MAX_SLOTS_PER_HOST or len(counts) + repeat > MAX_WORLD_SIZE:
+            raise SlurmLayoutError(f"tasks per node {text!r} is more than this launcher can place")
+        counts.extend([tasks] * repeat)
     return tuple(counts)
 
 
@@ -113,7 +117,7 @@ def read_step(env: Mapping[str, str]) -> SlurmStep:
         )
     step = SlurmStep(
         job_id=_int(env, "SLURM_JOB_ID", "SLURM_JOBID"),
-        step_id=int(step_text) if step_text.isdigit() else 0,
+        step_id=ascii_int(step_text) or 0,
         procid=_int(env, "SLURM_PROCID"),
         localid=_int(env, "SLURM_LOCALID"),
         nodeid=_int(env, "SLURM_NODEID"),

@@ -55,6 +55,28 @@ def test_env_file_errors_name_the_line(text: str, why: str) -> None:
     assert "f.env:2" in str(err.value)
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "HF_TOKEN hf_s3cr3tvalue",  # '=' forgotten
+        "1HF_TOKEN=hf_s3cr3tvalue",  # bad name
+        'HF_TOKEN="x" hf_s3cr3tvalue',  # text after the quotes
+        "export HF_TOKEN hf_s3cr3tvalue",
+    ],
+)
+def test_env_file_errors_never_echo_a_value(line: str) -> None:
+    with pytest.raises(envs.EnvError) as err:
+        envs.parse_env_file(line, "f.env")
+    assert "s3cr3t" not in str(err.value)
+
+
+@pytest.mark.parametrize("spec", ["1HF_TOKEN=hf_s3cr3tvalue", "HF TOKEN=hf_s3cr3tvalue", "=hf_s3cr3tvalue"])
+def test_bad_export_never_echoes_the_value(spec: str) -> None:
+    with pytest.raises(envs.EnvError) as err:
+        envs.parse_export(spec, {})
+    assert "s3cr3t" not in str(err.value)
+
+
 def test_exports_by_prefix_and_never_local_facts() -> None:
     environ = {
         "NCCL_DEBUG": "INFO",

@@ -213,7 +213,7 @@ def test_dry_run_masks_secrets_and_shows_commands(ssh_cluster: SshCluster, tmp_p
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--export", "1BAD=x"], "is not NAME or NAME=VALUE"),
+        (["--export", "1BAD=x"], "use NAME or NAME=VALUE"),
         (["--export", "TEST_SURELY_UNSET_VAR"], "is not set in the launcher's environment"),
         (["--env-file", "missing.env"], "does not exist"),
         (["--env-file", "bad.env"], "expected NAME=VALUE"),

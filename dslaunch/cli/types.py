@@ -1,0 +1,84 @@
+"""Number option types that read ASCII digits only and refuse nan, inf and values past a cap.
+
+click's INT and FLOAT call ``int``/``float``, which accept '٢', '1_000', 'nan' and 'inf'.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import click
+
+from dslaunch.limits import MAX_SLOTS_PER_HOST, ascii_int
+
+_WHOLE = re.compile(r"-?[0-9]+")
+_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
+
+
+def _range(low: float | None, high: float | None) -> str:
+    if high is None:
+        return f"x>={low}"
+    return f"{low}<=x<={high}"
+
+
+class Whole(click.ParamType):  # type: ignore[type-arg]  # generic only from click 8.5
+    """A whole number in ``[low, high]``."""
+
+    name = "integer"
+
+    def __init__(self, low: int, high: int | None = None) -> None:
+        self.low, self.high = low, high
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            text = str(value).strip()
+            if not _WHOLE.fullmatch(text):
+                self.fail(f"{value!r} is not a whole number (digits 0-9)", param, ctx)
+            number = int(text)
+        if number < self.low or (self.high is not None and number > self.high):
+            self.fail(f"{number} is not in the range {_range(self.low, self.high)}.", param, ctx)
+        return number
+
+
+class Seconds(click.ParamType):  # type: ignore[type-arg]
+    """A finite number of seconds in ``[low, high]``."""
+
+    name = "seconds"
+
+    def __init__(self, low: float, high: float) -> None:
+        self.low, self.high = low, high
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            seconds = float(value)
+        else:
+            text = str(value).strip()
+            if not _DECIMAL.fullmatch(text):
+                self.fail(f"{value!r} is not a number of seconds, e.g. 5 or 0.5", param, ctx)
+            seconds = float(text)
+        if not math.isfinite(seconds) or not self.low <= seconds <= self.high:
+            self.fail(f"{value} is not in the range {_range(self.low, self.high)}.", param, ctx)
+        return seconds
+
+
+class NprocType(click.ParamType):  # type: ignore[type-arg]
+    """Ranks per node: a positive whole number or ``auto``."""
+
+    name = "N|auto"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
+        if isinstance(value, int) or value == "auto":
+            return value  # type: ignore[no-any-return]
+        text = str(value).strip().lower()
+        if text == "auto":
+            return "auto"
+        number = ascii_int(text)
+        if number is None or number < 1:
+            self.fail(f"{value!r} is not a positive whole number or 'auto'", param, ctx)
+        if number > MAX_SLOTS_PER_HOST:
+            self.fail(f"{number} is more than {MAX_SLOTS_PER_HOST} ranks on one node", param, ctx)
+        return number

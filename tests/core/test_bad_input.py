@@ -1,0 +1,103 @@
+"""Hostile input gets one clear line and exit 2, with no traceback and nothing started (issue 12, item 7)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import run_cli
+
+SCRIPT = "import pathlib, sys; pathlib.Path(sys.argv[1]).write_text('ran')\n"
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Path:
+    (tmp_path / "train.py").write_text(SCRIPT)
+    (tmp_path / "not_exec").write_text("#!/bin/sh\n")
+    (tmp_path / "bad.env").write_text("HF_TOKEN hf_s3cr3tvalue\n")
+    for name, text in {
+        "huge": "localhost slots=99999999999999\n",
+        "arabic": "localhost slots=\u0662\n",
+        "zero": "localhost slots=0\nother slots=0\n",
+        "manyhosts": "".join(f"h{i} slots=4096\n" for i in range(300)),
+    }.items():
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+CASES: dict[str, tuple[list[str], str]] = {
+    "nproc-huge": (["--nproc-per-node", "99999999999", "--dry-run"], "more than 4096 ranks on one node"),
+    "nproc-superscript": (["--nproc-per-node", "\u00b3"], "not a positive whole number"),
+    "nproc-arabic": (["--nproc-per-node", "\u0662"], "not a positive whole number"),
+    "slots-huge": (["-H", "{dir}/huge", "--dry-run"], "more than 4096 ranks on one host"),
+    "slots-arabic": (["-H", "{dir}/arabic", "--dry-run"], "expected '<host> slots=<n>'"),
+    "slots-zero": (["-H", "{dir}/zero", "--dry-run"], "every host has slots=0"),
+    "world-huge": (["-H", "{dir}/manyhosts", "--dry-run"], "more than 1048576 slots in all"),
+    "mesh-arabic": (["--mesh", "dp=\u0662", "--dry-run"], "is not a whole number"),
+    "json-without-dry-run": (["--json"], "--json only shapes the --dry-run output"),
+    "shutdown-nan": (["--shutdown-timeout", "nan"], "not a number of seconds"),
+    "shutdown-inf": (["--shutdown-timeout", "inf"], "not a number of seconds"),
+    "shutdown-huge": (["--shutdown-timeout", "1" + "0" * 400], "not in the range"),
+    "connect-inf": (["--ssh-connect-timeout", "inf"], "not a number of seconds"),
+    "connect-nan": (["--ssh-connect-timeout", "nan"], "not a number of seconds"),
+    "port-underscore": (["--master-port", "1_000"], "not a whole number"),
+    "port-arabic": (["--master-port", "\u0662\u0662"], "not a whole number"),
+    "num-nodes-huge": (["--num-nodes", "99999999999999999999"], "not in the range"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_option_values(case: str, job: Path) -> None:
+    args, expected = CASES[case]
+    marker = job / "ran"
+    done = run_cli([a.format(dir=job) for a in args] + [str(job / "train.py"), str(marker)], timeout=30)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert expected in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("{dir}/missing", "does not exist"),
+        ("{dir}", "is not an executable file"),
+        ("{dir}/not_exec", "is not an executable file"),
+        ("no-such-program-xyz", "is not a program on PATH"),
+    ],
+)
+def test_no_python_targets_that_cannot_run(target: str, expected: str, job: Path) -> None:
+    done = run_cli(["--no-python", target.format(dir=job)], timeout=30)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert expected in done.stderr and "Traceback" not in done.stderr
+
+
+def test_env_file_error_never_shows_the_value(job: Path) -> None:
+    done = run_cli(["--env-file", str(job / "bad.env"), "--dry-run", str(job / "train.py")], timeout=30)
+    assert done.returncode == 2
+    assert "expected NAME=VALUE" in done.stderr
+    assert "s3cr3t" not in done.stderr + done.stdout
+
+
+def test_a_port_another_job_listens_on_is_refused_before_anything_starts(job: Path) -> None:
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        marker = job / "ran"
+        done = run_cli(["--master-port", str(port), str(job / "train.py"), str(marker)], timeout=30)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert f"port {port} on 127.0.0.1 is already in use" in done.stderr
+    assert not marker.exists()
+
+
+def test_the_executable_check_follows_the_mode_bits(job: Path) -> None:
+    tool = job / "tool"
+    tool.write_text("#!/bin/sh\nexit 0\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    done = run_cli(["--no-python", str(tool)], timeout=30, cwd=os.fspath(job))
+    assert done.returncode == 0, done.stderr
