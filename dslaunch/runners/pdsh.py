@@ -24,6 +24,7 @@ from collections.abc import Iterator, Sequence
 
 from dslaunch import wire
 from dslaunch.agent.supervisor import set_parent_death_signal
+from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import common, stage
 from dslaunch.remote.command import agent_command
@@ -88,8 +89,30 @@ def pdsh_env(settings: RemoteSettings, base: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _host_of(name: str) -> str:
-    return name.rpartition("@")[2]
+def pdsh_label(host: str) -> str:
+    """The name pdsh puts before each line of ``host``: no user, and no domain unless it is an IPv4 address."""
+    import ipaddress
+
+    name = host.rpartition("@")[2]
+    try:
+        ipaddress.IPv4Address(name)
+        return name
+    except ValueError:
+        return name.split(".", 1)[0]
+
+
+def pdsh_labels(hosts: Sequence[str]) -> list[str]:
+    """Each host's pdsh label; two hosts that pdsh would label alike cannot be told apart."""
+    labels = [pdsh_label(h) for h in hosts]
+    seen: dict[str, str] = {}
+    for host, label in zip(hosts, labels):
+        if label in seen:
+            raise DslaunchError(
+                f"pdsh labels the output of {seen[label]!r} and {host!r} alike ({label!r}), so it cannot tell "
+                "them apart: use --launcher ssh, or host names that differ before the first '.'"
+            )
+        seen[label] = host
+    return labels
 
 
 class _Demux:
@@ -147,7 +170,7 @@ class _Demux:
             common.write_err((rest if sep and host in self.queues and rest.startswith("[") else line).encode())
 
     def ssh_client(self, host: str) -> int | None:
-        """The pid of the ssh client pdsh runs for ``host`` (pdsh puts each in its own session)."""
+        """The pid of the ssh client pdsh runs for ``host`` as named on its command line."""
         import psutil
 
         try:
@@ -164,7 +187,7 @@ class PdshNode:
     def __init__(self, node_rank: int, host: str, demux: _Demux) -> None:
         self.node_rank = node_rank
         self.host = host
-        self.key = _host_of(host)
+        self.key = pdsh_label(host)
         self.demux = demux
 
     def lines(self) -> Iterator[str]:
@@ -173,7 +196,7 @@ class PdshNode:
             yield line
 
     def _signal_client(self, signum: int) -> None:
-        pid = self.demux.ssh_client(self.key)
+        pid = self.demux.ssh_client(self.host.rpartition("@")[2])  # ssh gets the name, pdsh labels it
         if pid is not None:
             try:
                 os.kill(pid, signum)
@@ -210,6 +233,7 @@ class PdshRunner(RemoteRunner):
 
     def describe(self, plan: LaunchPlan) -> list[str]:
         settings = plan.remote
+        pdsh_labels([n.host for n in plan.nodes])
         argv = pdsh_argv(plan, settings)
         staged = f"  # plan staged first over ssh to ~/{stage.plan_path(plan.run_id, 'N')} (0600) on each host"
         return [f"PDSH_SSH_ARGS_APPEND={shlex.quote(' '.join(ssh_args(settings)))} {shlex.join(argv)}{staged}"]
@@ -232,6 +256,7 @@ class PdshRunner(RemoteRunner):
 
     def run(self, plan: LaunchPlan) -> int:
         settings = plan.remote
+        pdsh_labels([n.host for n in plan.nodes])  # before anything is staged
         try:
             env = self._env = pdsh_env(settings, dict(os.environ))
         except ValueError as exc:
@@ -257,7 +282,7 @@ class PdshRunner(RemoteRunner):
         except OSError as exc:
             self.reap(plan, settings, [n.host for n in plan.nodes])
             return common.report_start_failures({"(all)": f"cannot run pdsh: {exc}"})
-        demux = _Demux(proc, [_host_of(n.host) for n in plan.nodes])
+        demux = _Demux(proc, pdsh_labels([n.host for n in plan.nodes]))
         handles = [PdshNode(n.node_rank, n.host, demux) for n in plan.nodes]
         try:
             code = supervise_and_report(plan, handles)
@@ -265,5 +290,5 @@ class PdshRunner(RemoteRunner):
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-        self.reap(plan, settings, [n.host for n in plan.nodes if _host_of(n.host) not in demux.reported])
+        self.reap(plan, settings, [n.host for n in plan.nodes if pdsh_label(n.host) not in demux.reported])
         return code

@@ -43,9 +43,10 @@ def _results_ssh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, 
 
 
 def _results_pdsh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, str, str]]:
-    from dslaunch.runners.pdsh import pdsh_command, pdsh_env
+    from dslaunch.runners.pdsh import pdsh_command, pdsh_env, pdsh_label, pdsh_labels
 
     settings = plan.remote
+    pdsh_labels([n.host for n in plan.nodes])
     argv = pdsh_command(settings, [n.host for n in plan.nodes], command.replace("%", "%%"))
     done = subprocess.run(
         argv,
@@ -63,7 +64,7 @@ def _results_pdsh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None,
             sink.setdefault(host, []).append(rest)
     results: dict[int, tuple[int | None, str, str]] = {}
     for node in plan.nodes:
-        key = node.host.rpartition("@")[2]
+        key = pdsh_label(node.host)
         out = "\n".join(outs.get(key, []))
         results[node.node_rank] = (0 if parse_probe(out) else 255, out, "\n".join(errs.get(key, [])))
     return results

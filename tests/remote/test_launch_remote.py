@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -269,3 +270,30 @@ def test_sigusr1_reaches_every_remote_rank(ssh_cluster: SshCluster, tmp_path: Pa
         stop(proc, signal.SIGTERM)
     assert proc.returncode == 143
     assert wait_until_gone(run_id, 5) == []
+
+
+def _fqdn_cluster_args(cluster: SshCluster, folder: Path, domain: str = "cluster.test") -> list[str]:
+    """The test cluster's nodes under fully qualified names (node1.cluster.test -> node1's address)."""
+    text = cluster.config.read_text()
+    fqdn = re.sub(r"^Host (node\d+)$", rf"Host \1.{domain} \1", text, flags=re.M)
+    config = folder / "ssh_config_fqdn"
+    config.write_text(fqdn)
+    hostfile = folder / "hosts_fqdn"
+    hostfile.write_text(f"node1.{domain} slots=2\nnode2.{domain} slots=2\n")
+    return ["--hostfile", str(hostfile), "--launcher", "pdsh", "--ssh-config", str(config), "--shutdown-timeout", "2"]
+
+
+def test_pdsh_with_fully_qualified_names_fails_fast(ssh_cluster: SshCluster, tmp_path: Path) -> None:
+    """pdsh labels node1.cluster.test as 'node1': events are still read, and a failing rank ends the job fast."""
+    run_id = f"fqdn{os.getpid()}"
+    args = [*_fqdn_cluster_args(ssh_cluster, tmp_path), "--run-id", run_id, SCRIPT, "fail", str(tmp_path), "3", "7"]
+    proc = start(args, cwd=tmp_path)
+    assert wait_ready(tmp_path, 4), "ranks did not start"
+    failed_at = time.monotonic()
+    _out, err = proc.communicate(timeout=30)
+    elapsed = time.monotonic() - failed_at
+    assert proc.returncode == 7, err
+    assert "rank 3" in err and "node2.cluster.test" in err, err
+    assert "@dslaunch-event" not in err, err
+    assert elapsed < 3.0 + 1.5, f"teardown took {elapsed:.1f} s"
+    assert wait_until_gone(run_id, 3) == []

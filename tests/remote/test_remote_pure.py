@@ -12,11 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan, NodePlan, Program, RemoteSettings
 from dslaunch.remote import envs, preflight
 from dslaunch.remote.command import agent_command
 from dslaunch.remote.sshconfig import resolve, valid_host
-from dslaunch.runners.pdsh import pdsh_argv, pdsh_env
+from dslaunch.runners.pdsh import pdsh_argv, pdsh_env, pdsh_label, pdsh_labels
 
 ENV_FILE_CASES = [
     ("A=1", {"A": "1"}),
@@ -311,3 +312,24 @@ def test_reap_kills_only_the_named_run() -> None:
         for p in (mine, other):
             p.kill()
             p.wait()
+
+
+@pytest.mark.parametrize(
+    ("host", "label"),
+    [
+        ("node1", "node1"),
+        ("node1.cluster.test", "node1"),
+        ("alice@node1.cluster.test", "node1"),
+        ("10.1.2.3", "10.1.2.3"),
+        ("bob@127.0.0.2", "127.0.0.2"),
+        ("gpu-01.a", "gpu-01"),
+    ],
+)
+def test_pdsh_labels_like_pdsh(host: str, label: str) -> None:
+    assert pdsh_label(host) == label
+
+
+def test_hosts_pdsh_cannot_tell_apart_are_refused() -> None:
+    assert pdsh_labels(["node1.a", "node2.a"]) == ["node1", "node2"]
+    with pytest.raises(DslaunchError, match=r"'node1\.a' and 'node1\.b' alike"):
+        pdsh_labels(["node1.a", "node1.b"])
