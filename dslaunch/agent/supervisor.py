@@ -306,7 +306,7 @@ class NodeSupervisor:
             get_logger("agent").info("stopping ranks", signal=signal.Signals(sig).name)
             self.stop_deadline = time.monotonic() + self.plan.shutdown_timeout
         for r in self.ranks:
-            if r.returncode is None:
+            if r.returncode is None and not r.signalled:  # one signal per rank per teardown
                 r.signalled = True
                 _killpg(r.pid, sig)
 

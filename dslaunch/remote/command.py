@@ -44,8 +44,12 @@ def agent_command(
     return " && ".join(parts)
 
 
-def reap_command(plan: LaunchPlan, venv_script: str | None = None) -> str:
-    """Kill whatever of this job is left on a host (by run id, never by name); see dslaunch.remote.reap."""
-    argv = [plan.program.python, "-m", "dslaunch.remote.reap", plan.run_id]
+def reap_command(plan: LaunchPlan, venv_script: str | None = None, *, agent_signal: str | None = None) -> str:
+    """Kill whatever of this job is left on a host (by run id, never by name); see dslaunch.remote.reap.
+
+    With ``agent_signal`` (TERM, USR1...) only send that signal to the job's node agent there.
+    """
+    options = ["--agent-signal", agent_signal] if agent_signal else []
+    argv = [plan.program.python, "-m", "dslaunch.remote.reap", *options, plan.run_id]
     prefix = f". {shlex.quote(venv_script)} && " if venv_script else ""
     return prefix + "exec " + shlex.join(argv)

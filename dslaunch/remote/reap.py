@@ -1,5 +1,9 @@
 """``python -m dslaunch.remote.reap RUN_ID``: kill what is left of one job on this host.
 
+``python -m dslaunch.remote.reap --agent-signal NAME RUN_ID`` instead sends signal NAME (TERM, USR1, ...)
+to the job's node agent here: how the pdsh runner stops a node with its grace period, or relays a
+signal, since pdsh gives no per-host channel to the agent.
+
 The fallback for a node whose agent vanished (SIGKILL, OOM killer): its ranks die with it
 (parent-death signal), but a rank's own children may not. Every process of a job carries
 ``DSLAUNCH_RUN_ID=<run id>`` in its environment; this kills exactly those, never by name.
@@ -20,7 +24,7 @@ def job_pids(run_id: str, proc: str = "/proc") -> list[int]:
     mine = {os.getpid(), os.getppid()}
     found = []
     for entry in os.listdir(proc):
-        if not entry.isdigit() or int(entry) in mine:
+        if not (entry.isascii() and entry.isdigit()) or int(entry) in mine:
             continue
         try:
             with open(f"{proc}/{entry}/environ", "rb") as f:
@@ -31,9 +35,34 @@ def job_pids(run_id: str, proc: str = "/proc") -> list[int]:
     return found
 
 
+def _is_agent(pid: int, proc: str = "/proc") -> bool:
+    try:
+        with open(f"{proc}/{pid}/cmdline", "rb") as f:
+            return b"dslaunch.agent" in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def signal_agent(run_id: str, name: str) -> int:
+    signum = getattr(signal, f"SIG{name}", None)
+    if not isinstance(signum, signal.Signals):
+        print(f"dslaunch reap: unknown signal {name!r}", file=sys.stderr)
+        return 2
+    agents = [pid for pid in job_pids(run_id) if _is_agent(pid)]
+    for pid in agents:
+        try:
+            os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+    print(f"dslaunch reap: SIG{name} sent to {len(agents)} agent(s) of run {run_id}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "--agent-signal" and argv[2]:
+        return signal_agent(argv[2], argv[1])
     if len(argv) != 1 or not argv[0]:
-        print("usage: python -m dslaunch.remote.reap RUN_ID", file=sys.stderr)
+        print("usage: python -m dslaunch.remote.reap [--agent-signal NAME] RUN_ID", file=sys.stderr)
         return 2
     pids = job_pids(argv[0])
     for pid in pids:

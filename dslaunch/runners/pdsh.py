@@ -3,10 +3,12 @@
 pdsh cannot carry stdin and its command line is public, so the plan goes ahead to
 each host as a 0600 file over OpenSSH (``remote/stage.py``), and the agent reads and
 deletes it; ``%n`` (pdsh's index of the host in ``-w``) gives each agent its node rank.
-The agent still watches stdin: pdsh keeps each ssh client's stdin open, so a
-node is stopped by ending its ssh client (EOF on the remote agent's stdin),
-and a launcher killed with SIGKILL takes pdsh with it (parent-death signal),
-which closes every ssh client's stdin.
+pdsh gives no per-host channel to an agent, so a node is stopped (or sent SIGUSR1/2) by a
+second, short ssh that signals its agent by run id (``dslaunch.remote.reap --agent-signal``):
+the agent then stops its ranks with the full --shutdown-timeout grace and reports them, as
+under ssh. Ending the node's ssh client is the fallback when that ssh fails, and what a second
+Ctrl-C or the end of the grace period does. The agent still watches stdin: a launcher killed
+with SIGKILL takes pdsh with it (parent-death signal), which closes every ssh client's stdin.
 """
 
 from __future__ import annotations
@@ -20,14 +22,14 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from dslaunch import wire
 from dslaunch.agent.supervisor import set_parent_death_signal
 from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import common, stage
-from dslaunch.remote.command import agent_command
+from dslaunch.remote.command import agent_command, reap_command
 from dslaunch.remote.sshconfig import default_config_path
 from dslaunch.runners.remote_base import RemoteRunner
 from dslaunch.runners.supervise import supervise_and_report
@@ -184,11 +186,13 @@ class _Demux:
 
 
 class PdshNode:
-    def __init__(self, node_rank: int, host: str, demux: _Demux) -> None:
+    def __init__(self, node_rank: int, host: str, demux: _Demux, tell: Callable[[str, str], bool]) -> None:
         self.node_rank = node_rank
         self.host = host
         self.key = pdsh_label(host)
         self.demux = demux
+        self.tell = tell  # (host, signal name) -> whether the agent there was signalled
+        self.stopping = False
 
     def lines(self) -> Iterator[str]:
         q = self.demux.queues[self.key]
@@ -204,12 +208,21 @@ class PdshNode:
                 pass
 
     def stop(self) -> None:
-        # Ending the ssh client is EOF on the remote agent's stdin: it tears its node down.
-        self.demux.stopped.add(self.key)
-        self._signal_client(signal.SIGTERM)
+        if self.stopping or self.key in self.demux.status:
+            return
+        self.stopping = True
+        threading.Thread(target=self._stop, daemon=True).start()
+
+    def _stop(self) -> None:
+        if not self.tell(self.host, "TERM"):
+            # Ending the ssh client is EOF on the remote agent's stdin: it tears its node down,
+            # but the reaper may then cut the grace period short.
+            self.demux.stopped.add(self.key)
+            self._signal_client(signal.SIGTERM)
 
     def signal(self, signum: int) -> None:
-        pass  # no channel for it over pdsh
+        name = signal.Signals(signum).name.removeprefix("SIG")
+        threading.Thread(target=self.tell, args=(self.host, name), daemon=True).start()
 
     def kill(self) -> None:
         self.demux.stopped.add(self.key)
@@ -283,7 +296,16 @@ class PdshRunner(RemoteRunner):
             self.reap(plan, settings, [n.host for n in plan.nodes])
             return common.report_start_failures({"(all)": f"cannot run pdsh: {exc}"})
         demux = _Demux(proc, pdsh_labels([n.host for n in plan.nodes]))
-        handles = [PdshNode(n.node_rank, n.host, demux) for n in plan.nodes]
+
+        def tell(host: str, name: str) -> bool:
+            command = reap_command(plan, settings.venv_script, agent_signal=name)
+            try:
+                status, out, _err = self.exec_on(host, command, settings.connect_timeout + 10)
+            except OSError:
+                return False
+            return status == 0 and " 0 agent(s)" not in out
+
+        handles = [PdshNode(n.node_rank, n.host, demux, tell) for n in plan.nodes]
         try:
             code = supervise_and_report(plan, handles)
         finally:

@@ -177,7 +177,9 @@ def _final_code(outcome: Outcome, done: dict[int, int]) -> int:
         return outcome.root_cause.code
     if outcome.lost_node is not None:
         status = outcome.lost_node[2]
-        return status if status else 1
+        if not status:
+            return 1
+        return 128 - status if status < 0 else status  # Popen's -N for "killed by signal N" is 128+N
     return next((code for code in done.values() if code), 0)
 
 
@@ -220,8 +222,10 @@ def format_summary(outcome: Outcome, plan: LaunchPlan) -> str | None:
             lines.append(f"dslaunch: {others} other rank(s) were stopped because of it")
     elif outcome.lost_node is not None:
         node_rank, host, status = outcome.lost_node
+        signame = wire.exit_code_of(status)[1] if status else None
+        how = f"was killed by {signame}" if signame else f"ended (status {status})"
         lines.append(
-            f"dslaunch: node {node_rank} ({host}) disappeared: its agent ended (status {status}) "
+            f"dslaunch: node {node_rank} ({host}) disappeared: its agent {how} "
             "without reporting; all other nodes were stopped"
         )
     elif outcome.signal is None:

@@ -297,3 +297,52 @@ def test_pdsh_with_fully_qualified_names_fails_fast(ssh_cluster: SshCluster, tmp
     assert "@dslaunch-event" not in err, err
     assert elapsed < 3.0 + 1.5, f"teardown took {elapsed:.1f} s"
     assert wait_until_gone(run_id, 3) == []
+
+
+@pytest.mark.parametrize("cause", ["rank-failure", "launcher-sigterm"])
+@pytest.mark.parametrize("runner", ["local", *RUNNERS])
+def test_grace_period_and_one_sigterm_per_rank(
+    runner: str, cause: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Ranks that need 2 s to save after SIGTERM get them (--shutdown-timeout 10) from every runner, pdsh
+    included, and each gets SIGTERM exactly once, whether a rank failed or the launcher was told to stop."""
+    if runner == "local":
+        where = ["--nproc-per-node", "4", "--master-port", "0"]
+    else:
+        where = base_args(request.getfixturevalue("ssh_cluster"), runner, ["node1", "node2"])
+    failing = "3" if cause == "rank-failure" else "-1"
+    args = [*where, "--shutdown-timeout", "10", SCRIPT, "grace", str(tmp_path), failing, "7", "2"]
+    proc = start(args, cwd=tmp_path)
+    assert wait_ready(tmp_path, 4), "ranks did not start"
+    if cause == "launcher-sigterm":
+        proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=40)
+    assert proc.returncode == (7 if cause == "rank-failure" else 143), err
+    stopped = [0, 1, 2] if cause == "rank-failure" else [0, 1, 2, 3]
+    assert sorted(p.name for p in tmp_path.glob("saved.*")) == [f"saved.{r}" for r in stopped], err
+    for rank in stopped:
+        assert len((tmp_path / f"sigterm.{rank}").read_text().split()) == 1, f"rank {rank} got SIGTERM more than once"
+
+
+@pytest.mark.parametrize("runner", ["local", *RUNNERS])
+def test_a_killed_node_agent_is_named_and_exits_128_plus_n(
+    runner: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    run_id = f"agentkill{runner}{os.getpid()}"
+    if runner == "local":
+        where = ["--nproc-per-node", "2", "--master-port", "0"]
+    else:
+        where = base_args(request.getfixturevalue("ssh_cluster"), runner, ["node1", "node2"], slots=1)
+    proc = start([*where, "--run-id", run_id, SCRIPT, "sleep", str(tmp_path)], cwd=tmp_path)
+    assert wait_ready(tmp_path, 2), "ranks did not start"
+    rank1 = next(p for p in job_processes(run_id) if p.environ().get("RANK") == "1")
+    agent = rank1.parent()
+    assert agent is not None and "dslaunch" in " ".join(agent.cmdline()), agent
+    agent.kill()
+    _out, err = proc.communicate(timeout=30)
+    assert "disappeared" in err, err
+    if runner == "local":
+        assert proc.returncode == 137 and "its agent was killed by SIGKILL" in err, (proc.returncode, err)
+    else:
+        assert proc.returncode == 255, (proc.returncode, err)  # ssh's status for a session killed by a signal
+    assert wait_until_gone(run_id, 10) == []

@@ -5,6 +5,8 @@ job.py sleep DIR             write DIR/ready.<rank>, then sleep
 job.py fail DIR RANK CODE    like sleep, but RANK exits CODE once every rank is ready
 job.py usr1 DIR              like sleep, and write DIR/usr1.<rank> on SIGUSR1
 job.py child DIR             like sleep, with a child process that outlives the rank unless killed
+job.py grace DIR RANK CODE S like fail; every other rank logs each SIGTERM to DIR/sigterm.<rank>, takes S seconds
+                             to "checkpoint" after the first, writes DIR/saved.<rank> and exits 143
 """
 
 import json
@@ -42,13 +44,28 @@ if mode == "usr1":
             f.write("got it")
 
     signal.signal(signal.SIGUSR1, _mark)
+if mode == "grace":
+    import signal
+
+    def _checkpoint(_signum, _frame):
+        with open(os.path.join(folder, f"sigterm.{rank}"), "a") as f:
+            f.write(f"{time.time()}\n")
+        if getattr(_checkpoint, "busy", False):
+            return
+        _checkpoint.busy = True
+        time.sleep(float(sys.argv[5]))
+        with open(os.path.join(folder, f"saved.{rank}"), "w") as f:
+            f.write("saved")
+        sys.exit(143)
+
+    signal.signal(signal.SIGTERM, _checkpoint)
 if mode == "child":
     import subprocess
 
     subprocess.Popen(["sleep", "300"])  # in the rank's session: killed with it only if someone kills the session
 with open(os.path.join(folder, f"ready.{rank}"), "w") as f:
     f.write(str(os.getpid()))
-if mode == "fail" and rank == int(sys.argv[3]):
+if mode in ("fail", "grace") and rank == int(sys.argv[3]):
     world = int(os.environ["WORLD_SIZE"])
     deadline = time.time() + 30
     while time.time() < deadline and not all(os.path.exists(os.path.join(folder, f"ready.{r}")) for r in range(world)):
