@@ -1,10 +1,11 @@
-"""Linux parent-death signal, in a module small enough for the launcher to import at once."""
+"""Linux parent-death signal and child subreaper, in a module small enough for the launcher to import at once."""
 
 from __future__ import annotations
 
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 _prctl: Any = None
 
 
@@ -25,3 +26,9 @@ def set_parent_death_signal(sig: int) -> None:
     load()
     if _prctl:
         _prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+
+def set_child_subreaper() -> bool:
+    """Make orphaned descendants (double-forked daemons) this process's children, not init's."""
+    load()
+    return bool(_prctl) and _prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
