@@ -37,7 +37,8 @@ class AgentHandle(Protocol):
     host: str
 
     def lines(self) -> Iterator[str]:
-        """The agent's stdout, line by line (newline kept), until it closes."""
+        """The agent's stream until it closes, in whole lines (newlines kept): an event line alone,
+        output lines one or more at a time (``wire.split_events``)."""
 
     def stop(self) -> None:
         """Ask the agent to tear its node down (idempotent)."""
