@@ -100,7 +100,8 @@ def test_a_reader_that_never_reads_cannot_delay_fail_fast(tmp_path: Path, stderr
         os.close(read_end)
     assert code == 7
     failed_at = float(stamp.read_text())
-    assert ended - failed_at < 3.0, f"the launcher exited {ended - failed_at:.1f} s after the rank failed"
+    # measured: 0.07 s (stdout blocked), 0.6 s (both: the summary waits 0.5 s for stderr)
+    assert ended - failed_at < 2.0, f"the launcher exited {ended - failed_at:.1f} s after the rank failed"
     if not stderr_too:
         assert b"rank 1 (local_rank 1, node 0) on host localhost exited with code 7" in err
     records = [json.loads(line) for line in (tmp_path / "logs" / "launcher.jsonl").read_text().splitlines()]
