@@ -1,10 +1,12 @@
 """Output plane: MB/s relayed and peak RSS of launcher and agent, next to the rank alone and torchrun.
 
-    python -m bench.bench_output [--mb 200] [--repeat 3] [--no-ssh] [--write docs/benchmarks.md]
+    python -m bench.bench_output [--mb 200] [--ssh-mb 50] [--repeat 3] [--no-ssh] [--write docs/benchmarks.md]
 
 Run from the repository root as a module: the ssh rows use the dev-only ``testbeds`` sshd.
 
-Each rank writes ``--mb`` MiB of 100-byte lines, 1 MiB per write, and stamps when it started and
+Each rank writes ``--mb`` MiB (``--ssh-mb`` over ssh, where it takes longer: a run over 5 s
+can meet a shared machine's test suite that kills every dslaunch job it did not start)
+of 100-byte lines, 1 MiB per write, and stamps when it started and
 stopped writing. Throughput is all ranks' bytes over the time from the first rank's first write
 to the last byte out: the last rank's last write for the ranks alone and torchrun (their stdout
 is /dev/null itself), the launcher's exit for dslaunch (its buffers drained, teardown included).
@@ -110,7 +112,8 @@ class Bench:
         env = {**self.env, "MB": str(mb), "STAMPS": str(stamps)}
         out = subprocess.PIPE if pipe else subprocess.DEVNULL
         started = time.time()
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.DEVNULL)
+        err = (stamps / "stderr").open("w+b")
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err)
         sampler = Sampler(proc.pid, agent)
         sampler.start()
         if pipe:
@@ -118,7 +121,10 @@ class Bench:
             while proc.stdout.read1(1 << 20):
                 pass
         if proc.wait() != 0:
-            raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}")
+            err.seek(0)
+            raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{err.read()[-3000:].decode()}")
+        err.close()
+        (stamps / "stderr").unlink()
         exited = time.time()
         sampler.done.set()
         sampler.join()
@@ -144,6 +150,7 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-ssh", action="store_true")
+    parser.add_argument("--ssh-mb", type=int, default=50, help="MiB per rank over ssh (about 80 MB/s there)")
     parser.add_argument("--write", help="write the markdown tables into this file")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="dslaunch-bench-output-"))
@@ -177,10 +184,11 @@ def main() -> None:
                 def over_ssh(remote: list[str] = remote) -> tuple[float, Sampler]:
                     rid = "b" + uuid.uuid4().hex[:10]
                     cmd = [*DSLAUNCH, *remote, "--export", "MB", "--export", "STAMPS", "--run-id", rid, rank]
-                    return bench.run(cmd, args.mb, rid)
+                    return bench.run(cmd, args.ssh_mb, rid)
 
                 cases["`dslaunch --launcher ssh rank.py > /dev/null` (loopback sshd)"] = over_ssh
-            rows.extend(_measure(cases, args.repeat, f"{n} x {args.mb} MiB", n * args.mb))
+            sizes = {name: args.ssh_mb if "--launcher ssh" in name else args.mb for name in cases}
+            rows.extend(_measure(cases, args.repeat, n, sizes))
             print(*(_row(r) for r in rows[-len(cases) :]), sep="\n", flush=True)
         extras = _extras(bench, scripts, args.repeat)
     finally:
@@ -193,8 +201,9 @@ def main() -> None:
 
 
 def _measure(
-    cases: dict[str, Callable[[], tuple[float, Sampler | None]]], repeat: int, size: str, mib: int
+    cases: dict[str, Callable[[], tuple[float, Sampler | None]]], repeat: int, n: int, mib: dict[str, int]
 ) -> list[Row]:
+    """``mib``: per rank, for each case."""
     times: dict[str, list[float]] = {name: [] for name in cases}
     peaks: dict[str, tuple[float | None, float | None]] = {name: (None, None) for name in cases}
     for _ in range(repeat):
@@ -208,7 +217,13 @@ def _measure(
                     None if sampler.agent is None else max(agent or 0, sampler.agent),
                 )
     return [
-        (size, name, statistics.median(t), mib * 1.048576 / statistics.median(t), *peaks[name])
+        (
+            f"{n} x {mib[name]} MiB",
+            name,
+            statistics.median(t),
+            n * mib[name] * 1.048576 / statistics.median(t),
+            *peaks[name],
+        )
         for name, t in times.items()
     ]
 
@@ -221,7 +236,7 @@ def _extras(bench: Bench, scripts: dict[str, Path], repeat: int) -> list[str]:
         lines.append(f"| one {mib} MiB line, no newline | {seconds:.2f} s | {mib * 1.048576 / seconds:.0f} MB/s |")
     lines.append(f"| time per MiB, 200 MiB line / 50 MiB line (1.0 = linear) | {per_mib[200] / per_mib[50]:.2f} | |")
     cpu = statistics.median(bench.run([*DSLAUNCH, str(scripts["bar"])], 0)[1].agent_cpu for _ in range(repeat))
-    lines.append(f"| 20,000 `\\r` bar updates (stderr on /dev/null): agent CPU | {cpu:.2f} s | |")
+    lines.append(f"| 20,000 `\\r` bar updates (stderr to a file): agent CPU | {cpu:.2f} s | |")
     return lines
 
 
@@ -235,7 +250,7 @@ def _row(r: Row, hop: float | None = None) -> str:
 
 
 def _table(rows: list[Row], extras: list[str], repeat: int) -> str:
-    hops = {r[0]: r[3] for r in rows if "| cat" in r[1]}
+    hops = {r[0].split()[0]: r[3] for r in rows if "| cat" in r[1]}
     head = [
         f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores, load average "
         f"{os.getloadavg()[0]:.1f}, Python {sys.version.split()[0]}, median of {repeat} interleaved runs.",
@@ -245,7 +260,7 @@ def _table(rows: list[Row], extras: list[str], repeat: int) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     tail = ["", "| dslaunch, 1 rank, stdout on /dev/null | time | throughput |", "|---|---|---|"]
-    return "\n".join(head + [_row(r, hops.get(r[0])) for r in rows] + tail + extras)
+    return "\n".join(head + [_row(r, hops.get(r[0].split()[0])) for r in rows] + tail + extras)
 
 
 def _write(path: Path, table: str) -> None:
