@@ -5,8 +5,10 @@
   any user can read in ``/proc/PID/cmdline``. The launcher sends it on the agent's stdin
   (local, ssh), in the agent's environment (srun, mpirun/mpiexec: ``PLAN_VAR``), or in a
   0600 file that the agent deletes once read (pdsh, which cannot carry stdin).
-- **Events**, agent → launcher: one JSON object per line on the agent's stdout, after
-  ``MARKER``. Rank output always carries a prefix, so a marked line comes from the agent.
+- **Events**, agent → launcher: one JSON object per line after ``MARKER``, on a pipe of their
+  own (forked local agents) or mixed into the agent's stdout (remote agents), which
+  ``split_events`` cuts into event lines and runs of output lines. Rank output always carries a
+  prefix, so a marked line comes from the agent.
 - **Control messages**, launcher → agent: whole lines on the agent's stdin
   (``stop``, ``signal SIGUSR1``), parsed exactly, never by substring. EOF means stop.
 """
@@ -18,7 +20,7 @@ import binascii
 import json
 import os
 import signal
-from collections.abc import MutableMapping
+from collections.abc import Iterable, Iterator, MutableMapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -137,6 +139,42 @@ def decode(line: str) -> Event | None:
         return cls(**raw)
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
+
+
+_MARK = MARKER.encode()
+_LINE_MARK = b"\n" + _MARK
+_HELD_MAX = 1 << 20  # an unfinished line longer than this (not from an agent: they cut at 64 KiB) goes as is
+
+
+def split_events(chunks: Iterable[bytes]) -> Iterator[str]:
+    """A mixed stream as it arrives, in whole lines: each event line alone, output lines in runs.
+
+    Linear in the bytes: output is never split line by line, only cut where a marked line starts.
+    """
+    held = b""
+    for chunk in chunks:
+        data = held + chunk if held else chunk
+        end = data.rfind(b"\n") + 1
+        if end == 0 and len(data) < _HELD_MAX:
+            held = data
+            continue
+        end = end or len(data)
+        held = data[end:]
+        yield from _runs(data[:end])
+    if held:
+        yield from _runs(held)
+
+
+def _runs(block: bytes) -> Iterator[str]:
+    pos = 0
+    while pos < len(block):
+        if block.startswith(_MARK, pos):
+            stop = block.find(b"\n", pos) + 1 or len(block)
+        else:
+            found = block.find(_LINE_MARK, pos)
+            stop = len(block) if found < 0 else found + 1
+        yield block[pos:stop].decode("utf-8", "replace")
+        pos = stop
 
 
 def exit_code_of(returncode: int) -> tuple[int, str | None]:

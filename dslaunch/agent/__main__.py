@@ -8,7 +8,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from typing import BinaryIO
+from typing import BinaryIO, TextIO, cast
 
 from dslaunch import mpi_env, wire
 from dslaunch.agent.supervisor import NodeSupervisor, set_parent_death_signal
@@ -27,18 +27,28 @@ def _read_line(fd: int) -> tuple[bytes, bytes]:
     return line, rest
 
 
-def run_node(plan: LaunchPlan, node_rank: int, control: BinaryIO | None, pending: bytes = b"") -> int:
-    """Supervise this node's ranks until they end; return the node's exit code."""
+def run_node(
+    plan: LaunchPlan, node_rank: int, control: BinaryIO | None, pending: bytes = b"", events: int | None = None
+) -> int:
+    """Supervise this node's ranks until they end; return the node's exit code.
+
+    Rank output goes to fds 1 and 2; events to ``events`` when given (a forked local agent),
+    else on fd 1 as marked lines (a remote agent: one stream over the transport).
+    """
     from dslaunch.logs import configure_agent
 
     configure_agent(plan.env, node_rank, plan.node(node_rank).host, plan.run_id)
-    sup = NodeSupervisor(plan, node_rank, control=control, out=sys.stdout.buffer, err=sys.stderr.buffer)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sup = NodeSupervisor(plan, node_rank, control=control, out=1, err=2, events=events)
     error_dir = tempfile.mkdtemp(prefix=f"dslaunch-{plan.run_id}-")
+    console, sys.stderr = sys.stderr, cast(TextIO, sup.console())
     try:
         sup.start(error_dir)
         sup.feed_control(pending)  # control lines that arrived with the plan
         return sup.run()
     finally:
+        sys.stderr = console
         shutil.rmtree(error_dir, ignore_errors=True)
 
 

@@ -2,15 +2,18 @@
 
 Every rank is its own session (so a signal reaches the rank's children too)
 and carries a parent-death signal, so nothing survives a SIGKILLed agent.
-The loop wakes on rank output, rank exit (pidfd), the control channel and
-signals; the first failing rank makes every other rank get SIGTERM at once
-and SIGKILL after the grace period.
+The loop wakes on rank output, rank exit (pidfd), the control channel,
+signals and the output sinks; the first failing rank makes every other rank
+get SIGTERM at once and SIGKILL after the grace period. Rank output goes
+through ``relay`` (prefixes, long lines, ``\r`` bars) into one ``Sink`` per
+output fd, which a writer thread drains: the loop itself never blocks on a
+reader, and stops reading a rank while its sink is full (docs/output.md).
 """
 
 from __future__ import annotations
 
-import collections
 import ctypes
+import fcntl
 import json
 import os
 import selectors
@@ -21,11 +24,18 @@ from typing import IO, BinaryIO
 
 from dslaunch import wire
 from dslaunch.agent import ranks as rankspec
+from dslaunch.agent.relay import READ_SIZE, LineRelay
+from dslaunch.agent.sink import Sink
 from dslaunch.logs import get_logger
 from dslaunch.plan import LaunchPlan
 
 _PR_SET_PDEATHSIG = 1
 _STDERR_TAIL = 20
+_TAIL_BYTES = 16 << 10  # raw stderr kept per rank for the failure summary
+STALL = 0.5  # while stopping, a reader that takes no output for this long is given up on
+_BAR_PAUSE = 0.02  # a stream showing a \r bar that writes little is read at most this often
+_BAR_PIPE = 256 << 10  # 64 ranks drawing bars stay well inside the default per-user pipe quota (64 MiB)
+_HELD_OPEN = 0.5  # ranks gone, pipes silent this long (a grandchild holds them): stop reading
 _TEARDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _FORWARD_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 
@@ -65,28 +75,61 @@ class _Rank:
     error_file: str
     stdout_log: BinaryIO | None = None
     stderr_log: BinaryIO | None = None
-    partial: dict[int, bytes] = field(default_factory=dict)
-    tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=_STDERR_TAIL))
+    tail: bytes = b""  # the last _TAIL_BYTES of its stderr
+    streams: list[_Stream] = field(default_factory=list)
     signalled: bool = False
     returncode: int | None = None
 
 
+@dataclass(eq=False)
+class _Stream:
+    """One of a rank's pipes on its way to a sink."""
+
+    fd: int
+    pipe: IO[bytes]
+    rank: _Rank
+    relay: LineRelay
+    sink: Sink
+    log: BinaryIO | None
+    is_err: bool
+    resume_at: float = 0.0  # a bar that writes little is read again only from then
+    watched: bool = False
+    roomy: bool = False  # its pipe was enlarged for a bar
+
+
 class NodeSupervisor:
     def __init__(
-        self, plan: LaunchPlan, node_rank: int, *, control: BinaryIO | None, out: IO[bytes], err: IO[bytes]
+        self,
+        plan: LaunchPlan,
+        node_rank: int,
+        *,
+        control: BinaryIO | None,
+        out: int,
+        err: int,
+        events: int | None = None,
     ) -> None:
+        """Rank output goes to the fds ``out`` and ``err``; events to ``events``, else before ``out``'s output."""
         self.plan = plan
         self.node = plan.node(node_rank)
         self.control = control
-        self.out = out
-        self.err = err
+        self.events = events
         self.ranks: list[_Rank] = []
+        self.streams: dict[int, _Stream] = {}
         self.sel = selectors.DefaultSelector()
         self.stop_deadline: float | None = None
         self.root_cause: wire.RankExit | None = None
         self.stop_signal: int | None = None
-        self.pipes_open = 0
         self._control = wire.ControlReader()
+        self._last_read = time.monotonic()
+        self._sink_wake, wake_w = os.pipe()
+        os.set_blocking(self._sink_wake, False)
+        os.set_blocking(wake_w, False)
+        # Live bars only on a terminal, never on a stream that also carries events.
+        self.out_sink = Sink(out, live=events is not None and os.isatty(out), wake=wake_w)
+        self.err_sink = (
+            self.out_sink if _same_file(out, err) else Sink(err, live=os.isatty(err), wake=wake_w)
+        )  # one writer for `2>&1`, so stdout and stderr lines never interleave mid-line
+        self.sinks = [self.out_sink] if self.err_sink is self.out_sink else [self.out_sink, self.err_sink]
 
     # ---- spawning -------------------------------------------------------
     def start(self, error_dir: str) -> None:
@@ -126,13 +169,16 @@ class NodeSupervisor:
                 r.stdout_log = open(os.path.join(log_dir, f"rank{rank}.stdout.log"), "ab")
                 r.stderr_log = open(os.path.join(log_dir, f"rank{rank}.stderr.log"), "ab")
             self.ranks.append(r)
-            for stream, sink in ((proc.stdout, self.out), (proc.stderr, self.err)):
-                assert stream is not None  # Popen(stdout=PIPE) always gives one
-                os.set_blocking(stream.fileno(), False)
-                self.sel.register(stream.fileno(), selectors.EVENT_READ, ("pipe", r, sink))
-                self.pipes_open += 1
+            pipes = ((proc.stdout, self.out_sink, r.stdout_log), (proc.stderr, self.err_sink, r.stderr_log))
+            for pipe, sink, log in pipes:
+                assert pipe is not None  # Popen(stdout=PIPE) always gives one
+                fd = pipe.fileno()
+                os.set_blocking(fd, False)
+                relay = LineRelay(r.prefix, live=sink.live)
+                self.streams[fd] = stream = _Stream(fd, pipe, r, relay, sink, log, is_err=pipe is proc.stderr)
+                r.streams.append(stream)
             if r.pidfd is not None:
-                self.sel.register(r.pidfd, selectors.EVENT_READ, ("exit", r, None))
+                self.sel.register(r.pidfd, selectors.EVENT_READ, ("exit", r))
             self._emit(wire.encode(wire.Spawned(rank=rank, local_rank=local_rank, pid=proc.pid, host=self.node.host)))
             _log_debug("rank started", rank=rank, local_rank=local_rank, pid=proc.pid, argv=argv)
 
@@ -143,10 +189,13 @@ class NodeSupervisor:
         os.set_blocking(wake_w, False)
         old_wakeup = signal.set_wakeup_fd(wake_w)
         old_handlers = {s: signal.signal(s, lambda *_: None) for s in (*_TEARDOWN_SIGNALS, *_FORWARD_SIGNALS)}
-        self.sel.register(wake_r, selectors.EVENT_READ, ("signal", None, None))
+        self.sel.register(wake_r, selectors.EVENT_READ, ("signal", None))
+        self.sel.register(self._sink_wake, selectors.EVENT_READ, ("sink", None))
         if self.control is not None:
             os.set_blocking(self.control.fileno(), False)
-            self.sel.register(self.control.fileno(), selectors.EVENT_READ, ("control", None, None))
+            self.sel.register(self.control.fileno(), selectors.EVENT_READ, ("control", None))
+        for sink in self.sinks:
+            sink.start()  # threads only now: the ranks were forked from a single-threaded process
         try:
             self._loop()
         finally:
@@ -156,73 +205,121 @@ class NodeSupervisor:
             self._kill_leftovers()
         code = self._exit_code()
         self._emit(wire.encode(wire.Done(node_rank=self.node.node_rank, code=code)))
+        for sink in self.sinks:
+            sink.wait_idle(STALL if self.stop_deadline is not None else None)
         return code
 
     def _loop(self) -> None:
         while True:
+            now = time.monotonic()
             alive = [r for r in self.ranks if r.returncode is None]
-            if not alive and self.pipes_open == 0:
+            if self.stop_deadline is not None:
+                self._give_up_stalled_readers()
+            if not alive and self.streams and now - self._last_read > _HELD_OPEN and self._reading_all():
+                for stream in list(self.streams.values()):
+                    self._close_stream(stream)
+            if not alive and not self.streams and all(sink.idle for sink in self.sinks):
                 return
-            timeout = 0.05 if any(r.pidfd is None for r in alive) else None
+            timeout = self._watch(now)
+            if any(r.pidfd is None for r in alive):
+                timeout = _min(timeout, 0.05)
             if not alive:
-                timeout = 0.5  # ranks are gone; give a grandchild holding a pipe a moment
+                timeout = _min(timeout, 0.1)  # waiting for pipes to close and output to drain
+                for sink in self.sinks:
+                    sink.want_wake = True
             if self.stop_deadline is not None and alive:
                 remaining = self.stop_deadline - time.monotonic()
                 if remaining <= 0:
                     for r in alive:
                         _killpg(r.pid, signal.SIGKILL)
                     remaining = 0.05
-                timeout = remaining if timeout is None else min(timeout, remaining)
-            ready = self.sel.select(timeout)
-            if not ready and not alive:
-                return
-            for key, _ in ready:
-                kind, r, sink = key.data
+                timeout = _min(timeout, remaining)
+            if self.stop_deadline is not None:
+                timeout = _min(timeout, STALL / 2)
+            for key, _ in self.sel.select(timeout):
+                kind, what = key.data
                 if kind == "pipe":
-                    self._read_pipe(key.fd, r, sink)
+                    if self.streams.get(key.fd) is what:  # not closed earlier in this round
+                        self._catch_up(self.streams[key.fd])
+                        self._read(self.streams[key.fd])
                 elif kind == "exit":
-                    self._reap(r)
+                    if what.returncode is None:
+                        self._reap(what)
                 elif kind == "control":
                     self._read_control()
                 elif kind == "signal":
                     self._read_signals(key.fd)
+                elif kind == "sink":
+                    _drain(key.fd)
             for r in alive:
                 if r.pidfd is None and r.returncode is None:
                     self._reap(r, block=False)
 
-    def _read_pipe(self, fd: int, r: _Rank, sink: IO[bytes]) -> None:
-        try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
-            return
-        is_err = sink is self.err
-        log = r.stderr_log if is_err else r.stdout_log
-        if log is not None and chunk:
-            log.write(chunk)
-            log.flush()
-        data = r.partial.pop(fd, b"") + chunk
-        if not chunk:
-            self.sel.unregister(fd)
-            os.close(fd)
-            self.pipes_open -= 1
-            if data:
-                self._write_lines(r, sink, [data], is_err)
-            return
-        *lines, rest = data.split(b"\n")
-        if rest:
-            r.partial[fd] = rest
-        if lines:
-            self._write_lines(r, sink, lines, is_err)
+    def _watch(self, now: float) -> float | None:
+        """Watch the pipes whose sink has room and that are not paused; the time until one resumes."""
+        resume: float | None = None
+        for stream in self.streams.values():
+            if stream.sink.full:
+                stream.sink.want_wake = True  # before the check below: no wake-up can be missed
+            want = not stream.sink.full and now >= stream.resume_at
+            if want != stream.watched:
+                if want:
+                    self.sel.register(stream.fd, selectors.EVENT_READ, ("pipe", stream))
+                else:
+                    self.sel.unregister(stream.fd)
+                stream.watched = want
+            if not want and not stream.sink.full:
+                resume = _min(resume, stream.resume_at - now)
+        return resume
 
-    def _write_lines(self, r: _Rank, sink: IO[bytes], lines: list[bytes], is_err: bool) -> None:
-        if is_err:
-            r.tail.extend(line.decode("utf-8", "replace") for line in lines)
-        payload = b"".join(r.prefix + line + b"\n" for line in lines)
+    def _reading_all(self) -> bool:
+        return not any(stream.sink.full for stream in self.streams.values())
+
+    def _give_up_stalled_readers(self) -> None:
+        for sink in self.sinks:
+            if not sink.dead and sink.stalled(STALL):
+                sink.abandon()
+                get_logger("agent").info("output reader stalled while stopping: dropping rank output", fd=sink.fd)
+
+    def _catch_up(self, stream: _Stream) -> None:
+        """Before new output of a rank, what its paused bar stream holds: keep its order across the two pipes."""
+        for other in stream.rank.streams:
+            if other is not stream and other.fd in self.streams and other.resume_at > time.monotonic():
+                other.resume_at = 0.0
+                while self._read(other) == READ_SIZE:
+                    pass
+
+    def _read(self, stream: _Stream) -> int:
+        """Read one chunk from a rank's pipe into its sink; its size (0: nothing to read, or the end)."""
         try:
-            sink.write(payload)
-            sink.flush()
-        except (BrokenPipeError, ValueError):
-            pass
+            chunk = os.read(stream.fd, READ_SIZE)
+        except BlockingIOError:
+            return 0
+        now = self._last_read = time.monotonic()
+        if not chunk:
+            self._close_stream(stream)
+            return 0
+        if stream.log is not None:
+            stream.log.write(chunk)
+            stream.log.flush()
+        if stream.is_err:
+            r = stream.rank
+            r.tail = (r.tail + chunk if len(chunk) < _TAIL_BYTES else chunk)[-_TAIL_BYTES:]
+        pieces, bar = stream.relay.feed(chunk)
+        stream.sink.put(stream, pieces, bar)
+        if stream.relay.barred and len(chunk) < READ_SIZE:
+            if not stream.roomy:
+                stream.roomy = True
+                _enlarge(stream.fd)  # the rank writes on while we pause
+            stream.resume_at = now + _BAR_PAUSE
+        return len(chunk)
+
+    def _close_stream(self, stream: _Stream) -> None:
+        if stream.watched:
+            self.sel.unregister(stream.fd)
+        del self.streams[stream.fd]
+        stream.pipe.close()
+        stream.sink.put(stream, stream.relay.close(), None)
 
     def _reap(self, r: _Rank, block: bool = True) -> None:
         proc = r.proc
@@ -235,6 +332,12 @@ class NodeSupervisor:
             os.close(r.pidfd)
             r.pidfd = None
         code, signame = wire.exit_code_of(returncode)
+        if code:  # its last stderr lines may still be in the pipe: they belong in the summary
+            for stream in [s for s in r.streams if s.is_err and s.fd in self.streams]:
+                for _ in range(8):
+                    if not self._read(stream):
+                        break
+        self._last_read = time.monotonic()
         result = wire.RankExit(
             rank=r.rank,
             local_rank=r.local_rank,
@@ -246,7 +349,7 @@ class NodeSupervisor:
             ts=time.time(),
             by_agent=r.signalled,
             error=_read_error_file(r.error_file) if code else None,
-            stderr_tail=tuple(r.tail) if code else (),
+            stderr_tail=_tail_lines(r.tail) if code else (),
         )
         self._emit(wire.encode(result))
         if result.failed and not result.by_agent and self.root_cause is None:
@@ -329,11 +432,71 @@ class NodeSupervisor:
         return wire.exit_code_of(failed[0].returncode)[0] if failed and failed[0].returncode else 0
 
     def _emit(self, line: str) -> None:
+        """An event: on its own pipe when there is one (the launcher always reads it), else before queued output."""
+        if self.events is None:
+            self.out_sink.put_urgent(line.encode())
+            return
+        data = memoryview(line.encode())
         try:
-            self.out.write(line.encode())
-            self.out.flush()
-        except (BrokenPipeError, ValueError):
+            while data:
+                data = data[os.write(self.events, data) :]
+        except OSError:
             pass
+
+    def console(self) -> _Console:
+        """A stand-in for ``sys.stderr``: the agent's own log lines queue with the ranks' stderr."""
+        return _Console(self.err_sink)
+
+
+class _Console:
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+
+    def write(self, text: str) -> int:
+        self.sink.put(self, [text.encode("utf-8", "replace")])
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def _enlarge(fd: int) -> None:
+    """Let a pipe hold ``_BAR_PIPE`` bytes (Linux), so pausing its reader rarely blocks the writer."""
+    try:
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), _BAR_PIPE)
+    except OSError:
+        pass  # over the user's pipe-size limits: the pipe keeps its size
+
+
+def _min(a: float | None, b: float) -> float:
+    return b if a is None else min(a, b)
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def _same_file(a: int, b: int) -> bool:
+    try:
+        sa, sb = os.fstat(a), os.fstat(b)
+    except OSError:
+        return a == b
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def _tail_lines(raw: bytes) -> tuple[str, ...]:
+    """The last lines of a rank's stderr as a terminal showed them (the final state of a \r line)."""
+    lines = raw.decode("utf-8", "replace").split("\n")
+    if len(raw) >= _TAIL_BYTES:
+        lines = lines[1:]  # cut at the front
+    if lines and not lines[-1]:
+        lines.pop()
+    shown = [line.rstrip("\r") for line in lines]
+    return tuple(line[line.rfind("\r") + 1 :] for line in shown[-_STDERR_TAIL:])
 
 
 def _pidfd(pid: int) -> int | None:

@@ -33,6 +33,7 @@ _LAZY = {
     "configure": "_core",
     "configure_from_env": "_core",
     "configure_agent": "_core",
+    "file_record": "_core",
     "set_levels": "_core",
     "level_of": "_sinks",
     "shutdown": "_core",

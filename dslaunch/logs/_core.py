@@ -280,6 +280,21 @@ def _emit(logger: Logger, level: int, event: str, args: tuple[Any, ...], kw: dic
     write(level, ed)
 
 
+def file_record(module: str, event: str, **kw: Any) -> None:
+    """An ERROR record for this process's log file only (if it has one): for what must not wait on stderr."""
+    st = _STATE
+    if st.file is None:
+        return
+    from dslaunch.logs import render
+
+    ed: dict[str, Any] = {"ts": time.time(), "level": S.ERROR, "logger": get_logger(module).name, "event": event}
+    ed.update(st.static)
+    ed.update(kw)
+    with st.lock:
+        st.file.write(render.json_line(ed))
+        st.file.flush()
+
+
 _AT_SHUTDOWN: list[Callable[[], None]] = []
 
 

@@ -30,15 +30,17 @@ class _ForkedAgent:
     """The node agent in a fork of the launcher: no new interpreter, no second round of imports.
 
     Forking is safe here because the launcher has started no threads yet. The
-    child gets the same pipes a ``python -m dslaunch.agent`` would: control on
-    stdin, events and rank output on stdout, stderr shared with the launcher.
+    child reads control lines on stdin, as a ``python -m dslaunch.agent`` would,
+    but writes rank output straight to the launcher's stdout and stderr (no
+    second hop) and its events on a pipe of their own, which the launcher always
+    reads: no reader of the job's output can hold up an exit or a teardown.
     """
 
     def __init__(self, plan: LaunchPlan, node_rank: int) -> None:
         from dslaunch.agent.__main__ import run_node  # import before fork, once
 
         in_r, in_w = os.pipe()
-        out_r, out_w = os.pipe()
+        ev_r, ev_w = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
         parent = os.getpid()
@@ -47,18 +49,16 @@ class _ForkedAgent:
             code = 1
             try:
                 os.close(in_w)
-                os.close(out_r)
+                os.close(ev_r)
                 os.dup2(in_r, 0)
-                os.dup2(out_w, 1)
                 os.close(in_r)
-                os.close(out_w)
                 _reset_signal_handlers()
                 _prctl.set_parent_death_signal(signal.SIGTERM)
                 if os.getppid() != parent:
                     os._exit(143)
                 if plan.cwd:
                     os.chdir(plan.cwd)
-                code = run_node(plan, node_rank, control=sys.stdin.buffer)
+                code = run_node(plan, node_rank, control=sys.stdin.buffer, events=ev_w)
             except BaseException:  # noqa: BLE001 - report, then leave without running the launcher's code
                 import traceback
 
@@ -68,10 +68,10 @@ class _ForkedAgent:
                 sys.stderr.flush()
                 os._exit(code)
         os.close(in_r)
-        os.close(out_w)
+        os.close(ev_w)
         self.pid = pid
         self.stdin = os.fdopen(in_w, "wb")
-        self.stdout = os.fdopen(out_r, "rb")
+        self.events = os.fdopen(ev_r, "rb")
         self.returncode: int | None = None
 
     def send_signal(self, signum: int) -> None:
@@ -92,7 +92,7 @@ class _ForkedAgent:
 
 
 class LocalAgent:
-    """A local node agent: plan and stop requests go in on stdin, events come out on stdout."""
+    """A local node agent: stop requests go in on its stdin, events come out on their own pipe."""
 
     def __init__(self, plan: LaunchPlan, node_rank: int) -> None:
         self.node_rank = node_rank
@@ -101,7 +101,7 @@ class LocalAgent:
         self._stopped = False
 
     def lines(self) -> Iterator[str]:
-        for raw in self.proc.stdout:
+        for raw in self.proc.events:
             yield raw.decode("utf-8", "replace")
 
     def stop(self) -> None:

@@ -176,14 +176,14 @@ class MpiJob:
     def lines(self) -> Iterator[str]:
         """mpirun's stdout; the agents' ``done`` events become one, sent only if every node reported."""
         assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
         done: dict[int, int] = {}
-        for raw in self.proc.stdout:
-            line = raw.decode("utf-8", "replace")
-            event = wire.decode(line)
+        for text in wire.split_events(iter(lambda: os.read(fd, 1 << 16), b"")):
+            event = wire.decode(text)
             if isinstance(event, wire.Done):
                 done[event.node_rank] = event.code
                 continue
-            yield line
+            yield text
         if len(done) == self.nodes:  # else supervise() sees a lost node and names mpirun's status
             code = next((c for _, c in sorted(done.items()) if c), 0)
             yield wire.encode(wire.Done(node_rank=0, code=code))

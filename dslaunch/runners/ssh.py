@@ -31,7 +31,6 @@ class SshAgent:
         self.channel = transport.open_session()
         self.channel.exec_command(command)
         self.channel.sendall(plan_b64.encode() + b"\n")
-        self._stdout = self.channel.makefile("rb")
         self._stopped = False
         self.reported = False  # the agent sent its "done" event
         self._relay = threading.Thread(
@@ -40,11 +39,10 @@ class SshAgent:
         self._relay.start()
 
     def lines(self) -> Iterator[str]:
-        for raw in self._stdout:
-            line = raw.decode("utf-8", "replace")
-            if line.startswith(wire.MARKER) and isinstance(wire.decode(line), wire.Done):
+        for text in wire.split_events(iter(lambda: self.channel.recv(1 << 16), b"")):
+            if text.startswith(wire.MARKER) and isinstance(wire.decode(text), wire.Done):
                 self.reported = True
-            yield line
+            yield text
 
     def stop(self) -> None:
         if self._stopped:

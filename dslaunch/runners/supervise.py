@@ -4,6 +4,10 @@ Each runner wraps its transport (a local subprocess, an ssh channel, ...) in
 an :class:`AgentHandle`. :func:`supervise` relays the agents' output, reads
 their events, stops every node as soon as one rank fails or an agent
 vanishes, and turns what happened into one exit code and one summary.
+
+One thread per handle reads its lines: events go to the main loop, output to a
+bounded sink on our stdout (local agents write output themselves and send only
+events). A full sink blocks that reader thread, never the main loop.
 """
 
 from __future__ import annotations
@@ -15,11 +19,14 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Protocol
+from typing import Protocol
 
 from dslaunch import wire
+from dslaunch.agent.sink import Sink, write_within
 from dslaunch.plan import LaunchPlan
 from dslaunch.wire import RankExit
+
+STALL = 0.5  # while stopping (and for the summary), a reader that takes nothing this long is given up on
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _FORWARDED = (signal.SIGUSR1, signal.SIGUSR2)
@@ -30,7 +37,8 @@ class AgentHandle(Protocol):
     host: str
 
     def lines(self) -> Iterator[str]:
-        """The agent's stdout, line by line (newline kept), until it closes."""
+        """The agent's stream until it closes, in whole lines (newlines kept): an event line alone,
+        output lines one or more at a time (``wire.split_events``)."""
 
     def stop(self) -> None:
         """Ask the agent to tear its node down (idempotent)."""
@@ -54,21 +62,27 @@ class Outcome:
     exits: list[RankExit] = field(default_factory=list)
 
 
-def supervise(plan: LaunchPlan, handles: Sequence[AgentHandle], out: IO[str] | None = None) -> Outcome:
-    out = out or sys.stdout
-    inbox: queue.Queue[tuple[int, str | None]] = queue.Queue()
+def supervise(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> Outcome:
+    inbox: queue.Queue[tuple[int, wire.Event | None]] = queue.Queue()  # events only: a few per rank
     caught: list[int] = []
+    sys.stdout.flush()
+    out = Sink(1)
 
     def pump(index: int, handle: AgentHandle) -> None:
         try:
             for line in handle.lines():
-                inbox.put((index, line))
+                event = wire.decode(line)
+                if event is None:
+                    out.put_wait(index, line.encode("utf-8", "replace"))
+                else:
+                    inbox.put((index, event))
         finally:
             inbox.put((index, None))
 
     threads = [threading.Thread(target=pump, args=(i, h), daemon=True) for i, h in enumerate(handles)]
     previous = {s: signal.signal(s, lambda signum, _f: caught.append(signum)) for s in (*_SIGNALS, *_FORWARDED)}
     try:
+        out.start()
         for t in threads:
             t.start()
         return _loop(plan, handles, inbox, caught, out)
@@ -96,9 +110,9 @@ def _log_teardown(outcome: Outcome) -> None:
 def _loop(
     plan: LaunchPlan,
     handles: Sequence[AgentHandle],
-    inbox: queue.Queue[tuple[int, str | None]],
+    inbox: queue.Queue[tuple[int, wire.Event | None]],
     caught: list[int],
-    out: IO[str],
+    out: Sink,
 ) -> Outcome:
     outcome = Outcome(code=0)
     done: dict[int, int] = {}
@@ -132,23 +146,20 @@ def _loop(
                 killed = True
                 for h in handles:
                     h.kill()
+        if stopping_since is not None and out.stalled(STALL):
+            out.abandon()  # let the reader threads drain the agents' streams
         try:
-            index, line = inbox.get(timeout=0.05)
+            index, event = inbox.get(timeout=0.05)
         except queue.Empty:
             continue
         handle = handles[index]
-        if line is None:
+        if event is None:
             open_streams -= 1
             if index not in done:
                 status = handle.wait(1.0)
                 if outcome.root_cause is None and outcome.lost_node is None and outcome.signal is None:
                     outcome.lost_node = (handle.node_rank, handle.host, status)
                 stop_all()
-            continue
-        event = wire.decode(line)
-        if event is None:
-            out.write(line)
-            out.flush()
             continue
         if isinstance(event, RankExit):
             result = event
@@ -167,6 +178,7 @@ def _loop(
             h.kill()
             h.wait(5.0)
     outcome.code = _final_code(outcome, done)
+    out.wait_idle(STALL if stopping_since is not None or outcome.code else None)
     return outcome
 
 
@@ -184,12 +196,17 @@ def _final_code(outcome: Outcome, done: dict[int, int]) -> int:
 
 
 def report(outcome: Outcome, plan: LaunchPlan) -> int:
-    """Print the failure summary (if any) to stderr after the ranks' output; return the exit code."""
+    """Print the failure summary (if any) to stderr after the ranks' output; return the exit code.
+
+    A stderr nobody reads (``2>&1 | sleep 30``) gets it for ``STALL`` seconds at most; the
+    launcher's log file (``--log-dir``) always gets it.
+    """
     summary = format_summary(outcome, plan)
     if summary:
-        sys.stdout.flush()
-        sys.stderr.write(summary + "\n")
-        sys.stderr.flush()
+        from dslaunch.logs import file_record
+
+        file_record("launcher", "job failed", summary=summary, code=outcome.code)
+        write_within(2, (summary + "\n").encode(), STALL)
     return outcome.code
 
 

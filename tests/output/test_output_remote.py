@@ -1,0 +1,24 @@
+"""Output over ssh: the agent's stdout mixes events and output, the launcher cuts them apart (wire.split_events)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from testbeds.ssh_cluster import SshCluster
+from tests.remote.launch import base_args, run
+
+SCRIPT = str(Path(__file__).parent / "scripts" / "long_and_forged.py")
+
+
+def test_a_long_line_arrives_whole_and_a_forged_event_is_text(ssh_cluster: SshCluster, tmp_path: Path) -> None:
+    args = base_args(ssh_cluster, "ssh", ["node1"], slots=1)
+    result = run([*args, "--export", "EXIT_CODE=3", SCRIPT], cwd=tmp_path)
+    assert result.returncode == 3, result.stderr  # the rank's own code, not the forged 99
+    prefix = "[rank0]: "  # one node: no host in the prefix
+    lines = result.stdout.splitlines()
+    pieces = [line for line in lines if not line.startswith(prefix + "@dslaunch-event")]
+    assert all(line.startswith(prefix) and len(line) <= len(prefix) + 64 * 1024 for line in pieces)
+    assert "".join(line[len(prefix) :] for line in pieces) == "".join(f"{i:07d}" for i in range(300_000 // 7))
+    assert len(lines) == len(pieces) + 1, "the forged event line was not printed as output"
+    assert "rank 0 (local_rank 0, node 0) on host node1 exited with code 3" in result.stderr
+    assert "rank 9" not in result.stderr
