@@ -10,8 +10,8 @@ import sys
 import tempfile
 from typing import BinaryIO, TextIO, cast
 
-from dslaunch import mpi_env, wire
-from dslaunch.agent.supervisor import NodeSupervisor, set_parent_death_signal
+from dslaunch import _prctl, mpi_env, wire
+from dslaunch.agent.supervisor import NodeSupervisor
 from dslaunch.plan import LaunchPlan
 
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--node-rank: {exc}")
 
     # The launcher's death (even SIGKILL) must tear this node down.
-    set_parent_death_signal(signal.SIGTERM)
+    _prctl.set_parent_death_signal(signal.SIGTERM)
     if os.getppid() == 1:
         return 143
 

@@ -1,7 +1,10 @@
 """Spawn one node's ranks and supervise them in a single selector loop.
 
 Every rank is its own session (so a signal reaches the rank's children too)
-and carries a parent-death signal, so nothing survives a SIGKILLed agent.
+and carries a parent-death signal, so nothing survives a SIGKILLed agent. The
+agent is a child subreaper: what a rank double-forks (a ``setsid`` daemon)
+becomes the agent's child, and is killed when the ranks are done, as is
+anything of the job's that is still left on this node (docs/teardown.md).
 The loop wakes on rank output, rank exit (pidfd), the control channel,
 signals and the output sinks; the first failing rank makes every other rank
 get SIGTERM at once and SIGKILL after the grace period. Rank output goes
@@ -12,7 +15,6 @@ reader, and stops reading a rank while its sink is full (docs/output.md).
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import json
 import os
@@ -22,14 +24,13 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, BinaryIO
 
-from dslaunch import wire
+from dslaunch import _prctl, procs, wire
 from dslaunch.agent import ranks as rankspec
 from dslaunch.agent.relay import READ_SIZE, LineRelay
 from dslaunch.agent.sink import Sink
 from dslaunch.logs import get_logger
 from dslaunch.plan import LaunchPlan
 
-_PR_SET_PDEATHSIG = 1
 _STDERR_TAIL = 20
 _TAIL_BYTES = 16 << 10  # raw stderr kept per rank for the failure summary
 STALL = 0.5  # while stopping, a reader that takes no output for this long is given up on
@@ -50,18 +51,9 @@ def _log_debug(event: str, argv: list[str], **kw: object) -> None:
         log.debug(event, command=mask(shlex.join(argv)), **kw)
 
 
-def set_parent_death_signal(sig: int) -> None:
-    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
-def _rank_preexec() -> None:  # runs in the child between fork and exec
+def _rank_preexec() -> None:  # runs in the child between fork and exec: prctl was resolved before the fork
     os.setsid()
-    set_parent_death_signal(signal.SIGKILL)
+    _prctl.set_parent_death_signal(signal.SIGKILL)
 
 
 @dataclass
@@ -121,6 +113,7 @@ class NodeSupervisor:
         self.stop_signal: int | None = None
         self._control = wire.ControlReader()
         self._last_read = time.monotonic()
+        self._ranks_done_at: float | None = None
         self._sink_wake, wake_w = os.pipe()
         os.set_blocking(self._sink_wake, False)
         os.set_blocking(wake_w, False)
@@ -135,6 +128,7 @@ class NodeSupervisor:
     def start(self, error_dir: str) -> None:
         import subprocess  # keep agent start-up lean
 
+        _prctl.set_child_subreaper()
         log_dir = self.plan.log_dir
         if log_dir:
             os.makedirs(log_dir, exist_ok=True)
@@ -215,7 +209,10 @@ class NodeSupervisor:
             alive = [r for r in self.ranks if r.returncode is None]
             if self.stop_deadline is not None:
                 self._give_up_stalled_readers()
-            if not alive and self.streams and now - self._last_read > _HELD_OPEN and self._reading_all():
+            if not alive and self._ranks_done_at is None:
+                self._ranks_done_at = now
+            if not alive and self.streams and self._held_open_too_long(now):
+                self._kill_descendants()  # what holds the pipes open outlived its rank
                 for stream in list(self.streams.values()):
                     self._close_stream(stream)
             if not alive and not self.streams and all(sink.idle for sink in self.sinks):
@@ -272,8 +269,12 @@ class NodeSupervisor:
                 resume = _min(resume, stream.resume_at - now)
         return resume
 
-    def _reading_all(self) -> bool:
-        return not any(stream.sink.full for stream in self.streams.values())
+    def _held_open_too_long(self, now: float) -> bool:
+        """Ranks gone, their pipes still open: silent for a moment, or written to for the whole grace period."""
+        assert self._ranks_done_at is not None
+        reading_all = not any(stream.sink.full for stream in self.streams.values())
+        silent = now - self._last_read > _HELD_OPEN and reading_all
+        return silent or now - self._ranks_done_at > self.plan.shutdown_timeout
 
     def _give_up_stalled_readers(self) -> None:
         for sink in self.sinks:
@@ -414,7 +415,9 @@ class NodeSupervisor:
                 _killpg(r.pid, sig)
 
     def _kill_leftovers(self) -> None:
-        """Ranks are session leaders: kill whatever is left in their sessions."""
+        """Nothing the job started here outlives it: the ranks' sessions, every descendant (the agent is a
+        subreaper, so double-forked daemons are among them), and, as a backstop, any process with this job's
+        run id and node rank."""
         for r in self.ranks:
             _killpg(r.pid, signal.SIGKILL)
             if r.returncode is None:
@@ -422,6 +425,20 @@ class NodeSupervisor:
             for log in (r.stdout_log, r.stderr_log):
                 if log is not None:
                     log.close()
+        self._kill_descendants()
+        for pid in procs.job_pids(self.plan.run_id, self.node.node_rank):
+            _kill(pid)
+
+    def _kill_descendants(self) -> None:
+        ranks = {r.pid for r in self.ranks}
+        found = [pid for pid in procs.descendants(os.getpid()) if pid not in ranks]
+        for pid in found:
+            _kill(pid)
+        for pid in found:  # adopted orphans are ours to reap; others are their parents' (also killed)
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
 
     def _exit_code(self) -> int:
         if self.root_cause is not None:
@@ -504,6 +521,13 @@ def _pidfd(pid: int) -> int | None:
         return os.pidfd_open(pid)
     except (AttributeError, OSError):
         return None
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _killpg(pid: int, sig: int) -> None:

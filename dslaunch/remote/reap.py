@@ -16,23 +16,8 @@ import os
 import signal
 import sys
 
+from dslaunch.procs import job_pids
 from dslaunch.remote import stage
-
-
-def job_pids(run_id: str, proc: str = "/proc") -> list[int]:
-    marker = f"DSLAUNCH_RUN_ID={run_id}".encode()
-    mine = {os.getpid(), os.getppid()}
-    found = []
-    for entry in os.listdir(proc):
-        if not (entry.isascii() and entry.isdigit()) or int(entry) in mine:
-            continue
-        try:
-            with open(f"{proc}/{entry}/environ", "rb") as f:
-                if marker in f.read().split(b"\0"):
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
 
 
 def _is_agent(pid: int, proc: str = "/proc") -> bool:

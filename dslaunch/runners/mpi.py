@@ -20,8 +20,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from dslaunch import wire
-from dslaunch.agent.supervisor import set_parent_death_signal
+from dslaunch import _prctl, wire
 from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote.common import START_FAILED
@@ -158,7 +157,7 @@ _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 def _preexec() -> None:
     os.setsid()  # a terminal's Ctrl-C reaches dslaunch only; it stops mpirun in order
-    set_parent_death_signal(signal.SIGTERM)
+    _prctl.set_parent_death_signal(signal.SIGTERM)
 
 
 class MpiJob:
@@ -168,6 +167,7 @@ class MpiJob:
         self.node_rank = 0
         self.nodes = len(plan.nodes)
         self.host = f"{argv[0].rsplit('/', 1)[-1]} ({len(plan.nodes)} node(s))"
+        _prctl.load()  # before the fork: the child only makes the call
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env, cwd=plan.cwd or None, preexec_fn=_preexec
         )

@@ -24,8 +24,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 
-from dslaunch import wire
-from dslaunch.agent.supervisor import set_parent_death_signal
+from dslaunch import _prctl, wire
 from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import common, stage
@@ -283,6 +282,7 @@ class PdshRunner(RemoteRunner):
         if failed:
             self.reap(plan, settings, [n.host for n in plan.nodes if n.host not in failed])
             return common.report_start_failures(failed)
+        _prctl.load()  # before the fork: the child only makes the call
         try:
             proc = subprocess.Popen(
                 pdsh_argv(plan, settings),
@@ -290,20 +290,35 @@ class PdshRunner(RemoteRunner):
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=env,
-                preexec_fn=lambda: set_parent_death_signal(signal.SIGKILL),
+                preexec_fn=lambda: _prctl.set_parent_death_signal(signal.SIGKILL),
             )
         except OSError as exc:
             self.reap(plan, settings, [n.host for n in plan.nodes])
             return common.report_start_failures({"(all)": f"cannot run pdsh: {exc}"})
         demux = _Demux(proc, pdsh_labels([n.host for n in plan.nodes]))
 
+        tells: list[subprocess.Popen[str]] = []
+
         def tell(host: str, name: str) -> bool:
             command = reap_command(plan, settings.venv_script, agent_signal=name)
             try:
-                status, out, _err = self.exec_on(host, command, settings.connect_timeout + 10)
+                ssh = subprocess.Popen(
+                    stage.ssh_argv(host, self._ssh_options, command),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                    env=env,
+                )
             except OSError:
                 return False
-            return status == 0 and " 0 agent(s)" not in out
+            tells.append(ssh)
+            try:
+                out, _ = ssh.communicate(timeout=settings.connect_timeout + 10)
+            except subprocess.TimeoutExpired:
+                ssh.kill()
+                return False
+            return ssh.returncode == 0 and " 0 agent(s)" not in out
 
         handles = [PdshNode(n.node_rank, n.host, demux, tell) for n in plan.nodes]
         try:
@@ -312,5 +327,8 @@ class PdshRunner(RemoteRunner):
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+            for ssh in list(tells):  # a stop still on its way to a node that has ended anyway
+                if ssh.poll() is None:
+                    ssh.kill()
         self.reap(plan, settings, [n.host for n in plan.nodes if pdsh_label(n.host) not in demux.reported])
         return code

@@ -173,6 +173,7 @@ LEAVES: dict[str, tuple[str, ...]] = {
     "dslaunch._prctl": (),
     "dslaunch.binding": (),
     "dslaunch.config": (),
+    "dslaunch.procs": (),  # a job's processes on this host, from /proc: the agent's sweep and the reaper
     "dslaunch.masking": (),  # secret masking: the CLI's dry run and the agent's debug log
     "dslaunch.gpus": (),  # visible GPU ids without torch: the CLI and preflight
     "dslaunch.mesh": (),  # mesh spec and layout (pure); bootstrap.mesh_build adds torch

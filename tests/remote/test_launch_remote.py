@@ -346,3 +346,28 @@ def test_a_killed_node_agent_is_named_and_exits_128_plus_n(
     else:
         assert proc.returncode == 255, (proc.returncode, err)  # ssh's status for a session killed by a signal
     assert wait_until_gone(run_id, 10) == []
+
+
+@pytest.mark.parametrize("code", [0, 5])
+@pytest.mark.parametrize("mode", ["daemon", "chatty"])
+@pytest.mark.parametrize("runner", ["local", *RUNNERS])
+def test_nothing_a_rank_starts_outlives_the_job(
+    runner: str, mode: str, code: int, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A double-forked setsid daemon, or a grandchild that keeps printing on the rank's stdout, ends with the
+    job: the job ends when its ranks end (the printing one after the grace period), with the ranks' exit code."""
+    run_id = f"escape{runner}{mode}{code}{os.getpid()}"
+    if runner == "local":
+        where = ["--nproc-per-node", "2", "--master-port", "0"]
+    else:
+        where = base_args(request.getfixturevalue("ssh_cluster"), runner, ["node1", "node2"], slots=1)
+    started = time.monotonic()
+    done = run(
+        [*where, "--run-id", run_id, "--shutdown-timeout", "2", SCRIPT, mode, str(tmp_path), str(code)],
+        cwd=tmp_path,
+        timeout=60,
+    )
+    elapsed = time.monotonic() - started
+    assert done.returncode == code, done.stderr
+    assert elapsed < 15, f"the job took {elapsed:.1f} s"
+    assert job_processes(run_id) == [], "a process of the job outlived it"

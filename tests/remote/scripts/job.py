@@ -5,6 +5,8 @@ job.py sleep DIR             write DIR/ready.<rank>, then sleep
 job.py fail DIR RANK CODE    like sleep, but RANK exits CODE once every rank is ready
 job.py usr1 DIR              like sleep, and write DIR/usr1.<rank> on SIGUSR1
 job.py child DIR             like sleep, with a child process that outlives the rank unless killed
+job.py daemon DIR CODE       double-fork a setsid daemon (stdio on /dev/null) that sleeps, then exit CODE
+job.py chatty DIR CODE       double-fork a grandchild that keeps printing on the rank's stdout, then exit CODE
 job.py grace DIR RANK CODE S like fail; every other rank logs each SIGTERM to DIR/sigterm.<rank>, takes S seconds
                              to "checkpoint" after the first, writes DIR/saved.<rank> and exits 143
 """
@@ -36,6 +38,25 @@ if mode == "echo":
     )
     sys.exit(0)
 folder = sys.argv[2]
+if mode in ("daemon", "chatty"):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            if mode == "daemon":
+                devnull = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(devnull, fd)
+                time.sleep(300)
+            else:
+                while True:
+                    print(f"grandchild of rank {rank} still talking", flush=True)
+                    time.sleep(0.1)
+            os._exit(0)
+        os._exit(0)
+    os.wait()
+    with open(os.path.join(folder, f"ready.{rank}"), "w") as f:
+        f.write(str(os.getpid()))
+    sys.exit(int(sys.argv[3]))
 if mode == "usr1":
     import signal
 

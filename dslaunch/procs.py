@@ -1,0 +1,64 @@
+"""Finding a job's processes on this host, from ``/proc`` (Linux), never by name.
+
+Every process of a job carries ``DSLAUNCH_RUN_ID`` (and each rank's ``NODE_RANK``) in its
+environment, which its children inherit; a node agent is also a child subreaper, so what a
+rank double-forks stays among the agent's descendants.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _ancestors(pid: int, proc: str) -> set[int]:
+    found = set()
+    while pid > 1:
+        try:
+            with open(f"{proc}/{pid}/stat", "rb") as f:
+                pid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        found.add(pid)
+    return found
+
+
+def job_pids(run_id: str, node_rank: int | None = None, proc: str = "/proc") -> list[int]:
+    """Processes whose environment has ``DSLAUNCH_RUN_ID=run_id`` (and ``NODE_RANK=node_rank`` when given);
+    never this process or its ancestors."""
+    wanted = [f"DSLAUNCH_RUN_ID={run_id}".encode()]
+    if node_rank is not None:
+        wanted.append(f"NODE_RANK={node_rank}".encode())
+    spared = {os.getpid(), *_ancestors(os.getpid(), proc)}
+    found = []
+    for entry in os.listdir(proc):
+        if not (entry.isascii() and entry.isdigit()) or int(entry) in spared:
+            continue
+        try:
+            with open(f"{proc}/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if all(item in env for item in wanted):
+            found.append(int(entry))
+    return found
+
+
+def descendants(pid: int, proc: str = "/proc") -> list[int]:
+    """Every live descendant of ``pid``, parents before children."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"{proc}/{parent}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"{proc}/{parent}/task/{tid}/children", encoding="ascii") as f:
+                    children = [int(c) for c in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            found += children
+            todo += children
+    return found
