@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -150,7 +151,7 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-ssh", action="store_true")
-    parser.add_argument("--ssh-mb", type=int, default=50, help="MiB per rank over ssh (about 80 MB/s there)")
+    parser.add_argument("--ssh-mb", type=int, default=50, help="MiB per rank over ssh and pdsh (about 80 MB/s there)")
     parser.add_argument("--write", help="write the markdown tables into this file")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="dslaunch-bench-output-"))
@@ -179,15 +180,16 @@ def main() -> None:
             }
             if cluster is not None:
                 hosts = str(cluster.hostfile([cluster.aliases[0]], slots=n, name=f"hosts{n}"))
-                remote = ["--launcher", "ssh", "-H", hosts, "--ssh-config", str(cluster.config), "--master-port", "0"]
+                for launcher in ("ssh", "pdsh") if shutil.which("pdsh") else ("ssh",):
+                    remote = ["--launcher", launcher, "-H", hosts, "--ssh-config", str(cluster.config)]
 
-                def over_ssh(remote: list[str] = remote) -> tuple[float, Sampler]:
-                    rid = "b" + uuid.uuid4().hex[:10]
-                    cmd = [*DSLAUNCH, *remote, "--export", "MB", "--export", "STAMPS", "--run-id", rid, rank]
-                    return bench.run(cmd, args.ssh_mb, rid)
+                    def over(remote: list[str] = remote) -> tuple[float, Sampler]:
+                        rid = "b" + uuid.uuid4().hex[:10]
+                        cmd = [*DSLAUNCH, *remote, "--master-port", "0", "--export", "MB", "--export", "STAMPS"]
+                        return bench.run([*cmd, "--run-id", rid, rank], args.ssh_mb, rid)
 
-                cases["`dslaunch --launcher ssh rank.py > /dev/null` (loopback sshd)"] = over_ssh
-            sizes = {name: args.ssh_mb if "--launcher ssh" in name else args.mb for name in cases}
+                    cases[f"`dslaunch --launcher {launcher} rank.py > /dev/null` (loopback sshd)"] = over
+            sizes = {name: args.ssh_mb if "--launcher " in name else args.mb for name in cases}
             rows.extend(_measure(cases, args.repeat, n, sizes))
             print(*(_row(r) for r in rows[-len(cases) :]), sep="\n", flush=True)
         extras = _extras(bench, scripts, args.repeat)

@@ -141,15 +141,19 @@ class NodeSupervisor:
                 pass
             env = rankspec.rank_env(self.plan, self.node, local_rank, os.environ, error_file)
             argv = rankspec.rank_argv(self.plan, local_rank, self.node)
-            proc = subprocess.Popen(
-                argv,
-                env=env,
-                cwd=self.plan.cwd or None,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                preexec_fn=_rank_preexec,
-            )
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    env=env,
+                    cwd=self.plan.cwd or None,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    preexec_fn=_rank_preexec,
+                )
+            except OSError as exc:  # a --no-python target that is missing, a directory, not executable...
+                self._cannot_start(rank, local_rank, argv[0], exc)
+                return
             r = _Rank(
                 rank=rank,
                 local_rank=local_rank,
@@ -175,6 +179,26 @@ class NodeSupervisor:
                 self.sel.register(r.pidfd, selectors.EVENT_READ, ("exit", r))
             self._emit(wire.encode(wire.Spawned(rank=rank, local_rank=local_rank, pid=proc.pid, host=self.node.host)))
             _log_debug("rank started", rank=rank, local_rank=local_rank, pid=proc.pid, argv=argv)
+
+    def _cannot_start(self, rank: int, local_rank: int, program: str, exc: OSError) -> None:
+        """A rank that cannot be started fails like one that exits 127 (not found) or 126 (cannot run), as a shell
+        would: its error goes in the summary, and the ranks already started are stopped."""
+        result = wire.RankExit(
+            rank=rank,
+            local_rank=local_rank,
+            node_rank=self.node.node_rank,
+            host=self.node.host,
+            pid=0,
+            code=127 if isinstance(exc, FileNotFoundError) else 126,
+            signal=None,
+            ts=time.time(),
+            by_agent=False,
+            error=f"cannot start rank {rank}: {program}: {exc.strerror or exc}\n",
+            stderr_tail=(),
+        )
+        self._emit(wire.encode(result))
+        self.root_cause = result
+        self._teardown(signal.SIGTERM)
 
     # ---- main loop ------------------------------------------------------
     def run(self) -> int:

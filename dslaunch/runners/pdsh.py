@@ -13,8 +13,8 @@ with SIGKILL takes pdsh with it (parent-death signal), which closes every ssh cl
 
 from __future__ import annotations
 
+import collections
 import os
-import queue
 import re
 import shlex
 import signal
@@ -116,12 +116,40 @@ def pdsh_labels(hosts: Sequence[str]) -> list[str]:
     return labels
 
 
+class _Lines:
+    """One host's lines on their way to the launcher: output waits while ``budget`` bytes are queued (so pdsh,
+    then the agent, then the ranks wait for a slow reader); events and the end never wait."""
+
+    def __init__(self, budget: int = 4 << 20) -> None:
+        self.items: collections.deque[str | None] = collections.deque()
+        self.size = 0
+        self.budget = budget
+        self.cond = threading.Condition()
+
+    def put(self, item: str | None, *, urgent: bool = False) -> None:
+        with self.cond:
+            while not urgent and self.size > self.budget:
+                self.cond.wait()
+            self.items.append(item)
+            self.size += len(item or "")
+            self.cond.notify_all()
+
+    def get(self) -> str | None:
+        with self.cond:
+            while not self.items:
+                self.cond.wait()
+            item = self.items.popleft()
+            self.size -= len(item or "")
+            self.cond.notify_all()
+            return item
+
+
 class _Demux:
     """Reads pdsh's stdout/stderr and hands each host its own line stream and status."""
 
     def __init__(self, proc: subprocess.Popen[bytes], hosts: list[str]) -> None:
         self.proc = proc
-        self.queues = {h: queue.Queue[str | None]() for h in hosts}
+        self.queues = {h: _Lines() for h in hosts}
         self.status: dict[str, int] = {}
         self.closed: set[str] = set()
         self.stopped: set[str] = set()  # hosts whose ssh client we ended on purpose
@@ -137,25 +165,52 @@ class _Demux:
             if host in self.closed:
                 return
             self.closed.add(host)
-        self.queues[host].put(None)
+        self.queues[host].put(None, urgent=True)
 
     def _read_stdout(self) -> None:
+        """pdsh's ``label: line`` stream, read in chunks: consecutive output lines of one host go on as one item
+        (a line at a time through the queue, the pump and the sink cost more than pdsh itself), events alone."""
         assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            host, sep, rest = raw.decode("utf-8", "replace").partition(": ")
-            if not sep or host not in self.queues:
-                common.write_err(raw)
-                continue
-            if host in self.closed:
-                continue
-            self.queues[host].put(rest)
-            event = wire.decode(rest)
-            if isinstance(event, wire.Done):
-                self.reported.add(host)
-                self._close(host, event.code)
+        fd = self.proc.stdout.fileno()
+        held = b""
+        while chunk := os.read(fd, 1 << 16):
+            *lines, held = (held + chunk).split(b"\n")  # held: at most one line, which pdsh cuts at 128 KiB
+            run_host, run = "", []  # type: tuple[str, list[str]]
+            for raw in lines:
+                host, sep, rest = raw.decode("utf-8", "replace").partition(": ")
+                if not sep or host not in self.queues or rest.startswith(wire.MARKER):
+                    if run:
+                        self._put(run_host, "".join(run))
+                        run = []
+                    self._line(raw, host if sep else "", rest)
+                    continue
+                if host != run_host and run:
+                    self._put(run_host, "".join(run))
+                    run = []
+                run_host = host
+                run.append(rest + "\n")
+            if run:
+                self._put(run_host, "".join(run))
         code = self.proc.wait()
         for host in self.queues:
             self._close(host, code if code else common.START_FAILED)
+
+    def _put(self, host: str, text: str) -> None:
+        if host not in self.closed:
+            self.queues[host].put(text)
+
+    def _line(self, raw: bytes, host: str, rest: str) -> None:
+        """A line that is not plain output of a known host: an event, or pdsh's own words."""
+        if host not in self.queues:
+            common.write_err(raw + b"\n")
+            return
+        if host in self.closed:
+            return
+        event = wire.decode(rest + "\n")
+        self.queues[host].put(rest + "\n", urgent=event is not None)
+        if isinstance(event, wire.Done):
+            self.reported.add(host)
+            self._close(host, event.code)
 
     def _read_stderr(self) -> None:
         assert self.proc.stderr is not None

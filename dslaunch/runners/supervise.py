@@ -231,7 +231,11 @@ def format_summary(outcome: Outcome, plan: LaunchPlan) -> str | None:
         )
         detail = (cause.error or "").rstrip("\n").splitlines() or list(cause.stderr_tail)
         if detail:
-            label = "traceback" if cause.error else "last stderr lines"
+            label = (
+                ("traceback" if cause.error.startswith("Traceback") else "error")
+                if cause.error
+                else "last stderr lines"
+            )
             lines.append(f"  {label}:")
             lines.extend(f"  | {text}" for text in detail[-20:])
         others = sum(1 for e in outcome.exits if e.by_agent)

@@ -1,17 +1,23 @@
-"""Output over ssh: the agent's stdout mixes events and output, the launcher cuts them apart (wire.split_events)."""
+"""Output over ssh and pdsh: the agent's stdout mixes events and output; the launcher cuts them apart."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from testbeds.ssh_cluster import SshCluster
-from tests.remote.launch import base_args, run
+from tests.remote.launch import RUNNERS, base_args, run
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "long_and_forged.py")
 
 
-def test_a_long_line_arrives_whole_and_a_forged_event_is_text(ssh_cluster: SshCluster, tmp_path: Path) -> None:
-    args = base_args(ssh_cluster, "ssh", ["node1"], slots=1)
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_long_line_arrives_whole_and_a_forged_event_is_text(
+    runner: str, ssh_cluster: SshCluster, tmp_path: Path
+) -> None:
+    """pdsh cuts lines over 128 KiB (and would lose the head with the prefix): the agent's 64 KiB pieces pass."""
+    args = base_args(ssh_cluster, runner, ["node1"], slots=1)
     result = run([*args, "--export", "EXIT_CODE=3", SCRIPT], cwd=tmp_path)
     assert result.returncode == 3, result.stderr  # the rank's own code, not the forged 99
     prefix = "[rank0]: "  # one node: no host in the prefix

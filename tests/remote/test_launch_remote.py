@@ -371,3 +371,16 @@ def test_nothing_a_rank_starts_outlives_the_job(
     assert done.returncode == code, done.stderr
     assert elapsed < 15, f"the job took {elapsed:.1f} s"
     assert job_processes(run_id) == [], "a process of the job outlived it"
+
+
+@pytest.mark.parametrize(("target", "code", "why"), [("/nonexistent/prog", 127, "No such file"), ("/tmp", 126, "")])
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_remote_no_python_target_that_cannot_run(
+    runner: str, target: str, code: int, why: str, ssh_cluster: SshCluster, tmp_path: Path
+) -> None:
+    """Not checkable from the launcher: the agent reports it like a shell would (127 / 126), with no traceback."""
+    args = base_args(ssh_cluster, runner, ["node1", "node2"], slots=1)
+    done = run([*args, "--no-python", target], cwd=tmp_path, timeout=60)
+    assert done.returncode == code, done.stderr
+    assert re.search(rf"error:\n  \| cannot start rank [01]: {target}: {why}", done.stderr), done.stderr
+    assert "Traceback" not in done.stderr and "disappeared" not in done.stderr
