@@ -1,4 +1,4 @@
-"""Pieces both remote runners share: a free-port probe, stderr relay."""
+"""Pieces both remote runners share: a free-port probe, stderr relay, keepalive timing."""
 
 from __future__ import annotations
 
@@ -8,9 +8,16 @@ import threading
 from collections.abc import Iterable
 
 from dslaunch.limits import ascii_int
+from dslaunch.plan import RemoteSettings
 
 _err_lock = threading.Lock()
 START_FAILED = 255  # a job that could not start, every runner (ssh itself exits 255 when it cannot connect)
+KEEPALIVE_COUNT = 3  # unanswered keepalives before a node counts as lost (a network partition)
+
+
+def keepalive_interval(settings: RemoteSettings) -> int:
+    """Seconds between keepalives: a silent node is declared lost after about --ssh-connect-timeout."""
+    return max(1, round(settings.connect_timeout / KEEPALIVE_COUNT))
 
 
 def write_err(data: bytes) -> None:

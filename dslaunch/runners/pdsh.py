@@ -29,6 +29,7 @@ from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import common, stage
 from dslaunch.remote.command import agent_command, reap_command
+from dslaunch.remote.common import KEEPALIVE_COUNT, keepalive_interval
 from dslaunch.remote.sshconfig import default_config_path
 from dslaunch.runners.remote_base import RemoteRunner
 from dslaunch.runners.supervise import supervise_and_report
@@ -40,7 +41,8 @@ _SSH_END = re.compile(
 
 def ssh_args(settings: RemoteSettings) -> list[str]:
     """Options for every ssh client pdsh starts, after the user's own PDSH_SSH_ARGS_APPEND."""
-    args = ["-o", "BatchMode=yes"]
+    every = keepalive_interval(settings)
+    args = ["-o", "BatchMode=yes", "-o", f"ServerAliveInterval={every}", "-o", f"ServerAliveCountMax={KEEPALIVE_COUNT}"]
     if settings.ssh_config and settings.ssh_config != default_config_path():
         args += ["-F", settings.ssh_config]
     if settings.ssh_port:

@@ -23,7 +23,7 @@ from dslaunch.runners.supervise import supervise_and_report
 
 
 class SshAgent:
-    def __init__(self, node_rank: int, host: str, conn: Any, command: str, plan_b64: str) -> None:
+    def __init__(self, node_rank: int, host: str, conn: Any, command: str, plan_b64: str, keepalive: int) -> None:
         self.node_rank = node_rank
         self.host = host
         self.conn = conn
@@ -37,6 +37,25 @@ class SshAgent:
             target=common.relay_lines, args=(self.channel.makefile_stderr("rb"),), daemon=True
         )
         self._relay.start()
+        threading.Thread(target=self._watch, args=(transport, keepalive), daemon=True).start()
+
+    def _watch(self, transport: Any, every: int) -> None:
+        """A node that answers no keepalive for KEEPALIVE_COUNT intervals is lost (say, a network partition):
+        dropping its connection ends its stream, and the launcher names it and stops the others."""
+        answered = [time.monotonic()]
+
+        def ping() -> None:
+            while transport.is_active():
+                transport.global_request("keepalive@openssh.com", wait=True)  # any reply will do
+                answered[0] = time.monotonic()
+                time.sleep(every)
+
+        threading.Thread(target=ping, daemon=True).start()
+        while transport.is_active():
+            time.sleep(every / 2)
+            if time.monotonic() - answered[0] > every * (common.KEEPALIVE_COUNT + 1):
+                self.conn.close()
+                return
 
     def lines(self) -> Iterator[str]:
         for text in wire.split_events(iter(lambda: self.channel.recv(1 << 16), b"")):
@@ -153,10 +172,11 @@ class SshRunner(RemoteRunner):
             if why:
                 return common.report_start_failures({plan.nodes[0].host: why})
             plan_b64 = wire.plan_to_b64(plan)
+            every = common.keepalive_interval(settings)
             for node in plan.nodes:
                 command = agent_command(plan, node.node_rank, venv_script=settings.venv_script)
                 try:
-                    handles.append(SshAgent(node.node_rank, node.host, conns[node.node_rank], command, plan_b64))
+                    handles.append(SshAgent(node.node_rank, node.host, conns[node.node_rank], command, plan_b64, every))
                 except Exception as exc:  # noqa: BLE001 - any channel error: stop what already started
                     for h in handles:
                         h.stop()

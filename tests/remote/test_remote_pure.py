@@ -233,7 +233,8 @@ def test_pdsh_env_keeps_user_args_and_adds_ours() -> None:
     s = RemoteSettings(ssh_config="/etc/my_cfg", ssh_port=2222, accept_new_hosts=True)
     env = pdsh_env(s, {"PDSH_SSH_ARGS_APPEND": "-o Compression=yes", "PDSH_SSH_ARGS": "-x %h"})
     assert env["PDSH_SSH_ARGS_APPEND"] == (
-        "-o Compression=yes -o BatchMode=yes -F /etc/my_cfg -p 2222 -o StrictHostKeyChecking=accept-new"
+        "-o Compression=yes -o BatchMode=yes -o ServerAliveInterval=3 -o ServerAliveCountMax=3 "
+        "-F /etc/my_cfg -p 2222 -o StrictHostKeyChecking=accept-new"
     )
     assert "PDSH_SSH_ARGS" not in env
     with pytest.raises(ValueError, match="spaces"):

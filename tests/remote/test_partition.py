@@ -1,0 +1,59 @@
+"""A node cut off from the network mid-job (network namespaces): the launcher names it within about
+--ssh-connect-timeout, stops the other nodes, and the cut-off node's sshd ends the session so its agent
+stops its ranks too."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from testbeds.netns_cluster import NetnsCluster, start_netns
+from testbeds.ssh_cluster import SshCluster
+from tests.remote.launch import RUNNERS, SCRIPT, start, wait_ready, wait_until_gone
+
+
+@pytest.fixture(scope="module")
+def netns_cluster(ssh_cluster: SshCluster) -> Iterator[NetnsCluster]:
+    cluster = start_netns(ssh_cluster)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _link(cluster: NetnsCluster, node: int, state: str) -> None:
+    subprocess.run(["ip", "link", "set", f"{cluster.tag}h{node}", state], check=True, timeout=10)
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_partitioned_node_is_named_and_the_job_ends(netns_cluster: NetnsCluster, runner: str, tmp_path: Path) -> None:
+    if runner == "pdsh":
+        from testbeds.ssh_cluster import need
+
+        need("pdsh")
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("node1 slots=1\nnode2 slots=1\n")
+    run_id = f"cut{runner}{os.getpid()}"
+    args = ["--hostfile", str(hostfile), "--launcher", runner, "--ssh-config", str(netns_cluster.config)]
+    args += ["--ssh-connect-timeout", "3", "--shutdown-timeout", "2", "--run-id", run_id, "--master-port", "29400"]
+    proc = start([*args, SCRIPT, "sleep", str(tmp_path)], cwd=tmp_path)
+    try:
+        assert wait_ready(tmp_path, 2), "ranks did not start"
+        _link(netns_cluster, 1, "down")
+        cut_at = time.monotonic()
+        _out, err = proc.communicate(timeout=60)
+        elapsed = time.monotonic() - cut_at
+    finally:
+        _link(netns_cluster, 1, "up")
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 255, err
+    assert "node 1 (node2) disappeared" in err, err
+    assert elapsed < 3 + 8, f"the partition was noticed after {elapsed:.1f} s"
+    assert wait_until_gone(run_id, 15) == []
