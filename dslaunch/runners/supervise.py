@@ -238,6 +238,11 @@ def format_summary(outcome: Outcome, plan: LaunchPlan) -> str | None:
             )
             lines.append(f"  {label}:")
             lines.extend(f"  | {text}" for text in detail[-20:])
+        if any("EADDRINUSE" in text or "ddress already in use" in text for text in detail):
+            lines.append(
+                f"dslaunch: hint: the rendezvous port {plan.master_port} on {plan.master_addr} is taken (another "
+                "job?): give another --master-port, or --master-port 0 for a free one"
+            )
         others = sum(1 for e in outcome.exits if e.by_agent)
         if others:
             lines.append(f"dslaunch: {others} other rank(s) were stopped because of it")
