@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from typing import IO
 
 from dslaunch import _prctl, wire
 from dslaunch.errors import DslaunchError
@@ -119,31 +120,63 @@ def pdsh_labels(hosts: Sequence[str]) -> list[str]:
 
 
 class _Lines:
-    """One host's lines on their way to the launcher: output waits while ``budget`` bytes are queued (so pdsh,
-    then the agent, then the ranks wait for a slow reader); events and the end never wait."""
+    """One host's lines on their way to the launcher, never holding up pdsh's single stdout.
+
+    pdsh writes every host's lines into one pipe, so stalling it for one host (a slow reader) would also
+    hold back every other host's events: a failure would go unnoticed. So the pipe is always drained:
+    up to ``budget`` bytes of output wait in memory, more go to a spill file (deleted when closed) and
+    are passed on in order once the reader catches up. Events never wait behind spilled output.
+    """
 
     def __init__(self, budget: int = 4 << 20) -> None:
-        self.items: collections.deque[str | None] = collections.deque()
+        self.items: collections.deque[str] = collections.deque()
         self.size = 0
         self.budget = budget
+        self.ended = False
+        self.spill: IO[bytes] | None = None
+        self.spilled = 0  # bytes written to the spill file
+        self.unspilled = 0  # bytes of it passed on
         self.cond = threading.Condition()
 
     def put(self, item: str | None, *, urgent: bool = False) -> None:
+        """Output, an event (``urgent``), or None: the end, after everything already put."""
         with self.cond:
-            while not urgent and self.size > self.budget:
-                self.cond.wait()
-            self.items.append(item)
-            self.size += len(item or "")
+            if item is None:
+                self.ended = True
+            elif urgent or (self.spilled == self.unspilled and self.size + len(item) <= self.budget):
+                self.items.append(item)
+                self.size += len(item)
+            else:
+                self._spill(item.encode())
             self.cond.notify_all()
+
+    def _spill(self, data: bytes) -> None:
+        if self.spill is None:
+            import tempfile
+
+            self.spill = tempfile.TemporaryFile(prefix="dslaunch-pdsh-")
+        record = len(data).to_bytes(4, "big") + data
+        os.pwrite(self.spill.fileno(), record, self.spilled)
+        self.spilled += len(record)
 
     def get(self) -> str | None:
         with self.cond:
-            while not self.items:
+            while not self.items and self.spilled == self.unspilled and not self.ended:
                 self.cond.wait()
-            item = self.items.popleft()
-            self.size -= len(item or "")
-            self.cond.notify_all()
-            return item
+            if self.items:
+                item = self.items.popleft()
+                self.size -= len(item)
+                return item
+            if self.spill is not None and self.unspilled < self.spilled:
+                fd = self.spill.fileno()
+                length = int.from_bytes(os.pread(fd, 4, self.unspilled), "big")
+                data = os.pread(fd, length, self.unspilled + 4)
+                self.unspilled += 4 + length
+                return data.decode("utf-8", "replace")
+            if self.spill is not None:
+                self.spill.close()
+                self.spill = None
+            return None
 
 
 class _Demux:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from testbeds.ssh_cluster import SshCluster
-from tests.remote.launch import RUNNERS, base_args, run
+from tests.helpers import DSLAUNCH
+from tests.remote.launch import RUNNERS, base_args, clean_env, run
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "long_and_forged.py")
 
@@ -28,3 +32,29 @@ def test_a_long_line_arrives_whole_and_a_forged_event_is_text(
     assert len(lines) == len(pieces) + 1, "the forged event line was not printed as output"
     assert "rank 0 (local_rank 0, node 0) on host node1 exited with code 3" in result.stderr
     assert "rank 9" not in result.stderr
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_reader_that_never_reads_cannot_delay_fail_fast_remote(
+    runner: str, ssh_cluster: SshCluster, tmp_path: Path
+) -> None:
+    """``dslaunch ... | sleep 30`` over ssh and pdsh: node 1 floods stdout, rank 1 on node 2 exits 7."""
+    stamp = tmp_path / "stamp"
+    args = [*base_args(ssh_cluster, runner, ["node1", "node2"], slots=1), "--export", f"STAMP={stamp}"]
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen(
+        [*DSLAUNCH, *args, str(Path(__file__).parent / "scripts" / "flood_then_fail.py")],
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+        env=clean_env(),
+        cwd=tmp_path,
+    )
+    os.close(write_end)
+    try:
+        _, err = proc.communicate(timeout=60)
+        ended = time.time()
+    finally:
+        os.close(read_end)
+    assert proc.returncode == 7, err
+    assert ended - float(stamp.read_text()) < 5.0
+    assert b"rank 1 (local_rank 0, node 1) on host node2 exited with code 7" in err

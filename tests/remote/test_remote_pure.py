@@ -334,3 +334,23 @@ def test_hosts_pdsh_cannot_tell_apart_are_refused() -> None:
     assert pdsh_labels(["node1.a", "node2.a"]) == ["node1", "node2"]
     with pytest.raises(DslaunchError, match=r"'node1\.a' and 'node1\.b' alike"):
         pdsh_labels(["node1.a", "node1.b"])
+
+
+def test_pdsh_host_queue_spills_output_and_lets_events_pass() -> None:
+    from dslaunch.runners.pdsh import _Lines
+
+    q = _Lines(budget=10)
+    outputs = [f"line {i}\n" for i in range(6)]
+    for text in outputs[:3]:
+        q.put(text)  # the first fits in memory, the rest spill
+    q.put("@event\n", urgent=True)
+    for text in outputs[3:]:
+        q.put(text)
+    q.put(None)
+    got = []
+    while (item := q.get()) is not None:
+        got.append(item)
+    assert got[0] == outputs[0] and "@event\n" in got
+    assert [g for g in got if g != "@event\n"] == outputs  # output order kept, nothing lost
+    assert got.index("@event\n") < got.index(outputs[1])  # the event did not wait behind spilled output
+    assert q.spill is None  # the spill file is closed once drained
