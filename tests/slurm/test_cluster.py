@@ -319,3 +319,14 @@ def test_sigterm_to_launcher_slurm_stops_the_step_gracefully(slurm_env: dict[str
     for rank in range(4):  # a graceful SIGTERM (from Slurm, maybe again from the agent), not srun's SIGKILL
         assert set((tmp_path / f"rank{rank}.signals").read_text().split()) == {"SIGTERM"}
     assert wait_until_gone(run_id, 15) == []
+
+
+@pytest.mark.parametrize("mode", ["daemon", "chatty"])
+def test_nothing_a_rank_starts_outlives_the_step(slurm_env: dict[str, str], mode: str, tmp_path: Path) -> None:
+    """proctrack/linuxproc lets a setsid daemon escape the step; the node agent (a subreaper) does not."""
+    run_id = _run_id()
+    job = str(ROOT / "tests" / "remote" / "scripts" / "job.py")
+    argv = ["srun", "-N2", "--ntasks-per-node=1", *DSLAUNCH, "--nproc-per-node", "1", "--run-id", run_id]
+    res = _run([*argv, "--shutdown-timeout", "2", job, mode, str(tmp_path), "0"], slurm_env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert wait_until_gone(run_id, 10) == []
