@@ -12,14 +12,15 @@ _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 def rank_argv(plan: LaunchPlan, local_rank: int, node: NodePlan | None = None) -> list[str]:
     program = plan.program
+    # Right after the script, before its own arguments, where DeepSpeed's launcher puts it: a script
+    # that collects the rest of its command line (argparse REMAINDER) still parses --local_rank.
+    local_rank_arg = [f"--local_rank={local_rank}"] if program.local_rank_arg else []
     if program.no_python:
-        argv = [program.target, *program.args]
+        argv = [program.target, *local_rank_arg, *program.args]
     else:
         argv = [program.python, "-u", "-m", "dslaunch.bootstrap"]
         argv += ["-m", program.target] if program.module else [program.target]
-        argv += program.args
-    if program.local_rank_arg:
-        argv.append(f"--local_rank={local_rank}")
+        argv += [*local_rank_arg, *program.args]
     cores = binding.cores_for(plan.bind_cores, (node or plan.nodes[0]).nproc, local_rank)
     return argv if cores is None else [*binding.numactl_argv(cores), *argv]
 

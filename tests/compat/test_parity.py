@@ -73,14 +73,23 @@ def test_compress_and_slices() -> None:
 # ---- real runs --------------------------------------------------------------------------------
 
 
-def test_local_rank_arg_appends_after_user_args() -> None:
+def test_local_rank_arg_goes_right_after_the_script_as_deepspeed_puts_it() -> None:
     result = _run("--nproc-per-node", "2", "--local-rank-arg", SCRIPT, "--lr", "it's")
     assert result.returncode == 0, result.stderr
     views = _views(result.stdout)
     assert [views[r]["argv"] for r in (0, 1)] == [
-        ["--lr", "it's", "--local_rank=0"],
-        ["--lr", "it's", "--local_rank=1"],
+        ["--local_rank=0", "--lr", "it's"],
+        ["--local_rank=1", "--lr", "it's"],
     ]
+
+
+def test_a_remainder_script_parses_local_rank_as_under_deepspeed() -> None:
+    """DeepSpeed runs `train.py --local_rank=N ARGS...`: argparse REMAINDER after --local_rank still sees it."""
+    script = str(Path(__file__).parent / "scripts" / "remainder.py")
+    result = _run("--nproc-per-node", "2", "--local-rank-arg", script, "cfg.json", "--epochs", "2")
+    assert result.returncode == 0, result.stderr
+    for rank in (0, 1):
+        assert f"REMAINDER local_rank={rank} rest=['cfg.json', '--epochs', '2']" in result.stdout, result.stdout
 
 
 def test_no_local_rank_by_default() -> None:
