@@ -132,6 +132,7 @@ def build_command() -> click.Command:
         help="Start the ranks of a PyTorch job on this machine or many, and stop all of them "
         "the moment one fails.\n\nOptions go before SCRIPT; everything after SCRIPT is passed to it untouched.",
         context_settings={
+            "token_normalize_func": ds_compat.expand_prefix,
             "allow_interspersed_args": False,
             "help_option_names": ["-h", "--help"],
             "max_content_width": 110,

@@ -168,6 +168,23 @@ TABLE: tuple[DsFlag, ...] = (
 SAME_SPELLING: tuple[str, ...] = ("-H", "--hostfile", "-i", "--include", "-e", "--exclude", "--launcher", "--module")
 
 ACCEPTED: tuple[str, ...] = tuple(sorted({*SAME_SPELLING, *(name for f in TABLE for name in f.names)}))
+_LONG = tuple(name[2:] for name in ACCEPTED if name.startswith("--"))
+
+
+def expand_prefix(name: str) -> str:
+    """click's token normaliser (given an option name without its dashes): a DeepSpeed option abbreviated
+    as DeepSpeed's argparse parser allowed (``--launcher_arg`` for ``--launcher_args``) becomes its full
+    spelling; anything else is left alone.
+
+    Only DeepSpeed's spellings are matched, as in DeepSpeed; v1 options are spelled out in full. Short
+    options (one letter once click drops the dash) are never expanded.
+    """
+    if len(name) < 3 or name in _LONG:
+        return name
+    matches = [full for full in _LONG if full.startswith(name)]
+    if len(matches) > 1:
+        raise click.UsageError(f"ambiguous option --{name}: it could be {', '.join('--' + m for m in matches)}")
+    return matches[0] if matches else name
 
 PARAMS: list[click.Parameter] = [
     click.Option(

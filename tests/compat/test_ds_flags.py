@@ -132,6 +132,48 @@ def test_flag_warns_exactly_once_and_maps_to_v1(dest: str, capsys: pytest.Captur
     assert comparable(ds_plan) == comparable(v1_plan)
 
 
+def _shortest_unique_prefix(full: str) -> str:
+    others = [n for n in FROZEN_SPELLINGS if n.startswith("--") and n != full]
+    for size in range(5, len(full)):  # "--" plus at least 3 letters, as the normaliser asks
+        if not any(o.startswith(full[:size]) for o in others):
+            return full[:size]
+    return full
+
+
+@pytest.mark.parametrize("dest", sorted(WARNED_USES))
+def test_unambiguous_prefixes_work_as_under_deepspeeds_argparse(dest: str) -> None:
+    """DeepSpeed's parser took any unambiguous prefix (its own tests spell --launcher_arg): so does dslaunch."""
+    ds_args, _ = WARNED_USES[dest]
+    full, eq, value = ds_args[0].partition("=")
+    if not full.startswith("--") or _shortest_unique_prefix(full) == full:
+        pytest.skip(f"{full} has no shorter unambiguous prefix")
+    short = [_shortest_unique_prefix(full) + eq + value, *ds_args[1:]]
+    flag = next(f for f in ds_compat.TABLE if f.dest == dest)
+    tail = ["train.py", "--x", "1"]
+    assert comparable(plan_of([*BASE, *short, *(short if flag.is_flag else []), *tail])) == comparable(
+        plan_of([*BASE, *ds_args, *(ds_args if flag.is_flag else []), *tail])
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--num_", "2"], "ambiguous option --num_: it could be --num_accelerators, --num_gpus, --num_nodes"),
+        (["--mas", "x"], "ambiguous option --mas"),
+    ],
+)
+def test_ambiguous_prefixes_are_refused_naming_the_candidates(args: list[str], needle: str) -> None:
+    with pytest.raises(click.UsageError, match=needle):
+        plan_of([*BASE, *args, "train.py"])
+
+
+def test_v1_options_and_script_arguments_are_never_expanded() -> None:
+    plan = plan_of([*BASE, "train.py", "--num_g", "4", "--launcher_arg"])
+    assert plan.program.args == ("--num_g", "4", "--launcher_arg")  # after SCRIPT: the script's own
+    with pytest.raises(click.UsageError, match="No such option"):
+        plan_of([*BASE, "--nproc", "2", "train.py"])  # a v1 option is spelled out in full
+
+
 def test_warning_names_the_v1_spelling() -> None:
     flag = next(f for f in ds_compat.TABLE if f.dest == "ds_num_gpus")
     assert ds_compat.message(flag).startswith("warning: --num_gpus is DeepSpeed's spelling; use --nproc-per-node")
