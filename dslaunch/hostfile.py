@@ -103,12 +103,16 @@ def _check_item(pool: ResourcePool, item: FilterItem) -> None:
 
 
 def include(pool: ResourcePool, spec: str) -> ResourcePool:
-    """Keep only what ``spec`` names; hosts and slots keep the pool's order."""
-    wanted: dict[str, set[str]] = {}
+    """Keep only what ``spec`` names: hosts in the pool's order, slots in the order given (``host:3,1`` stays
+    ``3,1``: local rank 0 gets device 3), a whole host's slots in the pool's order."""
+    wanted: dict[str, list[str]] = {}
     for item in parse_filter(spec):
         _check_item(pool, item)
-        wanted.setdefault(item.host, set()).update(item.slots if item.slots is not None else pool[item.host])
-    return {host: tuple(s for s in slots if s in wanted[host]) for host, slots in pool.items() if host in wanted}
+        chosen = wanted.setdefault(item.host, [])
+        for slot in item.slots if item.slots is not None else pool[item.host]:
+            if slot not in chosen:
+                chosen.append(slot)
+    return {host: tuple(wanted[host]) for host in pool if host in wanted}
 
 
 def exclude(pool: ResourcePool, spec: str) -> ResourcePool:

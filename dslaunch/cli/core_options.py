@@ -13,6 +13,7 @@ import click
 from click.core import ParameterSource
 
 from dslaunch import hostfile
+from dslaunch.binding import usable_cores
 from dslaunch.cli.files import read_option_file
 from dslaunch.cli.types import NprocType, Seconds, Whole
 from dslaunch.config import ConfigError, load_config
@@ -23,6 +24,7 @@ from dslaunch.plan import Program
 
 DEFAULT_HOSTFILE = "/job/hostfile"  # DeepSpeed's default, read only if it exists
 DEFAULT_PORT = 29500
+NO_GPU = "gpu: no GPU is visible here (CUDA_VISIBLE_DEVICES, nvidia-smi, Slurm's GPUs): give a number, cpu or auto"
 
 
 PARAMS: list[click.Parameter] = [
@@ -49,7 +51,8 @@ PARAMS: list[click.Parameter] = [
     click.Option(
         ["--nproc-per-node", "--num-gpus", "nproc_per_node"],
         type=NprocType(),
-        help="Ranks per node: a number, or 'auto' (all GPUs, else all CPUs) [default: all GPUs, else 1].",
+        help="Ranks per node: a number, gpu (one per visible GPU), cpu (one per usable CPU) or auto (gpu if "
+        "there are GPUs, else cpu) [default: all GPUs, else 1].",
     ),
     click.Option(
         ["--launcher"],
@@ -186,9 +189,12 @@ def resource_pool(core: CoreChoices, environ: Mapping[str, str]) -> hostfile.Res
     if pool is None:
         if core.num_nodes not in (None, 1):
             raise DslaunchError("--num-nodes is more than 1 but there is no hostfile: give one with -H")
-        labels = gpu_labels(environ)
+        labels = () if nproc == "cpu" else gpu_labels(environ)
+        if nproc == "gpu" and not labels:
+            raise DslaunchError(NO_GPU, option="--nproc-per-node")
         if not labels:
-            count = num_slots or ((os.cpu_count() or 1) if nproc == "auto" else 1)
+            cpus = len(usable_cores())  # the CPUs this process may use (cpusets), as torchrun counts them
+            count = num_slots or (cpus if nproc in ("cpu", "auto") else 1)
             labels = tuple(str(i) for i in range(count))
         pool = {"localhost": labels}
     return hostfile.select(

@@ -186,6 +186,7 @@ def expand_prefix(name: str) -> str:
         raise click.UsageError(f"ambiguous option --{name}: it could be {', '.join('--' + m for m in matches)}")
     return matches[0] if matches else name
 
+
 PARAMS: list[click.Parameter] = [
     click.Option(
         [*f.names, f.dest],

@@ -8,12 +8,12 @@ and --include/--exclude/--num-nodes name Slurm nodes, not hostfile hosts.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from dslaunch.cli.core_options import CoreChoices
+from dslaunch.binding import usable_cores
+from dslaunch.cli.core_options import NO_GPU, CoreChoices
 from dslaunch.errors import DslaunchError
 from dslaunch.plan import NodePlan, SlurmSettings
 
@@ -101,7 +101,10 @@ def _allocation(core: CoreChoices, launcher_args: tuple[str, ...], env: Mapping[
     if not chosen:
         raise DslaunchError("no nodes of the allocation are left after --include/--exclude")
     nproc = core.nproc
-    count = nproc if isinstance(nproc, int) else _gpus_per_node(env) or (_cpus_per_node(env) if nproc == "auto" else 1)
+    gpus = 0 if nproc == "cpu" else _gpus_per_node(env)
+    if nproc == "gpu" and not gpus:
+        raise DslaunchError(NO_GPU, option="--nproc-per-node")
+    count = nproc if isinstance(nproc, int) else gpus or (_cpus_per_node(env) if nproc in ("cpu", "auto") else 1)
     nodes = layout.rank_nodes(tuple(chosen), tuple(str(k) for k in range(count)))
     owned = srun.owned_option(launcher_args)
     if owned:
@@ -144,16 +147,19 @@ def _gpus_per_node(env: Mapping[str, str]) -> int:
 def _cpus_per_node(env: Mapping[str, str]) -> int:
     text = env.get("SLURM_JOB_CPUS_PER_NODE", "")
     match = re.match(r"[0-9]+", text)
-    return int(match.group(0)) if match else (os.cpu_count() or 1)
+    return int(match.group(0)) if match else len(usable_cores())
 
 
 def _local_slots(nproc: int | str | None, env: Mapping[str, str]) -> tuple[str, ...]:
     from dslaunch.gpus import gpu_labels
 
-    gpus = gpu_labels(env)
+    gpus = () if nproc == "cpu" else gpu_labels(env)
+    if nproc == "gpu" and not gpus:
+        raise DslaunchError(NO_GPU, option="--nproc-per-node")
     if isinstance(nproc, int):
         return gpus[:nproc] if len(gpus) >= nproc else tuple(str(k) for k in range(nproc))
     if gpus:
         return gpus
-    count = int(env.get("SLURM_CPUS_ON_NODE") or os.cpu_count() or 1) if nproc == "auto" else 1
+    cpus = int(env.get("SLURM_CPUS_ON_NODE") or 0) or len(usable_cores())
+    count = cpus if nproc in ("cpu", "auto") else 1
     return tuple(str(k) for k in range(count))

@@ -65,20 +65,24 @@ class Seconds(click.ParamType):  # type: ignore[type-arg]
         return seconds
 
 
-class NprocType(click.ParamType):  # type: ignore[type-arg]
-    """Ranks per node: a positive whole number or ``auto``."""
+WORDS = ("gpu", "cpu", "auto")
 
-    name = "N|auto"
+
+class NprocType(click.ParamType):  # type: ignore[type-arg]
+    """Ranks per node: a positive whole number, ``gpu`` (one per visible GPU), ``cpu`` (one per usable CPU)
+    or ``auto`` (GPUs if any, else CPUs), as torchrun spells them."""
+
+    name = "N|gpu|cpu|auto"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
-        if isinstance(value, int) or value == "auto":
+        if isinstance(value, int) or value in WORDS:
             return value  # type: ignore[no-any-return]
         text = str(value).strip().lower()
-        if text == "auto":
-            return "auto"
+        if text in WORDS:
+            return text
         number = ascii_int(text)
         if number is None or number < 1:
-            self.fail(f"{value!r} is not a positive whole number or 'auto'", param, ctx)
+            self.fail(f"{value!r} is not a positive whole number, gpu, cpu or auto", param, ctx)
         if number > MAX_SLOTS_PER_HOST:
             self.fail(f"{number} is more than {MAX_SLOTS_PER_HOST} ranks on one node", param, ctx)
         return number

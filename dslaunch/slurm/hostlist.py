@@ -8,11 +8,13 @@ name give their cross product, and top-level commas separate names.
 from __future__ import annotations
 
 import itertools
+import math
 
 from dslaunch.errors import DslaunchError
 from dslaunch.limits import ascii_int
 
 MAX_HOSTS = 1_000_000  # refuse absurd expansions instead of eating memory
+MAX_RANGE = 65_536  # Slurm's own limit on one bracket range (it refuses larger ones)
 
 
 class HostlistError(DslaunchError):
@@ -66,6 +68,8 @@ def _expand_name(name: str, expr: str) -> list[str]:
         parts.append([head])
         parts.append(_expand_ranges(body, expr))
     parts.append([rest])
+    if math.prod(len(p) for p in parts) > MAX_HOSTS:  # before the cross product is built
+        raise HostlistError(f"hostlist {expr!r} expands to more than {MAX_HOSTS} hosts")
     return ["".join(p) for p in itertools.product(*parts)]
 
 
@@ -81,8 +85,8 @@ def _expand_ranges(body: str, expr: str) -> list[str]:
         a, b = int(lo), int(hi)
         if b < a:
             raise HostlistError(f"range {item!r} in hostlist {expr!r} runs backwards")
-        if b - a > MAX_HOSTS:
-            raise HostlistError(f"range {item!r} in hostlist {expr!r} is too large")
+        if b - a + 1 > MAX_RANGE:
+            raise HostlistError(f"range {item!r} in hostlist {expr!r} has more than {MAX_RANGE} hosts, as Slurm allows")
         width = len(lo) if lo.startswith("0") else 0
         out.extend(str(n).zfill(width) for n in range(a, b + 1))
     return out

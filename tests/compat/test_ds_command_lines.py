@@ -137,11 +137,11 @@ def test_deepspeed_spelling_gives_the_v1_plan(case: str, hostfile: str) -> None:
     assert comparable(ds) == comparable(v1)
 
 
-def test_include_keeps_device_order_and_hostfile_order(hostfile: str) -> None:
+def test_include_keeps_the_given_device_order_and_the_hostfile_host_order(hostfile: str) -> None:
     plan = plan_of([*BASE, "-H", hostfile, "-i", "worker-1:2,0@worker-0:3", "train.py"])
     assert [(n.host, n.slots, n.ranks) for n in plan.nodes] == [
         ("worker-0", ("3",), (0,)),
-        ("worker-1", ("0", "2"), (1, 2)),
+        ("worker-1", ("2", "0"), (1, 2)),
     ]
 
 

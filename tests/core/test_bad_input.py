@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import DSLAUNCH, run_cli
 
 SCRIPT = "import pathlib, sys; pathlib.Path(sys.argv[1]).write_text('ran')\n"
 
@@ -101,3 +104,24 @@ def test_the_executable_check_follows_the_mode_bits(job: Path) -> None:
     tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
     done = run_cli(["--no-python", str(tool)], timeout=30, cwd=os.fspath(job))
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(("spelling", "cpus"), [("cpu", "0"), ("auto", "0"), ("cpu", "0,1")])
+def test_nproc_cpu_and_auto_count_the_cpus_this_process_may_use(spelling: str, cpus: str, job: Path) -> None:
+    """torchrun's spellings; CPUs from the affinity mask (a cpuset container), not the machine's count."""
+    if not shutil.which("taskset") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs taskset and 2 CPUs")
+    done = subprocess.run(
+        ["taskset", "-c", cpus, *DSLAUNCH, "--nproc-per-node", spelling, "--dry-run", "--json", "x.py"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["world_size"] == len(cpus.split(","))
+
+
+def test_nproc_gpu_without_gpus_says_so(job: Path) -> None:
+    done = run_cli(["--nproc-per-node", "gpu", "--dry-run", "x.py"], env={"CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 2 and "no GPU is visible here" in done.stderr

@@ -28,7 +28,8 @@ TWO = pool(worker_0=4, worker_1=4)
         ("exclude", "worker-0:1,2", {"worker-0": slots(0, 3)}),
         ("include", "worker-0:1", {"worker-0": slots(1)}),
         ("include", "worker-0:1,1", {"worker-0": slots(1)}),
-        ("include", "worker-0:1@worker-0:0,1", {"worker-0": slots(0, 1)}),
+        ("include", "worker-0:1@worker-0:0,1", {"worker-0": ("1", "0")}),  # the order given, once each
+        ("include", "worker-0:3,1", {"worker-0": ("3", "1")}),  # docs/migration.md: 3,1 stays 3,1
         ("include", "worker-0", ONE),
         ("exclude", "worker-0", {}),
         ("exclude", "worker-0:0,1,2,3", {}),

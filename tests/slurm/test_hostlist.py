@@ -54,3 +54,16 @@ def test_expand_matches_scontrol(slurm_env: dict[str, str], names: list[str]) ->
         ["scontrol", "show", "hostnames", expr], capture_output=True, text=True, timeout=10, env=slurm_env, check=True
     )
     assert expand(expr) == tuple(res.stdout.split())
+
+
+@pytest.mark.parametrize(
+    ("expr", "needle"),
+    [
+        ("n[1-60000][1-60000]", "expands to more than 1000000 hosts"),  # refused before the cross product
+        ("n[1-1000000]", "more than 65536 hosts"),  # Slurm's own limit on one range
+    ],
+)
+def test_huge_hostlists_are_refused_before_they_are_built(expr: str, needle: str) -> None:
+    with pytest.raises(HostlistError, match=needle):
+        expand(expr)
+    assert len(expand("n[1-65536]")) == 65536
