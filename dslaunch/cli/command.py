@@ -121,6 +121,11 @@ def build_command() -> click.Command:
     ]
     for area in AREAS:
         params.extend(area.PARAMS)
+    for param in params:  # every visible option also from DSLAUNCH_<NAME>, shown in --help
+        if isinstance(param, click.Option):
+            # DSLAUNCH_LOG_LEVEL is merged key by key under --log-level (log_options.merged_spec), not replaced
+            param.allow_from_autoenv = not param.hidden and param.name not in ("version", "log_level")
+            param.show_envvar = param.allow_from_autoenv
     params += [
         click.Argument(["script"], metavar="SCRIPT", required=False),  # optional only for --preflight
         click.Argument(["script_args"], nargs=-1, type=click.UNPROCESSED, metavar="[SCRIPT_ARGS]..."),
@@ -133,6 +138,7 @@ def build_command() -> click.Command:
         "the moment one fails.\n\nOptions go before SCRIPT; everything after SCRIPT is passed to it untouched.",
         context_settings={
             "token_normalize_func": ds_compat.expand_prefix,
+            "auto_envvar_prefix": "DSLAUNCH",
             "allow_interspersed_args": False,
             "help_option_names": ["-h", "--help"],
             "max_content_width": 110,

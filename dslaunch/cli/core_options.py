@@ -15,7 +15,7 @@ from click.core import ParameterSource
 from dslaunch import hostfile
 from dslaunch.binding import usable_cores
 from dslaunch.cli.files import read_option_file
-from dslaunch.cli.types import NprocType, Seconds, Whole
+from dslaunch.cli.types import NodesType, NprocType, Seconds, Whole, pet
 from dslaunch.config import ConfigError, load_config
 from dslaunch.errors import DslaunchError
 from dslaunch.gpus import gpu_labels
@@ -50,6 +50,7 @@ PARAMS: list[click.Parameter] = [
     ),
     click.Option(
         ["--nproc-per-node", "--num-gpus", "nproc_per_node"],
+        envvar=pet("nproc_per_node"),
         type=NprocType(),
         help="Ranks per node: a number, gpu (one per visible GPU), cpu (one per usable CPU) or auto (gpu if "
         "there are GPUs, else cpu) [default: all GPUs, else 1].",
@@ -63,20 +64,30 @@ PARAMS: list[click.Parameter] = [
     ),
     click.Option(
         ["--master-addr"],
+        envvar=pet("master_addr"),
         metavar="ADDR",
         help="Rendezvous address [default: 127.0.0.1 for a local job, else the first node].",
     ),
     click.Option(
         ["--master-port"],
+        envvar=pet("master_port"),
         type=Whole(0, 65535),
         default=DEFAULT_PORT,
         show_default=True,
         help="Rendezvous port; 0 picks a free one.",
     ),
-    click.Option(["-m", "--module"], is_flag=True, help="Run SCRIPT as a module, like 'python -m'."),
-    click.Option(["--no-python"], is_flag=True, help="Run SCRIPT as an executable, without the Python bootstrap."),
+    click.Option(
+        ["-m", "--module"], is_flag=True, envvar=pet("module"), help="Run SCRIPT as a module, like 'python -m'."
+    ),
+    click.Option(
+        ["--no-python"],
+        is_flag=True,
+        envvar=pet("no_python"),
+        help="Run SCRIPT as an executable, without the Python bootstrap.",
+    ),
     click.Option(
         ["--log-dir"],
+        envvar=pet("log_dir"),
         type=click.Path(file_okay=False),
         metavar="DIR",
         help="Also write each rank's output (and error file) to DIR/rank<N>.*",
@@ -95,7 +106,20 @@ PARAMS: list[click.Parameter] = [
         metavar="JSON",
         help="DeepSpeed-style JSON config; its launcher, logging and mesh keys reach every rank.",
     ),
-    click.Option(["--run-id"], metavar="ID", help="Job id used to tag every process of the job [default: random]."),
+    click.Option(
+        ["--run-id"],
+        metavar="ID",
+        envvar=pet("run_id", "RDZV_ID"),
+        help="Job id used to tag every process of the job [default: random].",
+    ),
+    click.Option(
+        ["--nnodes", "nnodes"],
+        type=NodesType(),
+        envvar=pet("nnodes"),
+        metavar="N",
+        help="torchrun's one launcher per node, without a hostfile (e.g. a Kubernetes pod each): this node is "
+        "--node-rank of N, with --nproc-per-node ranks on every node, and the rendezvous at --master-addr.",
+    ),
     click.Option(["--dry-run"], is_flag=True, help="Print the launch plan and start nothing."),
     click.Option(["--json", "as_json"], is_flag=True, help="With --dry-run: print the plan as one JSON object."),
 ]
@@ -123,6 +147,7 @@ class CoreChoices:
     config: Mapping[str, Any]
     dry_run: bool
     json: bool
+    nnodes: int | None = None
 
 
 def parse(values: Mapping[str, Any], environ: Mapping[str, str]) -> CoreChoices:
@@ -165,6 +190,7 @@ def parse(values: Mapping[str, Any], environ: Mapping[str, str]) -> CoreChoices:
         config=config,
         dry_run=values["dry_run"],
         json=values["as_json"],
+        nnodes=values.get("nnodes"),
     )
 
 

@@ -53,11 +53,11 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
     warnings = list(unknown_key_warnings(core.config))
     slurm_kind = slurm_hosts.context(core.launcher, core.pool is not None, environ)
     slurm = slurm_hosts.hosts(slurm_kind, core, c.parity.launcher_args, environ) if slurm_kind else None
-    nodes = slurm.nodes if slurm else _nodes(core, environ)
+    nodes = slurm.nodes if slurm else _pod_nodes(c) if (core.nnodes or 1) > 1 else _nodes(core, environ)
     launcher = pick_launcher(
         core.launcher, nodes, slurm=slurm is not None, node_rank=c.remote.node_rank, force_multi=c.parity.force_multi
     )
-    remote = core.launcher in REMOTE_LAUNCHERS or any(n.host not in LOCAL_NAMES for n in nodes)
+    remote = launcher != "node" and (core.launcher in REMOTE_LAUNCHERS or any(n.host not in LOCAL_NAMES for n in nodes))
     if remote:
         remote_options.check_hosts([n.host for n in nodes])
     ssh_config = remote_options.ssh_config_path(c.remote.ssh_config) if remote else None
@@ -106,6 +106,31 @@ def _nodes(core: CoreChoices, environ: Mapping[str, str]) -> tuple[NodePlan, ...
     if not nodes:
         raise DslaunchError("no slots left to run on after --include/--exclude")
     return nodes
+
+
+def _pod_nodes(c: Choices) -> tuple[NodePlan, ...]:
+    """torchrun's one launcher per node (``--nnodes N --node-rank R``, or PET_*): N alike nodes, this one is R."""
+    import socket
+
+    core, node_rank = c.core, c.remote.node_rank
+    if core.pool is not None or core.include or core.exclude or core.num_nodes is not None:
+        raise DslaunchError(
+            "--nnodes starts one node of N, without a hostfile (as torchrun); with -H the hostfile lists the "
+            "nodes: use --num-nodes, --include or --exclude there",
+            option="--nnodes",
+        )
+    if node_rank is None:
+        raise DslaunchError(f"--nnodes {core.nnodes} starts one node: give its --node-rank (or PET_NODE_RANK)")
+    if not core.master_addr:
+        raise DslaunchError(
+            f"--nnodes {core.nnodes}: give --master-addr (or PET_MASTER_ADDR), the address of node 0",
+            option="--master-addr",
+        )
+    slots = next(iter(resource_pool(core, os.environ).values()))
+    assert core.nnodes is not None
+    hosts = [socket.gethostname() if i == node_rank else f"node{i}" for i in range(core.nnodes)]
+    size = len(slots)
+    return tuple(NodePlan(host, i, slots, tuple(range(i * size, (i + 1) * size))) for i, host in enumerate(hosts))
 
 
 def pick_launcher(

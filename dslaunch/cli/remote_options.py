@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from dslaunch.cli.files import read_option_file
-from dslaunch.cli.types import Seconds, Whole
+from dslaunch.cli.types import Seconds, Whole, pet
 from dslaunch.errors import DslaunchError
 from dslaunch.limits import MAX_WORLD_SIZE
 from dslaunch.plan import RemoteSettings
@@ -76,6 +76,7 @@ PARAMS: list[click.Parameter] = [
     ),
     click.Option(
         ["--node-rank"],
+        envvar=pet("node_rank"),
         type=Whole(0, MAX_WORLD_SIZE),
         metavar="N",
         help="Manual multi-node mode: start only node N's ranks here, no ssh (needs a fixed --master-port).",

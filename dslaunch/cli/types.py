@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from dslaunch.limits import MAX_SLOTS_PER_HOST, ascii_int
+from dslaunch.limits import MAX_SLOTS_PER_HOST, MAX_WORLD_SIZE, ascii_int
 
 _WHOLE = re.compile(r"-?[0-9]+")
 _DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
@@ -86,3 +86,28 @@ class NprocType(click.ParamType):  # type: ignore[type-arg]
         if number > MAX_SLOTS_PER_HOST:
             self.fail(f"{number} is more than {MAX_SLOTS_PER_HOST} ranks on one node", param, ctx)
         return number
+
+
+def pet(name: str, torchrun: str | None = None) -> list[str]:
+    """An option's environment variables: ``DSLAUNCH_<NAME>``, then torchrun's ``PET_<NAME>`` (how Kubernetes
+    operators configure one launcher per pod); the command line wins over both."""
+    return [f"DSLAUNCH_{name.upper()}", f"PET_{(torchrun or name).upper()}"]
+
+
+class NodesType(click.ParamType):  # type: ignore[type-arg]
+    """torchrun's ``--nnodes``: ``N``, or ``N:N`` (an elastic ``MIN:MAX`` range only when both agree)."""
+
+    name = "N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        low, sep, high = str(value).strip().partition(":")
+        first, last = ascii_int(low), ascii_int(high) if sep else ascii_int(low)
+        if first is None or last is None or first < 1:
+            self.fail(f"{value!r} is not a node count N (or N:N)", param, ctx)
+        if first != last:
+            self.fail(f"{value!r}: dslaunch has no elastic node range: give one count, e.g. {last}", param, ctx)
+        if first > MAX_WORLD_SIZE:
+            self.fail(f"{first} is more than {MAX_WORLD_SIZE} nodes", param, ctx)
+        return first

@@ -103,7 +103,7 @@ def test_script_args_are_not_options() -> None:
         (["-i", "localhost", "--num-gpus", "1", "t.py"], "cannot be combined"),
         (["-i", "localhost", "-e", "localhost", "t.py"], "mutually exclusive"),
         (["--num-nodes", "2", "t.py"], "no hostfile"),
-        (["--nproc-per-node", "zero", "t.py"], "'zero' is not a positive whole number or 'auto'"),
+        (["--nproc-per-node", "zero", "t.py"], "'zero' is not a positive whole number, gpu, cpu or auto"),
         (["--nproc-per-node", "0", "t.py"], "not a positive whole number"),
         (["--master-port", "70000", "t.py"], "70000"),
         (["-m", "--no-python", "t.py"], "--module and --no-python cannot be used together"),
