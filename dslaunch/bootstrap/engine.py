@@ -124,7 +124,7 @@ def build_engine(mesh: Any = None) -> Engine:
     owns = False
     if not dist.is_initialized():
         backend = "cuda:nccl,cpu:gloo" if cuda else "gloo"
-        if info.world_size == 1 and info.master_addr is None:
+        if info.world_size == 1 and (info.master_addr is None or info.master_port is None):  # no rendezvous to meet
             store = dist.HashStore()  # type: ignore[attr-defined]  # torch does not re-export it
             dist.init_process_group(backend, store=store, rank=0, world_size=1)
         else:

@@ -73,7 +73,9 @@ def console_line(ed: dict[str, Any], color: bool, who: str, static: Mapping[str,
     stamp = time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int(ts % 1 * 1000):03d}"
     letter = _LETTER.get(level, "?")
     extras = " ".join(
-        f"{k}={_value(v)}" for k, v in ed.items() if k not in _HIDDEN and not (k in static and static[k] == v)
+        f"{_shown(k, static)}={_value(v)}"
+        for k, v in ed.items()
+        if k not in _HIDDEN and not (k in static and static[k] == v)
     )
     if color:
         head = f"{_DIM}{stamp}{_RESET} {_COLOR.get(level, '')}{letter}{_RESET} [{who}] {_DIM}{ed['logger']}:{_RESET} "
@@ -82,6 +84,12 @@ def console_line(ed: dict[str, Any], color: bool, who: str, static: Mapping[str,
     line = head + str(ed["event"]) + (" " + extras if extras else "")
     text = ed.get("_exc_text")
     return line + ("\n" + text if text else "") + "\n"
+
+
+def _shown(key: str, static: Mapping[str, Any]) -> str:
+    """A user field named like a fact of this process (``rank``) is kept as ``_rank`` in the record, beside the
+    fact; the console, which shows the facts in its prefix, prints it under the name it was given."""
+    return key[1:] if key.startswith("_") and key[1:] in static else key
 
 
 def _value(v: Any) -> str:

@@ -127,3 +127,14 @@ def test_bad_log_ranks_outside_dslaunch_falls_back_to_rank_0(rank: str, shown: b
     assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr
     assert "ignoring DSLAUNCH_LOG_RANKS" in proc.stderr and "Traceback" not in proc.stderr
     assert ("hello-info" in proc.stderr) == shown
+
+
+def test_a_user_field_named_like_a_fact_prints_under_its_own_name() -> None:
+    """Under dslaunch and torchrun the record knows its rank: a user's rank=5 stays rank=5 on the console
+    (kept as _rank beside the fact in the JSON record), and equal values are not repeated."""
+    from dslaunch.logs import render
+
+    static = {"rank": 0, "host": "h"}
+    ed = {"ts": 0.0, "level": 30, "logger": "dslaunch.user", "event": "step", "rank": 0, "_rank": 5, "loss": 0.5}
+    line = render.console_line(ed, False, "h:0", static)
+    assert line.rstrip().endswith("user: step rank=5 loss=0.5")
