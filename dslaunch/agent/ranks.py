@@ -64,7 +64,8 @@ def rank_env(
         TORCHELASTIC_USE_AGENT_STORE="False",
         TORCHELASTIC_ERROR_FILE=error_file,  # @record writes here; the agent reads it for the summary
     )
-    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # torchrun's default; base and --export win
+    if "NCCL_ASYNC_ERROR_HANDLING" not in env:  # torch would read ours over this older name the user set
+        env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # torchrun's default; base and --export win
     if plan.master_addr in _LOOPBACK and "GLOO_SOCKET_IFNAME" not in env:
         env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo otherwise needs this host's name to resolve
     if node.nproc > 1 and "OMP_NUM_THREADS" not in base and "OMP_NUM_THREADS" not in dict(plan.env):

@@ -93,11 +93,13 @@ def test_table_lists_what_dslaunch_sets_and_the_contract_values(tmp_path: Path) 
         assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
 
 
-def test_user_value_of_a_default_wins_and_run_facts_do_not(tmp_path: Path) -> None:
-    seen = dslaunch_ranks(
-        tmp_path, "--export", "TORCHELASTIC_RUN_ID=stale", env={"TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"}
-    )
-    assert {e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] for e in seen} == {"3"}
+@pytest.mark.parametrize(
+    ("name", "torch_value"), [("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"), ("NCCL_ASYNC_ERROR_HANDLING", None)]
+)
+def test_user_value_of_a_default_wins_and_run_facts_do_not(tmp_path: Path, name: str, torch_value: str | None) -> None:
+    seen = dslaunch_ranks(tmp_path, "--export", "TORCHELASTIC_RUN_ID=stale", env={name: "3"})
+    assert {e[name] for e in seen} == {"3"}
+    assert {e.get("TORCH_NCCL_ASYNC_ERROR_HANDLING") for e in seen} == {torch_value}  # torch prefers TORCH_*
     assert {e["TORCHELASTIC_RUN_ID"] for e in seen} == {"envtable"}
 
 
