@@ -14,14 +14,16 @@ $(PY):
 	$(PY) -m pip install -q --upgrade pip
 
 $(STAMP): $(PY) pyproject.toml
-	$(PY) -m pip install -q -e '.[test,lint]' --config-settings editable_mode=compat
+	$(PY) -m pip freeze | grep -i '^torch==' > $(VENV)/torch-pin.txt || true  # the extras never move torch
+	$(PY) -m pip install -q -e '.[test,lint]' -c $(VENV)/torch-pin.txt --config-settings editable_mode=compat
 	$(PY) -m compileall -q dslaunch  # bytecode even where PYTHONDONTWRITEBYTECODE is set: every rank imports it
 	touch $(STAMP)
 
 $(NEWEST_STAMP): pyproject.toml requirements/torch-newest.txt
 	test -x $(NEWEST_PY) || python3 -m venv $(NEWEST)
 	$(NEWEST_PY) -m pip install -q -r requirements/torch-newest.txt
-	$(NEWEST_PY) -m pip install -q -e '.[test]' --config-settings editable_mode=compat
+	$(NEWEST_PY) -m pip freeze | grep -i '^torch==' > $(NEWEST)/torch-pin.txt || true
+	$(NEWEST_PY) -m pip install -q -e '.[test]' -c $(NEWEST)/torch-pin.txt --config-settings editable_mode=compat
 	touch $(NEWEST_STAMP)
 
 install: $(STAMP)

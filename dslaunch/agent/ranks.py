@@ -55,7 +55,17 @@ def rank_env(
         DSLAUNCH_ERROR_FILE=error_file,
         DSLAUNCH_HOST=node.host,
         PYTHONUNBUFFERED="1",
+        # torchrun's contract (local_elastic_agent.py), with dslaunch's true values: it never restarts, and
+        # rank 0 hosts the TCPStore itself (no agent store), so torch's env:// init must not wait for one.
+        TORCHELASTIC_RUN_ID=plan.run_id,
+        ROLE_NAME="default",
+        TORCHELASTIC_RESTART_COUNT="0",
+        TORCHELASTIC_MAX_RESTARTS="0",
+        TORCHELASTIC_USE_AGENT_STORE="False",
+        TORCHELASTIC_ERROR_FILE=error_file,  # @record writes here; the agent reads it for the summary
     )
+    if "NCCL_ASYNC_ERROR_HANDLING" not in env:  # torch would read ours over this older name the user set
+        env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # torchrun's default; base and --export win
     if plan.master_addr in _LOOPBACK and "GLOO_SOCKET_IFNAME" not in env:
         env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo otherwise needs this host's name to resolve
     if node.nproc > 1 and "OMP_NUM_THREADS" not in base and "OMP_NUM_THREADS" not in dict(plan.env):

@@ -567,4 +567,12 @@ def _read_error_file(path: str) -> str | None:
             data = json.load(f)
     except (OSError, ValueError):
         return None
-    return data.get("traceback") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return None
+    message = data.get("message")  # torch's @record: {"message": {"message": ..., "extraInfo": {"py_callstack"}}}
+    if isinstance(message, dict):
+        info = message.get("extraInfo")
+        callstack = info.get("py_callstack") if isinstance(info, dict) else None
+        return callstack if isinstance(callstack, str) else None
+    traceback = data.get("traceback")
+    return traceback if isinstance(traceback, str) else None

@@ -99,7 +99,7 @@ def exec_rank(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> None:
     local = step.localid
     error_file = os.path.join(plan.log_dir, f"rank{node.ranks[local]}.error.json") if plan.log_dir else ""
     rank_environ = rankspec.rank_env(plan, node, local, env, error_file)
-    if not error_file:
+    if not error_file:  # TORCHELASTIC_ERROR_FILE stays "", as torchrun sets it without a log dir
         rank_environ.pop("DSLAUNCH_ERROR_FILE", None)
     # Slurm's numbering, also under --distribution=cyclic (the plan numbers ranks node by node).
     rank_environ["RANK"] = rank_environ["ROLE_RANK"] = str(step.procid)

@@ -184,6 +184,7 @@ def test_real_job_env_args_and_launcher_args(flavour: mpi.Flavour) -> None:
         assert view["argv"] == ["it's", "a b", "$(touch pwned)"]
         assert view["FROM_LAUNCHER_ARGS"] == "yes"  # --launcher-args reached mpirun
         assert view["mpi_vars"] == []  # MPI's rank identity (of the agents) is hidden from ranks
+        assert view["ROLE_RANK"] == str(rank) and view["TORCHELASTIC_RUN_ID"]
     assert not os.path.exists("pwned")
 
 

@@ -85,6 +85,8 @@ def test_one_task_per_node_starts_the_ranks_with_the_right_env(slurm_env: dict[s
         assert f["MASTER_PORT"] == facts[0]["MASTER_PORT"] and 20000 <= int(f["MASTER_PORT"]) < 32000
         assert (f["DSLAUNCH_RUN_ID"], f["DSLAUNCH_CONFIG"], f["DSLAUNCH_LOG_LEVEL"]) == (run_id, str(config), "info")
         assert f["DSLAUNCH_MESH"] == "dp_shard=2,tp=2"
+        assert (f["TORCHELASTIC_RUN_ID"], f["ROLE_NAME"], f["ROLE_RANK"]) == (run_id, "default", f["RANK"])
+        assert f["TORCHELASTIC_ERROR_FILE"].endswith(f"rank{f['RANK']}.error.json")  # the node agent's file
         assert f["argv"] == ["x", "$(id)"]
     assert "[n2:rank3]: FACTS" in res.stdout
 
@@ -97,6 +99,8 @@ def test_one_task_per_rank_becomes_the_rank(slurm_env: dict[str, str]) -> None:
     for f in facts:
         assert f["RANK"] == f["SLURM_PROCID"] and (f["WORLD_SIZE"], f["LOCAL_WORLD_SIZE"]) == ("4", "2")
         assert str(f["pid"]) == f["SLURM_TASK_PID"]  # the srun task itself is the rank: nothing else spawned
+        assert (f["ROLE_RANK"], f["TORCHELASTIC_RUN_ID"]) == (f["RANK"], f["DSLAUNCH_RUN_ID"])
+        assert f["TORCHELASTIC_ERROR_FILE"] == ""  # no agent reads one without --log-dir; "" as torchrun's
     assert [f["NODE_RANK"] for f in facts] == ["0", "0", "1", "1"]
 
     cyclic = _run(["srun", "-N2", "--ntasks-per-node=2", "--distribution=cyclic", *DSLAUNCH, SCRIPT], slurm_env)

@@ -17,6 +17,8 @@ keys = (
     "FROM_LAUNCHER_ARGS",
     "DSLAUNCH_HOST",
     "SSH_CONNECTION",
+    "TORCHELASTIC_RUN_ID",
+    "ROLE_RANK",
 )
 view = {k: os.environ.get(k) for k in keys}
 view["mpi_vars"] = sorted(k for k in os.environ if k.startswith(("OMPI_COMM_WORLD", "PMI_RANK", "PMIX_RANK")))
