@@ -18,7 +18,7 @@ from dslaunch.limits import ascii_int
 
 # World-size factors, outermost first. cp and sp share a slot: at most one may be > 1.
 ORDER: tuple[str, ...] = ("pp", "dp_replicate", "dp_shard", "cp", "sp", "tp")
-DIMS: tuple[str, ...] = (*ORDER, "ep")
+DIMS: tuple[str, ...] = (*ORDER, "ep", "etp")
 ALIASES: Mapping[str, str] = {"dp": "dp_shard"}
 # Flattened views, pre-built where two or more members are > 1 (else aliased or size 1).
 VIEWS: Mapping[str, tuple[str, ...]] = {
@@ -27,15 +27,20 @@ VIEWS: Mapping[str, tuple[str, ...]] = {
     "dp_sp": ("dp_replicate", "dp_shard", "sp"),
     "dp_shard_cp": ("dp_shard", "cp"),
     "mp": ("pp", "tp"),
+    # Megatron's tensor-and-data-parallel groups (tp-dp, and tp-dp-cp with the sequence slot).
+    "tp_dp": ("dp_replicate", "dp_shard", "tp"),
+    "tp_dp_cp": ("dp_replicate", "dp_shard", "cp", "sp", "tp"),
     # torchtitan's names: batch = dp; loss = dp with the sequence slot (cp or sp, at most one is > 1).
     "batch": ("dp_replicate", "dp_shard"),
     "loss": ("dp_replicate", "dp_shard", "cp", "sp"),
 }
-# Expert views: dense region dp_shard*cp*sp*tp reshaped to (efsdp, ep), ep innermost.
-EXPERT_VIEWS: tuple[str, ...] = ("ep", "efsdp")
+# Expert views: dense region dp_shard*cp*sp*tp reshaped to (efsdp, ep, etp), etp innermost, as
+# megatron-core's expert RankGenerator lays out one pipeline stage; emp is ep*etp.
+EXPERT_VIEWS: tuple[str, ...] = ("ep", "etp", "emp", "efsdp")
+EXPERT_DIMS: tuple[str, ...] = ("efsdp", "ep", "etp")
 DENSE: tuple[str, ...] = ("dp_shard", "cp", "sp", "tp")
 NAMES: tuple[str, ...] = (*ORDER, *VIEWS, *EXPERT_VIEWS, "world")
-VALID_INPUT = "pp, dp_replicate, dp_shard (alias dp), cp, sp, tp, ep"
+VALID_INPUT = "pp, dp_replicate, dp_shard (alias dp), cp, sp, tp, ep, etp"
 
 
 class MeshConfigError(DslaunchError):
@@ -80,13 +85,14 @@ class MeshSpec:
     sp: int = 1
     tp: int = 1
     ep: int = 1
+    etp: int | None = None  # expert tensor parallel; None is Megatron's default, = tp
 
     def text(self) -> str:
-        """Canonical, order-independent text (dp_shard and every size that is not 1); equal specs, equal text."""
+        """Canonical, order-independent text (dp_shard, every size that is not 1, etp when given)."""
         return ",".join(
             f"{f.name}={getattr(self, f.name)}"
             for f in fields(self)
-            if f.name == "dp_shard" or getattr(self, f.name) != 1
+            if f.name == "dp_shard" or (getattr(self, f.name) != 1 if f.name != "etp" else self.etp is not None)
         )
 
 
@@ -191,10 +197,11 @@ def _factors(names: tuple[str, ...], sizes: Mapping[str, int]) -> str:
 
 def resolve(spec: MeshSpec, world_size: int) -> MeshLayout:
     """Fill the ``-1``, check every rule, and return the layout; raises MeshConfigError."""
-    sizes = {f.name: getattr(spec, f.name) for f in fields(spec)}
+    sizes: dict[str, int] = {f.name: getattr(spec, f.name) for f in fields(spec) if f.name != "etp"}
+    sizes["etp"] = 1 if spec.etp is None else spec.etp  # checked here, replaced by tp below when not given
     for name, size in sizes.items():
-        if size < 1 and not (size == -1 and name != "ep"):
-            allowed = "a positive whole number" if name == "ep" else "a positive whole number or -1"
+        if size < 1 and not (size == -1 and name not in ("ep", "etp")):
+            allowed = "a positive whole number" if name in ("ep", "etp") else "a positive whole number or -1"
             raise MeshConfigError(f"mesh: {name} must be {allowed} (got {size})")
     open_dims = [n for n in ORDER if sizes[n] == -1]
     if len(open_dims) > 1:
@@ -214,9 +221,16 @@ def resolve(spec: MeshSpec, world_size: int) -> MeshLayout:
     product = math.prod(sizes[n] for n in ORDER)
     if product != world_size:
         raise MeshConfigError(f"mesh: {_factors(ORDER, sizes)} = {product} != WORLD_SIZE({world_size})")
+    if spec.etp is None:
+        sizes["etp"] = sizes["tp"]
     dense = math.prod(sizes[n] for n in DENSE)
-    if dense % sizes["ep"]:
-        raise MeshConfigError(f"mesh: ep({sizes['ep']}) must divide {_factors(DENSE, sizes)} = {dense}")
+    expert = sizes["ep"] * sizes["etp"]
+    if dense % expert:
+        etp = f"etp({sizes['etp']}{', = tp by default' if spec.etp is None else ''})"
+        raise MeshConfigError(
+            f"mesh: ep({sizes['ep']}) * {etp} = {expert} must divide {_factors(DENSE, sizes)} = {dense} "
+            "(the ranks of one pipeline stage and dp replica)"
+        )
     return MeshLayout(world_size=world_size, **{n: sizes[n] for n in DIMS})
 
 
@@ -247,6 +261,7 @@ class MeshLayout:
     sp: int
     tp: int
     ep: int
+    etp: int = 1
 
     @property
     def active(self) -> tuple[str, ...]:
@@ -264,10 +279,12 @@ class MeshLayout:
         raise MeshConfigError(f"mesh: unknown dim or view {name!r}; valid: {', '.join(NAMES)}")
 
     def size(self, name: str) -> int:
-        if name == "ep":
-            return self.ep
+        if name in ("ep", "etp"):
+            return int(getattr(self, name))
+        if name == "emp":
+            return self.ep * self.etp
         if name == "efsdp":
-            return self.dense // self.ep
+            return self.dense // (self.ep * self.etp)
         return math.prod(getattr(self, n) for n in self.members(name))
 
     @property
@@ -300,12 +317,19 @@ class MeshLayout:
             by_key.setdefault(key, []).append(rank)  # row-major walk keeps group-rank order
         return sorted(by_key.values())
 
+    def expert_coordinate(self, rank: int) -> dict[str, int]:
+        """Rank -> index on efsdp, ep, etp (row-major over the dense region, etp fastest) and emp."""
+        efsdp, emp = divmod(rank % self.dense, self.ep * self.etp)
+        ep, etp = divmod(emp, self.etp)
+        return {"efsdp": efsdp, "ep": ep, "etp": etp, "emp": emp}
+
     def _expert_groups(self, name: str) -> list[list[int]]:
-        by_key: dict[tuple[int, int], list[int]] = {}
+        span = {"emp": ("ep", "etp")}.get(name, (name,))
+        by_key: dict[tuple[int, ...], list[int]] = {}
         for rank in range(self.world_size):
-            outer, inner = divmod(rank, self.dense)
-            efsdp, ep = divmod(inner, self.ep)
-            by_key.setdefault((outer, efsdp if name == "ep" else ep), []).append(rank)
+            coord = self.expert_coordinate(rank)
+            key = (rank // self.dense, *(coord[n] for n in EXPERT_DIMS if n not in span))
+            by_key.setdefault(key, []).append(rank)
         return sorted(by_key.values())
 
     def group_of(self, name: str, rank: int) -> list[int]:
@@ -314,8 +338,7 @@ class MeshLayout:
     def local_rank(self, name: str, rank: int) -> int:
         """This rank's index inside its group of a dim or view (arithmetic, no group list)."""
         if name in EXPERT_VIEWS:
-            efsdp, ep = divmod(rank % self.dense, self.ep)
-            return ep if name == "ep" else efsdp
+            return self.expert_coordinate(rank)[name]
         coord, index = self.coordinate(rank), 0
         for member in self.members(name):
             index = index * getattr(self, member) + coord[member]
@@ -344,18 +367,34 @@ class MeshLayout:
         sizes: list[int] = [getattr(self, n) for n in self.active]
         total = sum(self.world_size // size for size in sizes if size != self.world_size)
         total += sum(self.world_size // self.size(v) for v in self.built_views() if self.size(v) != self.world_size)
-        if self.ep > 1:
-            # The dense region is flattened (unless it is one dim), then unflattened into (efsdp, ep).
-            if sum(getattr(self, n) > 1 for n in DENSE) > 1 and self.dense != self.world_size:
+        if self.pp > 2:
+            total += self.world_size // self.pp  # the embedding groups (first and last stage)
+        expert = self.expert_dims()
+        if self.ep == 1 and self.etp == self.tp:
+            # No MoE reshape: etp is tp and efsdp the rest of the dense region (flattened unless a view has it).
+            on = tuple(n for n in DENSE[:-1] if getattr(self, n) > 1)
+            if len(on) > 1 and self.size("efsdp") != self.world_size and on not in self.view_sources().values():
+                total += self.world_size // self.size("efsdp")
+        elif expert:
+            # The dense region is flattened (unless it is one dim or a view), then unflattened into the expert dims.
+            on = tuple(n for n in DENSE if getattr(self, n) > 1)
+            if len(on) > 1 and self.dense != self.world_size and on not in self.view_sources().values():
                 total += self.world_size // self.dense
-            if self.size("efsdp") > 1:
-                total += self.world_size // self.size("efsdp") + self.world_size // self.ep
+            if len(expert) > 1:
+                total += sum(self.world_size // self.size(n) for n in expert)
+                if len(expert) == 3:
+                    total += self.world_size // self.size("emp")  # (ep, etp) flattened
         return total
+
+    def expert_dims(self) -> tuple[str, ...]:
+        """The expert dims > 1 (of efsdp, ep, etp): the shape the dense region is unflattened to."""
+        return tuple(n for n in EXPERT_DIMS if self.size(n) > 1)
 
     def summary(self) -> str:
         dims = " ".join(f"{n}={getattr(self, n)}" for n in ORDER if getattr(self, n) > 1) or "world=1"
         views = " ".join(f"{v}={self.size(v)}" for v in self.built_views())
-        ep = f" ep={self.ep} efsdp={self.size('efsdp')}" if self.ep > 1 else ""
+        shown = self.ep > 1 or self.etp != self.tp
+        ep = f" ep={self.ep} etp={self.etp} efsdp={self.size('efsdp')}" if shown else ""
         return f"mesh {dims}{ep}" + (f" | {views}" if views else "")
 
     def spec(self) -> MeshSpec:

@@ -82,6 +82,7 @@ class BuiltMesh:
     root: Any  # torch DeviceMesh over layout.active
     meshes: dict[str, Any]  # name -> 1-D DeviceMesh
     requested: str = ""  # the spec text asked for, before -1 was filled
+    embedding: Any = None  # with pp > 2: this rank's [first, last] stage group, if it is in one
     _singleton: Any = field(default=None, repr=False)
     _ranks: dict[str, list[int]] = field(default_factory=dict, repr=False)
 
@@ -102,6 +103,11 @@ class BuiltMesh:
             return self.meshes[name].get_group()
         if self.layout.size(name) != 1:
             raise MeshConfigError(f"mesh: {name} has no process group on this mesh")
+        return self._single()
+
+    def _single(self) -> Any:
+        import torch.distributed as dist
+
         if self.layout.world_size == 1:
             return dist.group.WORLD
         if self._singleton is None:
@@ -109,13 +115,23 @@ class BuiltMesh:
             self._singleton = dist.new_group([self.rank], use_local_synchronization=True)
         return self._singleton
 
+    def embedding_group(self) -> Any | None:
+        """Megatron's embedding group: the first and last stage of this rank's pp group; None elsewhere."""
+        stages = self.ranks("pp")
+        if self.rank not in (stages[0], stages[-1]):
+            return None
+        return self.group("pp") if len(stages) <= 2 else self.embedding
+
+    def position_embedding_group(self) -> Any | None:
+        """Megatron's position-embedding group: the first stage alone; None on the other stages."""
+        return self._single() if self.rank == self.ranks("pp")[0] else None
+
     def own_groups(self) -> list[Any]:
         """The live process groups this mesh created (not WORLD), each once."""
         import torch.distributed as dist
 
         found = [mesh.get_group() for mesh in self.meshes.values()]
-        if self._singleton is not None:
-            found.append(self._singleton)
+        found += [g for g in (self.embedding, self._singleton) if g is not None]
         live = dist.distributed_c10d._world.pg_map
         unique = {id(g): g for g in found if g is not dist.group.WORLD and g in live}
         return list(unique.values())
@@ -132,16 +148,18 @@ class BuiltMesh:
 
 
 def check_torch(layout: MeshLayout) -> None:
-    """Views need DeviceMesh._flatten (torch >= 2.5); an expert view with efsdp > 1 needs _unflatten (>= 2.10)."""
+    """Views need DeviceMesh._flatten (torch >= 2.5); two or more expert dims > 1 need _unflatten (>= 2.10)."""
     import torch
     from torch.distributed.device_mesh import DeviceMesh
 
     dense = [n for n in ("dp_shard", "cp", "sp", "tp") if getattr(layout, n) > 1]
+    expert = layout.expert_dims()
     needs = []
-    if layout.built_views() or (layout.ep > 1 and len(dense) > 1 and layout.size("efsdp") == 1):
-        needs.append(("_flatten", "2.5", f"views {', '.join(layout.built_views()) or 'ep'}"))
-    if layout.ep > 1 and layout.size("efsdp") > 1:
-        needs.append(("_unflatten", "2.10", f"ep={layout.ep} with efsdp={layout.size('efsdp')}"))
+    if layout.built_views() or (expert and len(dense) > 1):
+        needs.append(("_flatten", "2.5", f"views {', '.join(layout.built_views()) or expert[0]}"))
+    if len(expert) > 1:
+        shape = " ".join(f"{n}={layout.size(n)}" for n in expert)
+        needs.append(("_unflatten", "2.10", f"the expert dims {shape}"))
     for attr, version, why in needs:
         if not hasattr(DeviceMesh, attr):
             raise MeshConfigError(
@@ -162,20 +180,45 @@ def build(layout: MeshLayout, device_type: str, rank: int) -> BuiltMesh:
         if on not in by_members:
             by_members[on] = root[on]._flatten(view)
         meshes[view] = by_members[on]
-    if layout.ep > 1:
-        meshes.update(_expert(layout, root, meshes))
-    return BuiltMesh(layout=layout, rank=rank, root=root, meshes=meshes)
+    meshes.update(_expert(layout, root, by_members))
+    return BuiltMesh(layout=layout, rank=rank, root=root, meshes=meshes, embedding=_embedding(layout, rank))
 
 
-def _expert(layout: MeshLayout, root: Any, meshes: dict[str, Any]) -> dict[str, Any]:
-    """Reshape the dense region (dp_shard, cp|sp, tp) into (efsdp, ep), ep innermost."""
+def _embedding(layout: MeshLayout, rank: int) -> Any:
+    """With pp > 2 the first and last stages need a group of their own (pp <= 2: the pp group itself)."""
+    import torch.distributed as dist
+
+    mine = None
+    for stages in layout.groups("pp") if layout.pp > 2 else []:
+        group = dist.new_group([stages[0], stages[-1]])
+        if rank in (stages[0], stages[-1]):
+            mine = group
+    return mine
+
+
+def _expert(layout: MeshLayout, root: Any, by_members: dict[tuple[str, ...], Any]) -> dict[str, Any]:
+    """Reshape the dense region (dp_shard, cp|sp, tp) into (efsdp, ep, etp), etp innermost; emp = (ep, etp)."""
     dense = tuple(n for n in ("dp_shard", "cp", "sp", "tp") if n in layout.active)
-    efsdp = layout.size("efsdp")
-    if efsdp == 1:
-        return {"ep": meshes[dense[0]] if len(dense) == 1 else root[dense]._flatten("ep")}
-    base = root[dense[0]] if len(dense) == 1 else root[dense]._flatten("_dense")
-    sparse = base._unflatten(0, (efsdp, layout.ep), ("efsdp", "ep"))
-    return {"efsdp": sparse["efsdp"], "ep": sparse["ep"]}
+    expert = layout.expert_dims()
+    if layout.ep == 1 and layout.etp == layout.tp:
+        # The default without MoE: reuse tp, and dp_shard*cp*sp (a view or a flatten) for efsdp.
+        rest = tuple(n for n in dense if n != "tp")
+        out = {"etp": by_members[("tp",)], "emp": by_members[("tp",)]} if layout.tp > 1 else {}
+        if rest:
+            out["efsdp"] = by_members[rest] if rest in by_members else root[rest]._flatten("efsdp")
+        return out
+    if not expert:
+        return {}
+    base = by_members[dense] if dense in by_members else root[dense]._flatten("_dense")
+    if len(expert) == 1:
+        return {expert[0]: base, **({"emp": base} if expert[0] != "efsdp" else {})}
+    sparse = base._unflatten(0, tuple(layout.size(n) for n in expert), expert)
+    out = {n: sparse[n] for n in expert}
+    if layout.ep > 1 and layout.etp > 1:
+        out["emp"] = base if len(expert) == 2 else sparse[("ep", "etp")]._flatten("emp")
+    elif "efsdp" in expert:
+        out["emp"] = out[expert[1]]  # the one of ep, etp that is > 1
+    return out
 
 
 # Set when group creation failed part-way: a retry would create groups in a different order than

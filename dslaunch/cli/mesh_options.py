@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from dslaunch.mesh import MeshSpec
 
 # Kept in step with dslaunch.mesh.VALID_INPUT by a test; importing dslaunch.mesh here would slow --help.
-VALID_INPUT = "pp, dp_replicate, dp_shard (alias dp), cp, sp, tp, ep"
+VALID_INPUT = "pp, dp_replicate, dp_shard (alias dp), cp, sp, tp, ep, etp"
 
 PARAMS: list[click.Parameter] = [
     click.Option(

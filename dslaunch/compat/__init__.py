@@ -41,7 +41,7 @@ from dslaunch.compat.groups import (  # underscore names are not star-exported
     _get_sequence_parallel_rank,
     _get_sequence_parallel_world_size,
 )
-from dslaunch.compat.parallel_state import *  # type: ignore[assignment]  # noqa: F403 - Megatron names win
+from dslaunch.compat.parallel_state import *  # noqa: F403 - Megatron names win
 
 # DeepSpeed checks hasattr(mpu, "initialize_sequence_parallel") and then returns a None dp
 # group: this mpu deliberately has no such attribute.

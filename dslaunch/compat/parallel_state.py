@@ -41,7 +41,7 @@ def get_tensor_model_parallel_src_rank() -> int:
 
 
 # pipeline model parallel (pp)
-def get_pipeline_model_parallel_group() -> Any:
+def get_pipeline_model_parallel_group(check_initialized: bool = True) -> Any:
     return mesh().group("pp")
 
 
@@ -118,7 +118,7 @@ def get_context_parallel_global_ranks(check_initialized: bool = True) -> list[in
 
 
 # model parallel (mp = pp * tp)
-def get_model_parallel_group() -> Any:
+def get_model_parallel_group(check_initialized: bool = True) -> Any:
     return mesh().group("mp")
 
 
@@ -134,7 +134,45 @@ def get_model_parallel_src_rank() -> int:
     return mesh().ranks("mp")[0]
 
 
-# expert parallel: ep inside the dense region dp_shard*cp*sp*tp, efsdp the rest of it
+# tensor and data parallel (tp_dp; with the cp/sp slot: tp_dp_cp)
+def get_tensor_and_data_parallel_group(check_initialized: bool = True, with_context_parallel: bool = False) -> Any:
+    return mesh().group("tp_dp_cp" if with_context_parallel else "tp_dp")
+
+
+def get_tensor_and_data_parallel_world_size(with_context_parallel: bool = False) -> int:
+    return int(mesh().size("tp_dp_cp" if with_context_parallel else "tp_dp"))
+
+
+def get_tensor_and_data_parallel_rank(with_context_parallel: bool = False) -> int:
+    return int(mesh().coordinate()["tp_dp_cp" if with_context_parallel else "tp_dp"])
+
+
+# embedding: the first and last stage of each pp group; position embedding: the first stage
+def get_embedding_group(check_initialized: bool = True) -> Any:
+    return _embedding(mesh().embedding_group(), "embedding", check_initialized)
+
+
+def get_position_embedding_group(check_initialized: bool = True) -> Any:
+    return _embedding(mesh().position_embedding_group(), "position embedding", check_initialized)
+
+
+def _embedding(group: Any, what: str, check_initialized: bool) -> Any:
+    if group is None and check_initialized:
+        stage = get_pipeline_model_parallel_rank()
+        raise RuntimeError(f"this rank (pipeline stage {stage}) is in no {what} group, as in Megatron")
+    return group
+
+
+def is_rank_in_embedding_group(ignore_virtual: bool = True, vp_stage: int | None = None) -> bool:
+    stages = mesh().ranks("pp")
+    return mesh().rank in (stages[0], stages[-1])
+
+
+def is_rank_in_position_embedding_group() -> bool:
+    return mesh().rank == mesh().ranks("pp")[0]
+
+
+# expert parallel: the dense region dp_shard*cp*sp*tp as (efsdp, ep, etp), etp fastest; emp = ep*etp
 def get_expert_model_parallel_group(check_initialized: bool = True) -> Any:
     return mesh().group("ep")
 
@@ -145,6 +183,34 @@ def get_expert_model_parallel_world_size() -> int:
 
 def get_expert_model_parallel_rank() -> int:
     return int(mesh().coordinate()["ep"])
+
+
+def get_expert_model_parallel_src_rank() -> int:
+    return mesh().ranks("ep")[0]
+
+
+def get_expert_tensor_parallel_group(check_initialized: bool = True) -> Any:
+    return mesh().group("etp")
+
+
+def get_expert_tensor_parallel_world_size() -> int:
+    return int(mesh().size("etp"))
+
+
+def get_expert_tensor_parallel_rank() -> int:
+    return int(mesh().coordinate()["etp"])
+
+
+def get_expert_tensor_and_model_parallel_group(check_initialized: bool = True) -> Any:
+    return mesh().group("emp")
+
+
+def get_expert_tensor_and_model_parallel_world_size() -> int:
+    return int(mesh().size("emp"))
+
+
+def get_expert_tensor_and_model_parallel_rank() -> int:
+    return int(mesh().coordinate()["emp"])
 
 
 def get_expert_data_parallel_group(check_initialized: bool = True) -> Any:

@@ -85,7 +85,7 @@ def test_deepspeed_names_e8_with_sequence_parallel(use_mesh) -> None:
 
 
 def test_deepspeed_expert_names_e9(use_mesh) -> None:
-    use_mesh("dp_replicate=2,dp_shard=4,tp=2,ep=4", 16, 6)
+    use_mesh("dp_replicate=2,dp_shard=4,tp=2,ep=4,etp=1", 16, 6)
     assert groups._get_expert_parallel_world_size("ep_size_4") == 4
     assert groups._get_expert_parallel_rank("ep_size_4") == 2 and groups._get_expert_parallel_src_rank() == 4
     assert groups._get_expert_data_parallel_world_size("ep_size_4") == 2
@@ -102,3 +102,29 @@ def test_mpu_surface(use_mesh) -> None:
     assert not hasattr(compat.mpu, "initialize_sequence_parallel")  # DeepSpeed would return a None dp group
     with pytest.raises(AttributeError, match="mpu has no 'get_foo'"):
         compat.mpu.get_foo  # noqa: B018
+
+
+def test_megatron_expert_and_embedding_names_without_ep(use_mesh) -> None:
+    # ep=1, etp = tp (Megatron's defaults) on dp=2,tp=2: expert-dp is [0, 2] / [1, 3], size 2 as in Megatron.
+    for rank in range(4):
+        use_mesh("dp=2,tp=2", 4, rank)
+        assert compat.get_expert_data_parallel_world_size() == 2 and compat.get_expert_data_parallel_rank() == rank // 2
+        assert (
+            compat.get_expert_tensor_parallel_world_size() == 2 and compat.get_expert_tensor_parallel_rank() == rank % 2
+        )
+        assert (
+            compat.get_expert_model_parallel_world_size() == 1 and compat.get_expert_model_parallel_src_rank() == rank
+        )
+        assert compat.get_expert_tensor_and_model_parallel_world_size() == 2
+        assert (
+            compat.get_tensor_and_data_parallel_world_size() == 4 and compat.get_tensor_and_data_parallel_rank() == rank
+        )
+        assert compat.is_rank_in_embedding_group() and compat.is_rank_in_position_embedding_group()
+
+
+def test_middle_pipeline_stages_have_no_embedding_group(use_mesh) -> None:
+    use_mesh("pp=4", 4, 1)
+    assert not compat.is_rank_in_embedding_group() and not compat.is_rank_in_position_embedding_group()
+    assert compat.get_embedding_group(check_initialized=False) is None
+    with pytest.raises(RuntimeError, match=r"rank \(pipeline stage 1\) is in no embedding group"):
+        compat.get_embedding_group()

@@ -94,12 +94,29 @@ EXAMPLES = {
         },
     ),
     "E9": (
-        "dp_replicate=2,dp_shard=4,tp=2,ep=4",
+        "dp_replicate=2,dp_shard=4,tp=2,ep=4,etp=1",
         16,
         {
             "ep": [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]],
             "efsdp": [[0, 4], [1, 5], [2, 6], [3, 7], [8, 12], [9, 13], [10, 14], [11, 15]],
         },
+    ),
+    # Megatron's default etp = tp: megatron-core 0.16.1 initialize_model_parallel(2, 1, 1, 2) gives these.
+    "E9-etp": (
+        "dp=2,tp=2,ep=2",
+        4,
+        {
+            "ep": [[0, 2], [1, 3]],
+            "etp": [[0, 1], [2, 3]],
+            "emp": [[0, 1, 2, 3]],
+            "efsdp": [[0], [1], [2], [3]],
+            "tp_dp": [[0, 1, 2, 3]],
+        },
+    ),
+    "E9-ep1": (
+        "dp=2,tp=2",
+        4,
+        {"ep": [[0], [1], [2], [3]], "etp": [[0, 1], [2, 3]], "emp": [[0, 1], [2, 3]], "efsdp": [[0, 2], [1, 3]]},
     ),
 }
 
@@ -155,6 +172,29 @@ def test_groups_match_numpy_reference(pp: int, rep: int, shard: int, cs: tuple[i
         assert tuple(coord[n] for n in ORDER) == tuple(int(c) for c in np.unravel_index(rank, list(sizes.values())))
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    pp=st.sampled_from([1, 2]),
+    rep=st.sampled_from([1, 2]),
+    shard=st.sampled_from([1, 2, 4]),
+    tp=st.sampled_from([1, 2, 4]),
+    ep=st.sampled_from([1, 2, 4]),
+    etp=st.sampled_from([None, 1, 2]),
+)
+def test_expert_groups_match_numpy_reference(pp: int, rep: int, shard: int, tp: int, ep: int, etp: int | None) -> None:
+    spec = MeshSpec(pp=pp, dp_replicate=rep, dp_shard=shard, tp=tp, ep=ep, etp=etp)
+    world, dense, expert_tp = pp * rep * shard * tp, shard * tp, tp if etp is None else etp
+    if dense % (ep * expert_tp):
+        return
+    layout = resolve(spec, world)
+    # Each (pp, dp_replicate) block of `dense` ranks reshaped to (efsdp, ep, etp), etp fastest.
+    grid = np.arange(world).reshape(pp * rep, dense // (ep * expert_tp), ep, expert_tp)
+    for name, axes in {"efsdp": [1], "ep": [2], "etp": [3], "emp": [2, 3]}.items():
+        rest = [a for a in range(4) if a not in axes]
+        rows = np.transpose(grid, rest + axes).reshape(-1, int(np.prod([grid.shape[a] for a in axes])))
+        assert layout.groups(name) == sorted(row.tolist() for row in rows), name
+
+
 def test_size_answers_every_name() -> None:
     layout = resolve(parse_spec("pp=2,tp=2"), 8)
     assert {n: layout.size(n) for n in NAMES} == {
@@ -169,10 +209,14 @@ def test_size_answers_every_name() -> None:
         "dp_sp": 2,
         "dp_shard_cp": 2,
         "mp": 4,
+        "tp_dp": 4,
+        "tp_dp_cp": 4,
         "batch": 2,
         "loss": 2,
         "ep": 1,
-        "efsdp": 4,
+        "etp": 2,  # Megatron's default: etp = tp
+        "emp": 2,
+        "efsdp": 2,  # Megatron's expert data parallel: dense // (ep * etp)
         "world": 8,
     }
     with pytest.raises(ValueError, match="unknown dim or view 'model'; valid: pp, dp_replicate"):
@@ -183,12 +227,22 @@ def test_size_answers_every_name() -> None:
     ("text", "world", "views", "count"),
     [
         ("dp=-1", 8, (), 0),  # one world-wide dim reuses the default group
-        ("dp=2,tp=4", 8, (), 6),  # W/k per dim: 4 + 2
+        ("dp=2,tp=4", 8, ("tp_dp",), 6),  # W/k per dim: 4 + 2; tp_dp spans the world; etp is tp, efsdp dp
         ("dp_replicate=2,dp_shard=4", 8, ("dp",), 6),  # dp spans the world: no new group
-        ("pp=2,dp=2,tp=2", 8, ("mp",), 12 + 2),
-        ("dp_replicate=2,dp_shard=2,cp=2,tp=2", 16, ("dp", "dp_cp", "dp_shard_cp"), 32 + 4 + 2 + 4),
-        ("dp_replicate=2,sp=2", 8, ("dp", "dp_sp"), 4 + 4 + 4 + 2 + 0),
+        ("pp=2,dp=2,tp=2", 8, ("mp", "tp_dp"), 12 + 2 + 2),
+        (
+            "dp_replicate=2,dp_shard=2,cp=2,tp=2",
+            16,
+            ("dp", "dp_cp", "dp_shard_cp", "tp_dp", "tp_dp_cp"),
+            32 + 4 + 2 + 4 + 2 + 0,
+        ),
+        ("dp_replicate=2,sp=2", 8, ("dp", "dp_sp"), 4 + 4 + 4 + 2 + 0 + 2),  # + efsdp = dp_shard*sp
         ("tp=2", 2, (), 0),
+        ("dp=2,tp=2,ep=2", 4, ("tp_dp",), 2 + 2 + 2 + 2),  # tp_dp unflattened to (ep, etp)
+        ("dp=2,tp=2,ep=2,etp=1", 4, ("tp_dp",), 2 + 2 + 2 + 2),  # (efsdp, ep)
+        ("dp=2,tp=2,etp=1", 4, ("tp_dp",), 2 + 2),  # efsdp is tp_dp itself
+        ("pp=4,tp=2", 8, ("mp",), 2 + 4 + 0 + 2),  # + the embedding groups: first and last stage of each pp group
+        ("pp=2,dp=2,tp=2,ep=2", 8, ("mp", "tp_dp"), 12 + 2 + 2 + 4 + 4),
     ],
 )
 def test_views_and_group_count(text: str, world: int, views: tuple[str, ...], count: int) -> None:

@@ -28,9 +28,12 @@ SPECS_4 = [
     "dp=-1",
     "dp=2,tp=2,ep=2",
     "dp=4,ep=2",
-    "dp=2,tp=2,ep=4",
+    "dp=2,tp=2,ep=4,etp=1",
     "dp_replicate=2,sp=2",
     "pp=2,tp=2",
+    "dp=2,tp=2,ep=2,etp=1",
+    "dp=2,tp=2,etp=1",
+    "pp=4",
 ]
 SPECS_8 = [
     "pp=2,dp=2,tp=2",
@@ -39,6 +42,8 @@ SPECS_8 = [
     "dp_replicate=2,dp_shard=4",
     "dp_replicate=2,dp=-1,cp=2",
     "dp_replicate=2,dp_shard=2,tp=2,ep=2",
+    "dp_replicate=2,dp_shard=2,tp=2,ep=2,etp=1",
+    "pp=2,dp=2,tp=2,ep=2",
 ]
 
 
@@ -99,7 +104,7 @@ def test_bad_specs_fail_on_every_rank_then_engine_api_and_every_dim_on_4_ranks()
     records = out + result.stderr
     for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier"):
         assert re.search(rf"op={op} dim=\w+ group_size=\d", records), op
-    assert "mesh: mesh dp_shard=2 tp=2 | new groups=4 | from DSLAUNCH_MESH" in records
+    assert "mesh: mesh dp_shard=2 tp=2 | tp_dp=4 | new groups=4 | from DSLAUNCH_MESH" in records
     assert len(re.findall(r"timers: wall clock breakdown step=1 forward_ms=\d", records)) == 4, records[-2000:]
     assert time.monotonic() - start < 120
 
@@ -115,13 +120,13 @@ e = dslaunch.engine(mesh="dp=-1")
 assert e.world_size == 1 and e.size("tp") == 1 and e.size("dp") == 1, e
 assert e.comm.all_reduce(torch.ones(1), axis="dp").item() == 1
 assert get_data_parallel_group() is not None
-check_torch(resolve(parse_spec("dp=4,tp=2,ep=4"), 8))  # this torch has _flatten and _unflatten
+check_torch(resolve(parse_spec("dp=4,tp=2,ep=4,etp=1"), 8))  # this torch has _flatten and _unflatten
 del DeviceMesh._unflatten  # an older torch
 try:
-    check_torch(resolve(parse_spec("dp=4,tp=2,ep=4"), 8))
+    check_torch(resolve(parse_spec("dp=4,tp=2,ep=4,etp=1"), 8))
     raise SystemExit("no error without DeviceMesh._unflatten")
 except MeshConfigError as exc:
-    assert "needs torch >= 2.10 for ep=4 with efsdp=2 (DeviceMesh._unflatten)" in str(exc), exc
+    assert "needs torch >= 2.10 for the expert dims efsdp=2 ep=4 (DeviceMesh._unflatten)" in str(exc), exc
 
 import torch.distributed.device_mesh as dm
 from dslaunch.bootstrap.mesh_build import bootstrap
