@@ -1,0 +1,43 @@
+"""DeepSpeed 0.19.8's deepspeed.initialize (ZeRO 0 and 2, mpu=dslaunch.compat.mpu) runs under dslaunch as under
+torchrun: the same weights after the same steps (2 gloo ranks on the CPU accelerator)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import DSLAUNCH
+
+pytestmark = pytest.mark.torch
+SCRIPT = str(Path(__file__).parent / "scripts" / "ds_train.py")
+# The first run JIT-builds DeepSpeed's shared-memory allreduce op (about a minute, then cached).
+ENV = {"DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+
+
+def _weights(launcher: list[str], stage: int) -> str:
+    done = subprocess.run(
+        [*launcher, SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env={**os.environ, **ENV, "ZERO": str(stage)},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    found = re.findall(rf"rank=(\d) stage={stage} dp=2 wsum=(\S+)", done.stdout)
+    assert sorted(rank for rank, _ in found) == ["0", "1"], done.stdout[-3000:]
+    assert len({w for _, w in found}) == 1, found  # both ranks hold the same model
+    return found[0][1]
+
+
+def test_zero_0_and_2_train_as_under_torchrun() -> None:
+    pytest.importorskip("deepspeed")
+    torchrun = [str(Path(sys.executable).with_name("torchrun")), "--nproc-per-node", "2"]
+    dslaunch = [*DSLAUNCH, "--nproc-per-node", "2", "--master-port", "0"]
+    expected = _weights(torchrun, 2)
+    assert _weights(dslaunch, 2) == expected
+    assert _weights(dslaunch, 0) == expected  # plain data parallel reaches the same weights
