@@ -28,7 +28,7 @@ def _weights(launcher: list[str], stage: int) -> str:
         env={**os.environ, **ENV, "ZERO": str(stage)},
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    found = re.findall(rf"rank=(\d) stage={stage} dp=2 wsum=(\S+)", done.stdout)
+    found = re.findall(rf"rank=(\d) stage={stage} dp=2 wsum=(-?[0-9]+\.[0-9]{{4}})", done.stdout)
     assert sorted(rank for rank, _ in found) == ["0", "1"], done.stdout[-3000:]
     assert len({w for _, w in found}) == 1, found  # both ranks hold the same model
     return found[0][1]

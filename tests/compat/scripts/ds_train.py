@@ -1,6 +1,7 @@
 """DeepSpeed's own engine (ZeRO stage $ZERO) on the dslaunch mesh: 3 SGD steps, then the summed weights."""
 
 import os
+import sys
 
 import deepspeed
 import torch
@@ -28,4 +29,6 @@ for _step in range(3):
     ds_engine.step()
 w = ds_engine.module.weight.detach().clone()
 torch.distributed.all_reduce(w)
-print(f"rank={engine.rank} stage={stage} dp={ds_engine.dp_world_size} wsum={w.sum().item():.4f}", flush=True)
+# One write per line: torchrun does not prefix rank output, so two ranks' print() calls can interleave.
+sys.stdout.write(f"rank={engine.rank} stage={stage} dp={ds_engine.dp_world_size} wsum={w.sum().item():.4f}\n")
+sys.stdout.flush()
