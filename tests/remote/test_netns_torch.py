@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from testbeds.netns_cluster import NetnsCluster, start_netns
-from testbeds.ssh_cluster import SshCluster
+from testbeds.netns_cluster import NetnsCluster
 from tests.remote.launch import run, wait_until_gone
 
 pytestmark = pytest.mark.torch
 SCRIPT = str(Path(__file__).parent / "scripts" / "torch_ranks.py")
-
-
-@pytest.fixture(scope="module")
-def netns_cluster(ssh_cluster: SshCluster) -> Iterator[NetnsCluster]:
-    cluster = start_netns(ssh_cluster)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.mark.parametrize("runner", ["ssh"])  # one torch job keeps the suite light; pdsh runs the same plan

@@ -7,23 +7,12 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from testbeds.netns_cluster import NetnsCluster, start_netns
-from testbeds.ssh_cluster import SshCluster
+from testbeds.netns_cluster import NetnsCluster
 from tests.remote.launch import RUNNERS, SCRIPT, start, wait_ready, wait_until_gone
-
-
-@pytest.fixture(scope="module")
-def netns_cluster(ssh_cluster: SshCluster) -> Iterator[NetnsCluster]:
-    cluster = start_netns(ssh_cluster)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def _link(cluster: NetnsCluster, node: int, state: str) -> None:
