@@ -53,7 +53,7 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
     warnings = list(unknown_key_warnings(core.config))
     slurm_kind = slurm_hosts.context(core.launcher, core.pool is not None, environ)
     slurm = slurm_hosts.hosts(slurm_kind, core, c.parity.launcher_args, environ) if slurm_kind else None
-    nodes = slurm.nodes if slurm else _pod_nodes(c) if (core.nnodes or 1) > 1 else _nodes(core, environ)
+    nodes = slurm.nodes if slurm else _pod_nodes(c, environ) if (core.nnodes or 1) > 1 else _nodes(core, environ)
     launcher = pick_launcher(
         core.launcher, nodes, slurm=slurm is not None, node_rank=c.remote.node_rank, force_multi=c.parity.force_multi
     )
@@ -108,7 +108,7 @@ def _nodes(core: CoreChoices, environ: Mapping[str, str]) -> tuple[NodePlan, ...
     return nodes
 
 
-def _pod_nodes(c: Choices) -> tuple[NodePlan, ...]:
+def _pod_nodes(c: Choices, environ: Mapping[str, str]) -> tuple[NodePlan, ...]:
     """torchrun's one launcher per node (``--nnodes N --node-rank R``, or PET_*): N alike nodes, this one is R."""
     import socket
 
@@ -126,7 +126,7 @@ def _pod_nodes(c: Choices) -> tuple[NodePlan, ...]:
             f"--nnodes {core.nnodes}: give --master-addr (or PET_MASTER_ADDR), the address of node 0",
             option="--master-addr",
         )
-    slots = next(iter(resource_pool(core, os.environ).values()))
+    slots = next(iter(resource_pool(core, environ).values()))
     assert core.nnodes is not None
     hosts = [socket.gethostname() if i == node_rank else f"node{i}" for i in range(core.nnodes)]
     size = len(slots)
