@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 # 2: typed runner options (remote, slurm, launcher_args, bind_cores, manual_node) replaced the option bag.
-PLAN_VERSION = 2
+# 3: restarts.
+PLAN_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,15 @@ class SlurmSettings:
 
 
 @dataclass(frozen=True)
+class Restarts:
+    """``--max-restarts``/``--restart-delay``, and which attempt this plan is (0 the first)."""
+
+    max_restarts: int = 0
+    delay: float = 1.0
+    count: int = 0
+
+
+@dataclass(frozen=True)
 class LaunchPlan:
     launcher: str
     run_id: str
@@ -81,6 +91,7 @@ class LaunchPlan:
     launcher_args: tuple[str, ...] = ()  # --launcher-args: mpirun/mpiexec/srun
     bind_cores: tuple[int, ...] | None = None  # --bind-cores-to-rank: None off; () the node's usable cores
     manual_node: int | None = None  # --node-rank N: the node the "node" launcher starts here
+    restarts: Restarts = Restarts()
 
     @property
     def world_size(self) -> int:
@@ -91,6 +102,10 @@ class LaunchPlan:
 
     def with_port(self, port: int) -> LaunchPlan:
         return replace(self, master_port=port)
+
+    def attempt(self, count: int) -> LaunchPlan:
+        """The same plan as restart number ``count`` (0: the first attempt)."""
+        return replace(self, restarts=replace(self.restarts, count=count))
 
     def summary(self) -> dict[str, Any]:
         """The dry-run view: stable keys, rank order."""
@@ -111,6 +126,8 @@ class LaunchPlan:
             },
             "shutdown_timeout": self.shutdown_timeout,
             "log_dir": self.log_dir,
+            "max_restarts": self.restarts.max_restarts,
+            "restart_delay": self.restarts.delay,
         }
 
     def to_json(self) -> str:
@@ -139,6 +156,7 @@ class LaunchPlan:
             slurm=SlurmSettings(**{**slurm, "exclude": tuple(slurm["exclude"])}),
             launcher_args=tuple(data.pop("launcher_args")),
             bind_cores=None if bind is None else tuple(bind),
+            restarts=Restarts(**data.pop("restarts")),
             **data,
         )
 

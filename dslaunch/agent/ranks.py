@@ -55,12 +55,13 @@ def rank_env(
         DSLAUNCH_ERROR_FILE=error_file,
         DSLAUNCH_HOST=node.host,
         PYTHONUNBUFFERED="1",
-        # torchrun's contract (local_elastic_agent.py), with dslaunch's true values: it never restarts, and
-        # rank 0 hosts the TCPStore itself (no agent store), so torch's env:// init must not wait for one.
+        DSLAUNCH_RESTART_COUNT=str(plan.restarts.count),
+        # torchrun's contract (local_elastic_agent.py), with dslaunch's true values: rank 0 hosts the
+        # TCPStore itself (no agent store), so torch's env:// init must not wait for one.
         TORCHELASTIC_RUN_ID=plan.run_id,
         ROLE_NAME="default",
-        TORCHELASTIC_RESTART_COUNT="0",
-        TORCHELASTIC_MAX_RESTARTS="0",
+        TORCHELASTIC_RESTART_COUNT=str(plan.restarts.count),
+        TORCHELASTIC_MAX_RESTARTS=str(plan.restarts.max_restarts),
         TORCHELASTIC_USE_AGENT_STORE="False",
         TORCHELASTIC_ERROR_FILE=error_file,  # @record writes here; the agent reads it for the summary
     )

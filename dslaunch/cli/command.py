@@ -19,13 +19,22 @@ from typing import Any
 import click
 
 from dslaunch import __version__, masking
-from dslaunch.cli import core_options, ds_compat, log_options, mesh_options, parity_options, remote_options, render
+from dslaunch.cli import (
+    core_options,
+    ds_compat,
+    log_options,
+    mesh_options,
+    parity_options,
+    remote_options,
+    render,
+    restart_options,
+)
 from dslaunch.cli.decide import Choices, Decision, decide
 from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan
 
 # Option areas, in --help order.
-AREAS = (ds_compat, core_options, log_options, remote_options, parity_options, mesh_options)
+AREAS = (ds_compat, core_options, restart_options, log_options, remote_options, parity_options, mesh_options)
 
 
 def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -55,6 +64,7 @@ def choices_of(values: dict[str, Any], environ: Mapping[str, str]) -> Choices:
         remote=remote_options.parse(values, environ),
         parity=parity_options.parse(values),
         mesh=mesh_options.parse(values, core.config),
+        restarts=restart_options.parse(values),
     )
 
 
@@ -95,7 +105,9 @@ def _act(choices: Choices, decision: Decision) -> int:
     if choices.parity.save_pid:
         parity_options.write_pid_file(choices.parity.save_pid)
     log_options.log_launch(plan.launcher, runner.describe(plan), plan.env, decision.secrets)
-    return runner.run(plan)
+    from dslaunch.runners.attempts import run_attempts
+
+    return run_attempts(runner, plan)
 
 
 def _dry_run(plan: LaunchPlan, commands: list[str], secrets: frozenset[str], *, as_json: bool) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from dslaunch import hostfile
 from dslaunch.cli import mesh_options, parity_options, remote_options, slurm_hosts
@@ -24,7 +24,7 @@ from dslaunch.cli.remote_options import RemoteChoices
 from dslaunch.config import unknown_key_warnings
 from dslaunch.errors import DslaunchError
 from dslaunch.masking import is_secret_name
-from dslaunch.plan import LaunchPlan, NodePlan, Program, SlurmSettings, assign_ranks
+from dslaunch.plan import LaunchPlan, NodePlan, Program, Restarts, SlurmSettings, assign_ranks
 
 REMOTE_LAUNCHERS = ("pdsh", "ssh")  # what auto picks for remote hosts (and --force-multi), first found
 LAUNCHER_ARGS_USERS = ("openmpi", "mpich", "slurm")  # the runners that read plan.launcher_args
@@ -39,6 +39,7 @@ class Choices:
     remote: RemoteChoices
     parity: ParityChoices
     mesh: MeshChoice | None
+    restarts: Restarts = field(default_factory=Restarts)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,12 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
         warnings += mesh_options.check(c.mesh, nodes)
         env["DSLAUNCH_MESH"] = c.mesh.spec.text()
     _check(c, launcher, nodes, master_port)
+    if slurm and slurm.settings.mode == "rank" and c.restarts.max_restarts:
+        raise DslaunchError(
+            "in Slurm's rank mode each srun task becomes its rank, so no dslaunch is left to restart it: "
+            "use node mode (one task per node), or run dslaunch outside srun",
+            option="--max-restarts",
+        )
     if c.parity.launcher_args and launcher not in LAUNCHER_ARGS_USERS:
         warnings.append(
             f"dslaunch: warning: --launcher-args is only used by the {', '.join(LAUNCHER_ARGS_USERS)} "
@@ -94,6 +101,7 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
         launcher_args=c.parity.launcher_args,
         bind_cores=c.parity.bind_cores,
         manual_node=c.remote.node_rank,
+        restarts=c.restarts,
     )
     return Decision(plan, frozenset(secrets), tuple(warnings))
 

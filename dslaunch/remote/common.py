@@ -41,10 +41,3 @@ def parse_port(output: str) -> int | None:
     text = output.strip().splitlines()[-1:] if output.strip() else []
     port = ascii_int(text[0]) if text else None
     return port if port is not None and 0 < port < 65536 else None
-
-
-def report_start_failures(failures: dict[str, str]) -> int:
-    for host, why in failures.items():
-        write_err(f"dslaunch: cannot start the node agent on {host}: {why}\n".encode())
-    write_err(b"dslaunch: nothing was started (or what was started has been stopped)\n")
-    return START_FAILED

@@ -10,6 +10,7 @@ import importlib
 from typing import Protocol
 
 from dslaunch.plan import LaunchPlan
+from dslaunch.runners.result import JobResult
 
 # name -> "module:Class"; helpers of other issues add their runners here.
 RUNNERS: dict[str, str] = {
@@ -31,8 +32,8 @@ class Runner(Protocol):
     def describe(self, plan: LaunchPlan) -> list[str]:
         """The commands this runner would run, secrets masked (for --dry-run)."""
 
-    def run(self, plan: LaunchPlan) -> int:
-        """Start the job, supervise it, and return the launcher's exit code."""
+    def run(self, plan: LaunchPlan) -> JobResult:
+        """Run one attempt of the job: start it, supervise it, tear it down everywhere, and say how it ended."""
 
 
 def get_runner(name: str) -> Runner:

@@ -16,6 +16,7 @@ from dslaunch import _prctl, wire
 from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan
 from dslaunch.remote.common import START_FAILED
+from dslaunch.runners.result import JobResult
 from dslaunch.runners.supervise import supervise_and_report
 
 
@@ -137,7 +138,7 @@ class LocalRunner:
     def describe(self, plan: LaunchPlan) -> list[str]:
         return [f"node agent {n.node_rank} ({n.host}): forked from the launcher on this machine" for n in plan.nodes]
 
-    def run(self, plan: LaunchPlan) -> int:
+    def run(self, plan: LaunchPlan) -> JobResult:
         if plan.master_port == 0:
             plan = plan.with_port(port_on_this_machine(plan.master_addr))
         else:
@@ -151,7 +152,7 @@ class LocalRunner:
             for h in handles:
                 h.kill()
             print(f"dslaunch: cannot start the node agent: {exc}", file=sys.stderr)
-            return START_FAILED
+            return JobResult(START_FAILED, f"cannot start the node agent: {exc}")
         return supervise_and_report(plan, handles)
 
 

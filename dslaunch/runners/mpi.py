@@ -24,6 +24,7 @@ from dslaunch import _prctl, wire
 from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote.common import START_FAILED
+from dslaunch.runners.result import JobResult, stopped
 from dslaunch.runners.supervise import supervise_and_report
 
 HOSTFILE_TOKEN = "{hostfile}"  # replaced by the per-job hostfile's path
@@ -227,14 +228,14 @@ class _MpiRunner:
         argv = mpi_argv(plan, self.flavour, program, HOSTFILE_TOKEN, ssh=ssh)
         return [shlex.join(argv) + f"  # {HOSTFILE_TOKEN}: {hostfile}; plan in ${wire.PLAN_VAR}"]
 
-    def run(self, plan: LaunchPlan) -> int:
+    def run(self, plan: LaunchPlan) -> JobResult:
         try:
             program = find_program(self.flavour)
             text = hostfile_text(plan, self.flavour)
             plan = _with_port(plan)
         except MpiError as exc:
             print(f"dslaunch: {exc}", file=sys.stderr)
-            return 2
+            return stopped(2, str(exc))
         with tempfile.TemporaryDirectory(prefix=f"dslaunch-{plan.run_id}-mpi-") as tmp:
             hostfile = os.path.join(tmp, "hostfile")
             with open(hostfile, "w", encoding="utf-8") as f:
@@ -251,7 +252,7 @@ class _MpiRunner:
                 job = MpiJob(plan, argv, mpi_env_for(plan, dict(os.environ)))
             except OSError as exc:
                 print(f"dslaunch: cannot start {program}: {exc}", file=sys.stderr)
-                return START_FAILED
+                return JobResult(START_FAILED, f"cannot start {program}: {exc}")
             return supervise_and_report(plan, [job])
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.local import LocalAgent, check_port_free
+from dslaunch.runners.result import JobResult
 from dslaunch.runners.supervise import supervise_and_report
 
 
@@ -14,7 +15,7 @@ class NodeRunner:
         node_rank = plan.manual_node or 0
         return [f"node agent {node_rank}: forked from the launcher on this machine (this node only; no ssh)"]
 
-    def run(self, plan: LaunchPlan) -> int:
+    def run(self, plan: LaunchPlan) -> JobResult:
         node_rank = plan.manual_node or 0
         if node_rank == 0:  # node 0's rank 0 serves the rendezvous
             check_port_free(plan.master_addr, plan.master_port)

@@ -32,7 +32,8 @@ from dslaunch.remote import common, stage
 from dslaunch.remote.command import agent_command, reap_command
 from dslaunch.remote.common import KEEPALIVE_COUNT, keepalive_interval
 from dslaunch.remote.sshconfig import default_config_path
-from dslaunch.runners.remote_base import RemoteRunner
+from dslaunch.runners.remote_base import RemoteRunner, report_start_failures
+from dslaunch.runners.result import JobResult
 from dslaunch.runners.supervise import supervise_and_report
 
 _SSH_END = re.compile(
@@ -356,22 +357,22 @@ class PdshRunner(RemoteRunner):
             raise OSError(f"ssh did not finish within {timeout:.0f} s") from None
         return done.returncode, done.stdout, done.stderr
 
-    def run(self, plan: LaunchPlan) -> int:
+    def run(self, plan: LaunchPlan) -> JobResult:
         settings = plan.remote
         pdsh_labels([n.host for n in plan.nodes])  # before anything is staged
         try:
             env = self._env = pdsh_env(settings, dict(os.environ))
         except ValueError as exc:
-            return common.report_start_failures({"(all)": str(exc)})
+            return report_start_failures({"(all)": str(exc)})
         timeout = max(1, round(settings.connect_timeout))
         self._ssh_options = [*shlex.split(env["PDSH_SSH_ARGS_APPEND"]), "-o", f"ConnectTimeout={timeout}"]
         plan, why = self.with_free_port(plan, settings)
         if why:
-            return common.report_start_failures({plan.nodes[0].host: why})
+            return report_start_failures({plan.nodes[0].host: why})
         failed = stage.stage_plan(plan, self._ssh_options, env, settings.fanout, settings.connect_timeout + 20)
         if failed:
             self.reap(plan, settings, [n.host for n in plan.nodes if n.host not in failed])
-            return common.report_start_failures(failed)
+            return report_start_failures(failed)
         _prctl.load()  # before the fork: the child only makes the call
         try:
             proc = subprocess.Popen(
@@ -384,7 +385,7 @@ class PdshRunner(RemoteRunner):
             )
         except OSError as exc:
             self.reap(plan, settings, [n.host for n in plan.nodes])
-            return common.report_start_failures({"(all)": f"cannot run pdsh: {exc}"})
+            return report_start_failures({"(all)": f"cannot run pdsh: {exc}"})
         demux = _Demux(proc, pdsh_labels([n.host for n in plan.nodes]))
 
         tells: list[subprocess.Popen[str]] = []
@@ -412,7 +413,7 @@ class PdshRunner(RemoteRunner):
 
         handles = [PdshNode(n.node_rank, n.host, demux, tell) for n in plan.nodes]
         try:
-            code = supervise_and_report(plan, handles)
+            result = supervise_and_report(plan, handles)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -421,4 +422,4 @@ class PdshRunner(RemoteRunner):
                 if ssh.poll() is None:
                     ssh.kill()
         self.reap(plan, settings, [n.host for n in plan.nodes if pdsh_label(n.host) not in demux.reported])
-        return code
+        return result

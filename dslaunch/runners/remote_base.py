@@ -13,8 +13,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import common
 from dslaunch.remote.command import reap_command
+from dslaunch.runners.result import JobResult
 
 START_FAILED = common.START_FAILED
+
+
+def report_start_failures(failures: dict[str, str]) -> JobResult:
+    for host, why in failures.items():
+        common.write_err(f"dslaunch: cannot start the node agent on {host}: {why}\n".encode())
+    common.write_err(b"dslaunch: nothing was started (or what was started has been stopped)\n")
+    return JobResult(START_FAILED, f"cannot start the node agent on {', '.join(failures)}")
 
 
 class RemoteRunner:

@@ -18,6 +18,7 @@ from dslaunch import wire
 from dslaunch.plan import LaunchPlan
 from dslaunch.remote.common import START_FAILED
 from dslaunch.runners import slurm_step
+from dslaunch.runners.result import JobResult, stopped
 from dslaunch.slurm import srun, step
 
 _RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -49,7 +50,7 @@ class SlurmRunner:
 
         return ["this srun task becomes its rank: " + shlex.join(rank_argv(plan, 0))]
 
-    def run(self, plan: LaunchPlan) -> int:
+    def run(self, plan: LaunchPlan) -> JobResult:
         mode = plan.slurm.mode
         if mode == "node":
             return slurm_step.run_node(plan)
@@ -62,7 +63,7 @@ def _environ() -> dict[str, str]:
     return dict(os.environ)
 
 
-def _run_srun(argv: list[str], plan: LaunchPlan, env: dict[str, str]) -> int:
+def _run_srun(argv: list[str], plan: LaunchPlan, env: dict[str, str]) -> JobResult:
     """Run srun in the foreground; its exit code is the step's.
 
     A first SIGINT/SIGTERM/SIGHUP becomes ``scancel --signal=TERM`` on the step, so ranks get
@@ -77,7 +78,7 @@ def _run_srun(argv: list[str], plan: LaunchPlan, env: dict[str, str]) -> int:
         for s, h in previous.items():
             signal.signal(s, h)
         print(f"dslaunch: cannot run srun: {exc}", file=sys.stderr)
-        return START_FAILED
+        return JobResult(START_FAILED, f"cannot run srun: {exc}")
     stop_signal: int | None = None
     deadline: float | None = None
     try:
@@ -104,8 +105,9 @@ def _run_srun(argv: list[str], plan: LaunchPlan, env: dict[str, str]) -> int:
         for s, h in previous.items():
             signal.signal(s, h)
     if stop_signal is not None:
-        return 128 + stop_signal
-    return 128 - code if code < 0 else code
+        return stopped(128 + stop_signal, f"dslaunch received {signal.Signals(stop_signal).name}")
+    code = 128 - code if code < 0 else code
+    return JobResult(code, f"the srun step ended with exit {code}" if code else "")
 
 
 def _stop_step(plan: LaunchPlan) -> bool:

@@ -14,10 +14,14 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 
+from dslaunch import wire
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.local import LocalAgent
+from dslaunch.runners.result import JobResult
 from dslaunch.runners.supervise import report, supervise
 from dslaunch.slurm import layout
 from dslaunch.slurm.step import node_rank_of, resolve_port
@@ -26,44 +30,90 @@ PEER_FAILED = signal.SIGURG
 PEER_STOPPED_CODE = 1
 
 
-def run_node(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> int:
-    """Be the node agent for this task's node; return the task's exit code."""
+SETTLE = 2.0  # before a restart, this long without a peer's signal: none of the last attempt's is still coming
+
+
+@dataclass
+class _Peers:
+    """This task's view of the step's other tasks, kept across attempts (restarts)."""
+
+    signalled_at: float = -SETTLE  # monotonic time of the last PEER_FAILED
+    current: StepAgent | None = None
+    told: bool = False  # this task told the others its node failed, in the current attempt
+    listening: bool = False
+
+    def on_signal(self, _signum: int, _frame: object) -> None:
+        self.signalled_at = time.monotonic()
+        if self.current is not None:
+            self.current.stop()
+
+
+_peers = _Peers()
+
+
+def run_node(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> JobResult:
+    """Be the node agent for this task's node for one attempt; return how it ended.
+
+    With restarts, every task runs its own attempts: a failing node tells the others at once
+    (``scancel --signal=URG``), each stops its ranks, and each starts the next attempt once no
+    such signal has come for ``SETTLE`` seconds, so a late one cannot stop the new attempt.
+    """
     env = os.environ if env is None else env
     plan = resolve_port(plan, env)
     node_rank = node_rank_of(plan, env)
-    peer_failed: list[int] = []
-    handle: StepAgent | None = None
-
-    def on_peer_failure(_signum: int, _frame: object) -> None:
-        peer_failed.append(1)
-        if handle is not None:
-            handle.stop()
-
-    previous = signal.signal(PEER_FAILED, on_peer_failure)
+    if not _peers.listening:
+        previous = signal.signal(PEER_FAILED, _peers.on_signal)
+        _peers.listening = plan.restarts.max_restarts > 0  # else restore the handler after this attempt
+    if plan.restarts.count:
+        while (wait := _peers.signalled_at + SETTLE - time.monotonic()) > 0:
+            time.sleep(wait)
+    started = time.monotonic()
+    _peers.told = False
     try:
-        handle = StepAgent(plan, node_rank)
-        outcome = supervise(plan, [handle])
+        _peers.current = StepAgent(plan, node_rank, on_failure=lambda: _tell_once(plan, env))
+        outcome = supervise(plan, [_peers.current])
     finally:
-        signal.signal(PEER_FAILED, previous)
-    if peer_failed and outcome.code:
+        _peers.current = None
+        if not _peers.listening:
+            signal.signal(PEER_FAILED, previous)
+    peer_failed = _peers.signalled_at >= started and not _peers.told
+    if peer_failed and outcome.code and outcome.signal is None:
         print(
             f"dslaunch: node {node_rank} ({plan.node(node_rank).host}) stopped: another node of the "
             "Slurm step failed (its log names the root cause)",
             file=sys.stderr,
             flush=True,
         )
-        return PEER_STOPPED_CODE
-    if outcome.code and outcome.root_cause is not None and len(plan.nodes) > 1:
-        _tell_peers(env)
+        return JobResult(PEER_STOPPED_CODE, "another node of the Slurm step failed")
+    if outcome.code and outcome.root_cause is not None:
+        _tell_once(plan, env)
     return report(outcome, plan)
 
 
-class StepAgent(LocalAgent):
-    """This node's agent; USR1/USR2 are not relayed when Slurm signals every process of the step itself."""
+def _tell_once(plan: LaunchPlan, env: Mapping[str, str]) -> None:
+    if not _peers.told and len(plan.nodes) > 1:
+        _peers.told = True
+        _tell_peers(env)
 
-    def __init__(self, plan: LaunchPlan, node_rank: int) -> None:
+
+class StepAgent(LocalAgent):
+    """This node's agent; USR1/USR2 are not relayed when Slurm signals every process of the step itself.
+
+    ``on_failure`` runs as soon as a rank of this node fails on its own (not stopped by the agent).
+    """
+
+    def __init__(self, plan: LaunchPlan, node_rank: int, on_failure: Callable[[], None] | None = None) -> None:
         super().__init__(plan, node_rank)
         self.relay_user_signals = not plan.slurm.signals_ranks
+        self._on_failure = on_failure
+
+    def lines(self) -> Iterator[str]:
+        for line in super().lines():
+            if self._on_failure is not None:
+                event = wire.decode(line)
+                if isinstance(event, wire.RankExit) and event.failed and not event.by_agent:
+                    self._on_failure()
+            yield line
 
     def signal(self, signum: int) -> None:
         if self.relay_user_signals or signum not in (signal.SIGUSR1, signal.SIGUSR2):

@@ -18,7 +18,8 @@ from dslaunch import wire
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import common
 from dslaunch.remote.command import agent_command
-from dslaunch.runners.remote_base import RemoteRunner
+from dslaunch.runners.remote_base import RemoteRunner, report_start_failures
+from dslaunch.runners.result import JobResult
 from dslaunch.runners.supervise import supervise_and_report
 
 
@@ -160,17 +161,17 @@ class SshRunner(RemoteRunner):
             self._conns[host] = conn
         return run_on(conn, command, timeout)
 
-    def run(self, plan: LaunchPlan) -> int:
+    def run(self, plan: LaunchPlan) -> JobResult:
         settings = self._settings = plan.remote
         conns, failures = connect_all(plan, settings)
         self._conns = {plan.node(rank).host: conn for rank, conn in conns.items()}
         handles: list[SshAgent] = []
         try:
             if failures:
-                return common.report_start_failures(failures)
+                return report_start_failures(failures)
             plan, why = self.with_free_port(plan, settings)
             if why:
-                return common.report_start_failures({plan.nodes[0].host: why})
+                return report_start_failures({plan.nodes[0].host: why})
             plan_b64 = wire.plan_to_b64(plan)
             every = common.keepalive_interval(settings)
             for node in plan.nodes:
@@ -180,10 +181,10 @@ class SshRunner(RemoteRunner):
                 except Exception as exc:  # noqa: BLE001 - any channel error: stop what already started
                     for h in handles:
                         h.stop()
-                    return common.report_start_failures({node.host: f"{type(exc).__name__}: {exc}"})
-            code = supervise_and_report(plan, handles)
+                    return report_start_failures({node.host: f"{type(exc).__name__}: {exc}"})
+            result = supervise_and_report(plan, handles)
             self.reap(plan, settings, [h.host for h in handles if not h.reported])
-            return code
+            return result
         finally:
             for h in handles:
                 if h.wait(0) is None:

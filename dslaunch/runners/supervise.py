@@ -24,6 +24,7 @@ from typing import Protocol
 from dslaunch import wire
 from dslaunch.agent.sink import Sink, write_within
 from dslaunch.plan import LaunchPlan
+from dslaunch.runners.result import JobResult
 from dslaunch.wire import RankExit
 
 STALL = 0.5  # while stopping (and for the summary), a reader that takes nothing this long is given up on
@@ -195,8 +196,8 @@ def _final_code(outcome: Outcome, done: dict[int, int]) -> int:
     return next((code for code in done.values() if code), 0)
 
 
-def report(outcome: Outcome, plan: LaunchPlan) -> int:
-    """Print the failure summary (if any) to stderr after the ranks' output; return the exit code.
+def report(outcome: Outcome, plan: LaunchPlan) -> JobResult:
+    """Print the failure summary (if any) to stderr after the ranks' output; return the attempt's result.
 
     A stderr nobody reads (``2>&1 | sleep 30``) gets it for ``STALL`` seconds at most; the
     launcher's log file (``--log-dir``) always gets it.
@@ -207,11 +208,26 @@ def report(outcome: Outcome, plan: LaunchPlan) -> int:
 
         file_record("launcher", "job failed", summary=summary, code=outcome.code)
         write_within(2, (summary + "\n").encode(), STALL)
-    return outcome.code
+    return JobResult(outcome.code, cause_line(outcome), retry=outcome.signal is None)
 
 
-def supervise_and_report(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> int:
+def supervise_and_report(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> JobResult:
     return report(supervise(plan, handles), plan)
+
+
+def cause_line(outcome: Outcome) -> str:
+    """What ended the attempt, in a few words ("" on success)."""
+    if outcome.code == 0:
+        return ""
+    if outcome.signal is not None:
+        return f"dslaunch received {signal.Signals(outcome.signal).name}"
+    cause = outcome.root_cause
+    if cause is not None:
+        how = f"was killed by {cause.signal}" if cause.signal else f"exited with code {cause.code}"
+        return f"rank {cause.rank} on {cause.host} {how}"
+    if outcome.lost_node is not None:
+        return f"node {outcome.lost_node[0]} ({outcome.lost_node[1]}) disappeared"
+    return f"a node agent failed with exit code {outcome.code}"
 
 
 def format_summary(outcome: Outcome, plan: LaunchPlan) -> str | None:

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     except layout.SlurmLayoutError as exc:
         print(f"dslaunch: {exc}", file=sys.stderr)
         return 2
-    return run_node(_with_local_gpus(plan, node_rank))
+    return run_node(_with_local_gpus(plan, node_rank)).code  # srun mode: the launcher outside restarts
 
 
 if __name__ == "__main__":

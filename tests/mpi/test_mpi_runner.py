@@ -358,3 +358,15 @@ def test_sigusr1_reaches_the_ranks(flavour: mpi.Flavour) -> None:
         proc.kill()
         proc.wait()
     assert "[rank0]: GOT" in out and proc.returncode == 0
+
+
+@pytest.mark.parametrize("flavour", [mpi.OPENMPI, mpi.MPICH], ids=lambda f: f.name)
+def test_max_restarts_runs_mpirun_again(flavour: mpi.Flavour, tmp_path: Path) -> None:
+    _need(flavour)
+    flaky = str(Path(__file__).parents[1] / "core" / "scripts" / "flaky.py")
+    args = ["--nproc-per-node", "2", "--max-restarts", "1", "--restart-delay", "0", flaky, str(tmp_path), "1", "1", "7"]
+    result = _launch(flavour.name, *args)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    seen = [line.split() for line in (tmp_path / "attempts.txt").read_text().splitlines()]
+    assert sorted(r for a, r, _m in seen if a == "1") == ["0", "1"]
+    assert "the job ran 2 times (--max-restarts 1)" in result.stderr

@@ -1,0 +1,21 @@
+"""What one attempt of a job came to: the exit code, and for a failure, one line naming its cause."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class JobResult:
+    code: int
+    cause: str = ""  # one line: what ended a failed attempt (for the restarts summary)
+    retry: bool = True  # False when dslaunch itself was told to stop, or the job cannot start as planned
+
+    @property
+    def failed(self) -> bool:
+        return self.code != 0
+
+
+def stopped(code: int, cause: str) -> JobResult:
+    """An attempt that must not be restarted: a signal to dslaunch, or a plan that cannot work."""
+    return JobResult(code, cause, retry=False)

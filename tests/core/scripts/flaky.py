@@ -1,0 +1,21 @@
+"""A rank that fails until a given attempt: ``flaky.py FOLDER FAIL_RANK FAIL_UNTIL CODE [SLEEP]``.
+
+Each rank appends "attempt rank" to FOLDER/attempts.txt; rank FAIL_RANK exits CODE while the
+attempt (TORCHELASTIC_RESTART_COUNT) is below FAIL_UNTIL; the others sleep SLEEP seconds (default 0).
+"""
+
+import os
+import sys
+import time
+
+folder, fail_rank, fail_until, code = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+sleep = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+assert os.environ["DSLAUNCH_RESTART_COUNT"] == str(attempt)
+rank = int(os.environ["RANK"])
+with open(os.path.join(folder, "attempts.txt"), "a") as f:
+    f.write(f"{attempt} {rank} {os.environ['TORCHELASTIC_MAX_RESTARTS']}\n")
+print(f"rank {rank} attempt {attempt}", flush=True)
+if rank == fail_rank and attempt < fail_until:
+    sys.exit(code)
+time.sleep(sleep)
