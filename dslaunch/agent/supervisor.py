@@ -70,6 +70,7 @@ class _Rank:
     tail: bytes = b""  # the last _TAIL_BYTES of its stderr
     streams: list[_Stream] = field(default_factory=list)
     signalled: bool = False
+    signalled_at: float = 0.0  # time.time() of our stop signal
     returncode: int | None = None
 
 
@@ -363,6 +364,12 @@ class NodeSupervisor:
                     if not self._read(stream):
                         break
         self._last_read = time.monotonic()
+        error, failed_at, failed_with = _read_error_file(r.error_file) if code else (None, None, None)
+        # A rank that failed on its own and was still in its at-exit teardown when our stop signal came
+        # is a root-cause candidate, at the time and with the code it failed with, not how it ended.
+        on_its_own = failed_at is not None and (not r.signalled or failed_at < r.signalled_at)
+        if on_its_own and r.signalled and failed_with:
+            code, signame = failed_with, None
         result = wire.RankExit(
             rank=r.rank,
             local_rank=r.local_rank,
@@ -371,9 +378,9 @@ class NodeSupervisor:
             pid=r.pid,
             code=code,
             signal=signame,
-            ts=time.time(),
-            by_agent=r.signalled,
-            error=_read_error_file(r.error_file) if code else None,
+            ts=failed_at if on_its_own and failed_at is not None else time.time(),
+            by_agent=r.signalled and not on_its_own,
+            error=error,
             stderr_tail=_tail_lines(r.tail) if code else (),
         )
         self._emit(wire.encode(result))
@@ -436,6 +443,7 @@ class NodeSupervisor:
         for r in self.ranks:
             if r.returncode is None and not r.signalled:  # one signal per rank per teardown
                 r.signalled = True
+                r.signalled_at = time.time()
                 _killpg(r.pid, sig)
 
     def _kill_leftovers(self) -> None:
@@ -561,18 +569,23 @@ def _killpg(pid: int, sig: int) -> None:
         pass
 
 
-def _read_error_file(path: str) -> str | None:
+def _read_error_file(path: str) -> tuple[str | None, float | None, int | None]:
+    """The failure's text and, when the bootstrap wrote it, the time the rank failed and its exit code."""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError):
-        return None
+        return None, None, None
     if not isinstance(data, dict):
-        return None
+        return None, None, None
     message = data.get("message")  # torch's @record: {"message": {"message": ..., "extraInfo": {"py_callstack"}}}
     if isinstance(message, dict):
         info = message.get("extraInfo")
         callstack = info.get("py_callstack") if isinstance(info, dict) else None
-        return callstack if isinstance(callstack, str) else None
-    traceback = data.get("traceback")
-    return traceback if isinstance(traceback, str) else None
+        return (callstack if isinstance(callstack, str) else None), None, None
+    traceback, ts, code = data.get("traceback"), data.get("ts"), data.get("code")
+    return (
+        traceback if isinstance(traceback, str) else None,
+        float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else None,
+        code if isinstance(code, int) and not isinstance(code, bool) and 0 < code < 256 else None,
+    )

@@ -38,16 +38,23 @@ def _run(target: str, args: list[str], module: bool) -> object:
             sys.path[0] = os.path.dirname(os.path.abspath(target))
             runpy.run_path(target, run_name="__main__")
     except SystemExit as exc:
+        if exc.code not in (None, 0):  # no traceback, but when and how it failed: the agent orders root causes by it
+            _record(exc, "", exc.code if isinstance(exc.code, int) else 1)
         return exc.code
     except BaseException as exc:  # noqa: BLE001 - every crash is recorded, then re-reported
         text = user_traceback(exc, _SKIP)
-        path = os.environ.get("DSLAUNCH_ERROR_FILE")
-        if path:
-            write_error_file(path, exc, text)
+        code = 130 if isinstance(exc, KeyboardInterrupt) else 1
+        _record(exc, text, code)
         sys.stderr.write(text)
         sys.stderr.flush()
-        return 130 if isinstance(exc, KeyboardInterrupt) else 1
+        return code
     return 0
+
+
+def _record(exc: BaseException, text: str, code: int) -> None:
+    path = os.environ.get("DSLAUNCH_ERROR_FILE")
+    if path:
+        write_error_file(path, exc, text, code)
 
 
 def _setup_logging() -> None:

@@ -17,12 +17,15 @@ def user_traceback(exc: BaseException, skip_files: tuple[str, ...]) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
-def write_error_file(path: str, exc: BaseException, text: str) -> None:
+def write_error_file(path: str, exc: BaseException, text: str, code: int) -> None:
+    """``ts`` and ``code``: when the rank failed and the exit code it failed with, even if a stop signal
+    ends it later, during its exit."""
     record = {
         "exception": type(exc).__qualname__,
         "message": str(exc),
         "traceback": text,
         "ts": time.time(),
+        "code": code,
         "rank": os.environ.get("RANK"),
         "pid": os.getpid(),
     }

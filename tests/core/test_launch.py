@@ -206,3 +206,12 @@ def test_ranks_ignoring_sigterm_get_sigkill_after_grace(tmp_path: Path) -> None:
     assert proc.returncode == 143
     assert time.monotonic() - started < 6
     assert not wait_until_gone(rid, 5)
+
+
+def test_the_first_rank_to_fail_is_the_root_cause_even_when_it_exits_last(tmp_path: Path) -> None:
+    """Rank 1 raises, then sits in an at-exit teardown; rank 0 fails 0.3 s later and is reaped first. The failure
+    time the bootstrap records makes rank 1 the root cause, with the code it failed with (1), not SIGTERM's."""
+    result = run_cli(["--nproc-per-node", "2", "--master-port", "0", str(SCRIPTS / "slow_exit.py"), str(tmp_path)])
+    assert result.returncode == 1, result.stderr
+    assert "rank 1 (local_rank 1, node 0) on host localhost exited with code 1 [root cause" in result.stderr
+    assert "ValueError: boom from rank 1, which fails first" in result.stderr
