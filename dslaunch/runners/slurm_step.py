@@ -77,14 +77,14 @@ def run_node(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> JobResul
         if not _peers.listening:
             signal.signal(PEER_FAILED, previous)
     peer_failed = _peers.signalled_at >= started and not _peers.told
-    if peer_failed and outcome.code and outcome.signal is None:
+    if peer_failed and outcome.code:  # also when Slurm's --kill-on-bad-exit SIGTERM came first: exit 1, not 143
         print(
             f"dslaunch: node {node_rank} ({plan.node(node_rank).host}) stopped: another node of the "
             "Slurm step failed (its log names the root cause)",
             file=sys.stderr,
             flush=True,
         )
-        return JobResult(PEER_STOPPED_CODE, "another node of the Slurm step failed")
+        return JobResult(PEER_STOPPED_CODE, "another node of the Slurm step failed", retry=outcome.signal is None)
     if outcome.code and outcome.root_cause is not None:
         _tell_once(plan, env)
     return report(outcome, plan)
