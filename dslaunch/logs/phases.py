@@ -1,0 +1,103 @@
+"""Launch timeline: when each rank reached each phase, as ``phase`` records in the ``--log-dir`` files.
+
+The agent records ``spawned`` (at Popen) and ``exit`` (at reap, with the exit code) in ``agent<node>.jsonl``; the rank
+records ``bootstrap``, ``torch_imported``, ``pg_ready``, ``mesh_ready`` and ``first_step`` in ``rank<N>.jsonl``, each
+once per process. A record is ``{"event": "phase", "phase": ..., "t": <time.time()>, "rank": ..., "host": ...,
+"attempt": <DSLAUNCH_RESTART_COUNT>, ...}`` with the usual reserved keys, written whatever the levels (a file-only
+record, flushed at once so a rank killed later keeps it), and nothing at all without a log dir.
+``dslaunch --report LOGDIR`` reads them back (dslaunch/report/). Stdlib only; no torch, no structlog.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from dslaunch.logs import render
+from dslaunch.logs._sinks import state
+
+PHASES = ("spawned", "bootstrap", "torch_imported", "pg_ready", "mesh_ready", "first_step", "exit")
+EVENT = "phase"
+
+_done: set[str] = set()  # rank-side phases recorded by this process
+_started: list[float] = []  # when the bootstrap began, before logging was set up
+
+
+def attempt(env: Any = None) -> int:
+    """The restart attempt this process belongs to (``DSLAUNCH_RESTART_COUNT``, 0 when unset or not a number)."""
+    text = (os.environ if env is None else env).get("DSLAUNCH_RESTART_COUNT", "").strip()
+    return int(text) if text.isascii() and text.isdigit() else 0
+
+
+def record(phase: str, *, module: str = "agent", t: float | None = None, **fields: Any) -> None:
+    """Write one phase record to this process's log file, if it has one (``fields`` may name the ``rank``)."""
+    st = state()
+    if st.file is None:
+        return
+    now = time.time() if t is None else t
+    ed: dict[str, Any] = {"ts": render._iso(now), "level": "info", "logger": module, "event": EVENT}
+    ed.update(st.static)
+    ed.update(phase=phase, t=round(now, 6), attempt=attempt())
+    ed.update(fields)
+    line = json.dumps(ed, default=str) + "\n"
+    with st.lock:
+        st.file.write(line)
+        st.file.flush()
+
+
+def mark(phase: str, t: float | None = None) -> None:
+    """Rank side: record ``phase`` the first time it is reached in this process (later calls are one set lookup)."""
+    if phase in _done:
+        return
+    _done.add(phase)
+    if not state().configured:  # a rank without the bootstrap (torchrun, --no-python): logging from the env
+        from dslaunch.logs._core import get_logger
+
+        get_logger("bootstrap")
+    record(phase, module="bootstrap", t=t)
+
+
+def begin() -> None:
+    """First thing in the rank bootstrap: remember the time (logging is not set up yet)."""
+    _started.append(time.time())
+
+
+def rank_started() -> None:
+    """Once the rank's logging is set up: record ``bootstrap`` and watch for ``import torch`` to finish."""
+    mark("bootstrap", _started[0] if _started else None)
+    if state().file is None:
+        return
+    if "torch" in sys.modules:  # imported before us (a preloading parent): record it now
+        mark("torch_imported")
+    elif _HOOK not in sys.meta_path:
+        sys.meta_path.insert(0, _HOOK)
+
+
+class _TorchImported(importlib.abc.MetaPathFinder):
+    """Records ``torch_imported`` when the top-level ``import torch`` finishes; removes itself at once."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != "torch":
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        found = importlib.util.find_spec("torch")
+        loader = found.loader if found is not None else None
+        if loader is None or not hasattr(loader, "exec_module"):
+            return found
+        original = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            original(module)
+            mark("torch_imported")
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return found
+
+
+_HOOK = _TorchImported()
