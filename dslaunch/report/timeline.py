@@ -69,19 +69,19 @@ def parse_line(line: str) -> PhaseEvent | None:
     if not isinstance(data, dict) or data.get("event") != EVENT:
         return None
     phase, t, rank = data.get("phase"), data.get("t"), _int(data.get("rank"))
-    if phase not in _KNOWN or rank is None or isinstance(t, bool) or not isinstance(t, (int, float)):
+    if not isinstance(phase, str) or phase not in _KNOWN or rank is None:
         return None
-    if not math.isfinite(t):
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
         return None
-    host, run_id = data.get("host"), data.get("run_id")
+    host, run_id, code = data.get("host"), data.get("run_id"), data.get("code")
     return PhaseEvent(
-        phase=str(phase),
+        phase=phase,
         t=float(t),
         rank=rank,
         host=host if isinstance(host, str) and host else "?",
         attempt=_int(data.get("attempt")) or 0,
         run_id=run_id if isinstance(run_id, str) else "",
-        code=data.get("code") if isinstance(data.get("code"), int) and not isinstance(data.get("code"), bool) else None,
+        code=code if isinstance(code, int) and not isinstance(code, bool) else None,
     )
 
 
