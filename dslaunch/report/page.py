@@ -34,32 +34,28 @@ def _iso(t: float) -> str:
 
 
 def _svg(timeline: Timeline) -> str:
+    """The time axis (always in view) above the scrolling chart: one ``g.bar`` per rank."""
     n = len(timeline.ranks)
     row = _row_height(n)
     bar = row * 0.75 if row >= 6 else row
     span = max(timeline.end - timeline.start, 1e-6)
     scale = PLOT_W / span
-    axis_h = 22
-    height = math.ceil(axis_h + n * row + 4)
+    height = math.ceil(n * row + 4)
     width = LABEL_W + PLOT_W + 16
     every = max(1, math.ceil(12 / row))  # a label every `every` ranks, so labels never overlap
-    out = [
-        f'<svg id="timeline" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" aria-label="launch timeline, one bar per rank">'
-    ]
     step = _tick_step(span)
-    out.append('<g class="axis">')
-    for i in range(int(span / step) + 1):
-        x = LABEL_W + i * step * scale
-        out.append(
-            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{axis_h - 4}" y2="{height}"/>'
-            f'<text x="{x:.1f}" y="{axis_h - 8}">{i * step:g}s</text>'
-        )
-    out.append("</g>")
+    xs = [(LABEL_W + i * step * scale, i * step) for i in range(int(span / step) + 1)]
+    axis = "".join(f'<text x="{x:.1f}" y="14">{s:g}s</text>' for x, s in xs)
+    grid = "".join(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="0" y2="{height}"/>' for x, _ in xs)
+    out = [
+        f'<svg class="axis" width="{width}" height="20"><text class="label" x="{LABEL_W - 16}" y="14">rank</text>'
+        f"{axis}</svg><div class=chart>",
+        f'<svg id="timeline" width="{width}" height="{height}" role="img" aria-label="launch timeline, one bar per '
+        f'rank"><g class="axis">{grid}</g>',
+    ]
     for i, r in enumerate(timeline.ranks):
-        y = axis_h + i * row
         failed = " failed" if r.code else ""
-        out.append(f'<g class="bar{failed}" data-rank="{r.rank}" data-i="{i}" transform="translate(0,{y:.1f})">')
+        out.append(f'<g class="bar{failed}" data-rank="{r.rank}" data-i="{i}" transform="translate(0,{i * row:.1f})">')
         if i % every == 0:
             out.append(f'<text class="label" x="{LABEL_W - 6}" y="{min(row, 12) * 0.85:.1f}">{r.rank}</text>')
         out.append(f'<rect class="hit" x="0" width="{width}" height="{row:.1f}"/>')  # hover anywhere on the row
@@ -70,7 +66,7 @@ def _svg(timeline: Timeline) -> str:
                 out.append(f'<rect class="p{PHASES.index(phase)}" x="{x:.1f}" width="{w:.1f}" height="{bar:.1f}"/>')
             before = t
         out.append("</g>")
-    out.append("</svg>")
+    out.append("</svg></div>")
     return "".join(out)
 
 
@@ -118,9 +114,9 @@ _CSS = (
     ".phases td:first-child,.phases th:first-child,.phases td:nth-child(6),.phases th:nth-child(6){text-align:left}"
     ".phases tbody tr:nth-child(odd){background:#f4f4f4}.sw{display:inline-block;width:10px;height:10px;"
     "margin-right:5px;border-radius:2px}.legend .item{margin-right:14px;white-space:nowrap}"
-    ".chart{max-height:80vh;overflow:auto;border:1px solid #ddd;margin-top:8px}"
+    ".chart{max-height:80vh;overflow:auto;border:1px solid #ddd}svg.axis{display:block;margin-top:8px}"
     ".axis line{stroke:#e3e3e3}.axis text{font-size:11px;fill:#666;text-anchor:middle}"
-    ".label{font-size:11px;fill:#444;text-anchor:end}.failed .label{fill:#c00;font-weight:bold}"
+    ".label,.axis .label{font-size:11px;fill:#444;text-anchor:end}.failed .label{fill:#c00;font-weight:bold}"
     ".hit{fill:transparent}.bar:hover .hit{fill:#0000000d}"
     + "".join(f".p{i}{{fill:{c}}}" for i, c in enumerate(COLOURS))
     + "#tip{position:fixed;pointer-events:none;background:#fff;border:1px solid #999;padding:6px 8px;"
@@ -177,7 +173,7 @@ def render(timeline: Timeline, log_dir: str = "") -> str:
         f"started {html.escape(_iso(timeline.start))}{' - log dir ' + html.escape(log_dir) if log_dir else ''}<br>"
         f"{html.escape(table.exit_line(timeline))}</p>"
         f"{_table(timeline)}<div class=legend>{_legend()}</div>"
-        f"<div class=chart>{_svg(timeline)}</div><div id=tip hidden></div>"
+        f"{_svg(timeline)}<div id=tip hidden></div>"
         f'<script type="application/json" id="timeline-data">{_data(timeline)}</script>'
         f"<script>{_JS}</script></body></html>\n"
     )

@@ -182,7 +182,7 @@ def test_page_is_self_contained_one_bar_per_rank_and_small(ranks: int) -> None:
     assert re.findall(r'data-rank="(\d+)"', html) == [str(r) for r in range(ranks)]
     assert len(html) < 700_000, len(html)  # 1024 ranks: about 0.5 MB
     height = int(re.search(r'<svg id="timeline" width="\d+" height="(\d+)"', html).group(1))  # type: ignore[union-attr]
-    assert height <= 22 + 2 * max(ranks, 360) + 5  # rows shrink to 2 px, then the chart scrolls
+    assert height <= 2 * max(ranks, 360) + 4  # rows shrink to 2 px, then the chart scrolls
     assert html.count("<script") == 2 and html.count("</script>") == 2
 
 
