@@ -10,11 +10,8 @@ record, flushed at once so a rank killed later keeps it), and nothing at all wit
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import json
 import os
-import sys
 import time
 from typing import Any
 
@@ -70,34 +67,11 @@ def begin() -> None:
 def rank_started() -> None:
     """Once the rank's logging is set up: record ``bootstrap`` and watch for ``import torch`` to finish."""
     mark("bootstrap", _started[0] if _started else None)
-    if state().file is None:
-        return
-    if "torch" in sys.modules:  # imported before us (a preloading parent): record it now
-        mark("torch_imported")
-    elif _HOOK not in sys.meta_path:
-        sys.meta_path.insert(0, _HOOK)
+    if state().file is not None:  # torch imported before us (a preloading parent): recorded now
+        from dslaunch.logs import routing  # setup_rank has imported it and installed its import hook
+
+        routing.after_torch_import(_torch_imported)
 
 
-class _TorchImported(importlib.abc.MetaPathFinder):
-    """Records ``torch_imported`` when the top-level ``import torch`` finishes; removes itself at once."""
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != "torch":
-            return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        found = importlib.util.find_spec("torch")
-        loader = found.loader if found is not None else None
-        if loader is None or not hasattr(loader, "exec_module"):
-            return found
-        original = loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            original(module)
-            mark("torch_imported")
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return found
-
-
-_HOOK = _TorchImported()
+def _torch_imported() -> None:
+    mark("torch_imported")

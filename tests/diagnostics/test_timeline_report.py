@@ -4,7 +4,10 @@ a fuzz), the per-phase table, the page's size and self-containedness, and ``dsla
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,6 +61,33 @@ def test_no_log_dir_no_records_and_the_attempt_comes_from_the_restart_count(tmp_
     )
     assert proc.returncode == 0, proc.stderr
     assert {r["attempt"] for r in phase_records(log_dir)} == {3}
+
+
+@pytest.mark.parametrize("preloaded", [False, True])
+def test_torch_imported_is_recorded_when_the_import_finishes_or_at_once_if_it_already_has(
+    tmp_path: Path, preloaded: bool
+) -> None:
+    """A stand-in ``torch`` package that takes 0.2 s to import (no real torch: this is about the import hook)."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("import time\ntime.sleep(0.2)\n")
+    script = tmp_path / "script.py"
+    script.write_text("import torch\n")
+    preload = "import sys, types; sys.modules['torch'] = types.ModuleType('torch'); " if preloaded else ""
+    code = f"{preload}from dslaunch.bootstrap.__main__ import main; main([{str(script)!r}])"
+    env = {
+        **os.environ,
+        **CLEAN,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "DSLAUNCH_LOG_DIR": str(tmp_path / "logs"),
+    }
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    times = {r["phase"]: r["t"] for r in phase_records(tmp_path / "logs")}
+    assert list(times) == ["bootstrap", "torch_imported"]
+    took = times["torch_imported"] - times["bootstrap"]
+    assert (took < 0.2) if preloaded else (took >= 0.2), took
 
 
 # ---- the parser --------------------------------------------------------------------------------------------------
