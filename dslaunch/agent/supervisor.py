@@ -179,7 +179,7 @@ class NodeSupervisor:
                 self.sel.register(r.pidfd, selectors.EVENT_READ, ("exit", r))
             self._emit(wire.encode(wire.Spawned(rank=rank, local_rank=local_rank, pid=proc.pid, host=self.node.host)))
             _log_debug("rank started", rank=rank, local_rank=local_rank, pid=proc.pid, argv=argv)
-            phases.record("spawned", rank=rank, local_rank=local_rank, pid=proc.pid)
+            phases.record("spawned", env=env, rank=rank, local_rank=local_rank, pid=proc.pid)
 
     def _cannot_start(self, rank: int, local_rank: int, program: str, exc: OSError) -> None:
         """A rank that cannot be started fails like one that exits 127 (not found) or 126 (cannot run), as a shell

@@ -23,6 +23,7 @@ EVENT = "phase"
 
 _done: set[str] = set()  # rank-side phases recorded by this process
 _started: list[float] = []  # when the bootstrap began, before logging was set up
+_attempts: dict[Any, int] = {}  # agent side: rank -> the attempt in the environment it was spawned with
 
 
 def attempt(env: Any = None) -> int:
@@ -31,15 +32,22 @@ def attempt(env: Any = None) -> int:
     return int(text) if text.isascii() and text.isdigit() else 0
 
 
-def record(phase: str, *, module: str = "agent", t: float | None = None, **fields: Any) -> None:
-    """Write one phase record to this process's log file, if it has one (``fields`` may name the ``rank``)."""
+def record(phase: str, *, module: str = "agent", t: float | None = None, env: Any = None, **fields: Any) -> None:
+    """Write one phase record to this process's log file, if it has one (``fields`` may name the ``rank``).
+
+    The agent passes a rank's ``env`` when it spawns it: the rank's attempt is then taken from that environment
+    (and kept for the rank's later records), not from the agent's own.
+    """
     st = state()
     if st.file is None:
         return
     now = time.time() if t is None else t
+    rank = fields.get("rank")
+    if env is not None:
+        _attempts[rank] = attempt(env)
     ed: dict[str, Any] = {"ts": render._iso(now), "level": "info", "logger": module, "event": EVENT}
     ed.update(st.static)
-    ed.update(phase=phase, t=round(now, 6), attempt=attempt())
+    ed.update(phase=phase, t=round(now, 6), attempt=_attempts[rank] if rank in _attempts else attempt())
     ed.update(fields)
     line = json.dumps(ed, default=str) + "\n"
     with st.lock:

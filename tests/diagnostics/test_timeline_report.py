@@ -90,6 +90,21 @@ def test_torch_imported_is_recorded_when_the_import_finishes_or_at_once_if_it_al
     assert (took < 0.2) if preloaded else (took >= 0.2), took
 
 
+def test_the_agent_takes_a_ranks_attempt_from_the_environment_it_spawned_it_with(tmp_path: Path) -> None:
+    code = (
+        "from dslaunch.logs import configure, phases\n"
+        f"configure('warning', role='agent', log_dir={str(tmp_path)!r}, facts={{'node_rank': 0}})\n"
+        "phases.record('spawned', env={'DSLAUNCH_RESTART_COUNT': '2'}, rank=0)\n"
+        "phases.record('spawned', env={}, rank=1)\n"
+        "phases.record('exit', rank=0, code=0)\n"
+        "phases.record('exit', rank=1, code=0)\n"
+    )
+    env = {**os.environ, "DSLAUNCH_RESTART_COUNT": "5"}  # the agent's own: not the ranks'
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
+    got = [(r["phase"], r["rank"], r["attempt"]) for r in phase_records(tmp_path)]
+    assert got == [("spawned", 0, 2), ("spawned", 1, 0), ("exit", 0, 2), ("exit", 1, 0)]
+
+
 # ---- the parser --------------------------------------------------------------------------------------------------
 
 GOOD = synth.record("pg_ready", 1.5, 3, "node7")
