@@ -28,7 +28,7 @@ from dslaunch import _prctl, procs, wire
 from dslaunch.agent import ranks as rankspec
 from dslaunch.agent.relay import READ_SIZE, LineRelay
 from dslaunch.agent.sink import Sink
-from dslaunch.logs import get_logger
+from dslaunch.logs import get_logger, phases
 from dslaunch.plan import LaunchPlan
 
 _STDERR_TAIL = 20
@@ -180,6 +180,7 @@ class NodeSupervisor:
                 self.sel.register(r.pidfd, selectors.EVENT_READ, ("exit", r))
             self._emit(wire.encode(wire.Spawned(rank=rank, local_rank=local_rank, pid=proc.pid, host=self.node.host)))
             _log_debug("rank started", rank=rank, local_rank=local_rank, pid=proc.pid, argv=argv)
+            phases.record("spawned", env=env, rank=rank, local_rank=local_rank, pid=proc.pid)
 
     def _cannot_start(self, rank: int, local_rank: int, program: str, exc: OSError) -> None:
         """A rank that cannot be started fails like one that exits 127 (not found) or 126 (cannot run), as a shell
@@ -384,6 +385,7 @@ class NodeSupervisor:
             stderr_tail=_tail_lines(r.tail) if code else (),
         )
         self._emit(wire.encode(result))
+        phases.record("exit", rank=r.rank, local_rank=r.local_rank, pid=r.pid, code=code, signal=signame)
         if result.failed and not result.by_agent and self.root_cause is None:
             self.root_cause = result
             self._teardown(signal.SIGTERM)

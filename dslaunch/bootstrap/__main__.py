@@ -8,11 +8,13 @@ import sys
 
 from dslaunch.bootstrap import teardown
 from dslaunch.bootstrap.errorfile import user_traceback, write_error_file
+from dslaunch.logs import phases
 
 _SKIP = ("runpy.py", os.path.join("dslaunch", "bootstrap", "__main__.py"), "<frozen runpy>")
 
 
 def main(argv: list[str]) -> None:
+    phases.begin()
     module = bool(argv) and argv[0] == "-m"
     if module:
         argv = argv[1:]
@@ -21,6 +23,7 @@ def main(argv: list[str]) -> None:
         raise SystemExit(2)
     target, args = argv[0], argv[1:]
     _setup_logging()
+    phases.rank_started()
     teardown.install()
     code = _run(target, args, module)
     teardown.set_exit_code(code)

@@ -141,9 +141,11 @@ def build_engine(mesh: Any = None) -> Engine:
     from dslaunch.bootstrap.comm import Comm
     from dslaunch.bootstrap.mesh_build import bootstrap
     from dslaunch.bootstrap.timers import Timers
-    from dslaunch.logs import get_logger
+    from dslaunch.logs import get_logger, phases
 
+    phases.mark("pg_ready")
     built = bootstrap(mesh, info.local_world_size, "cuda" if cuda else "cpu")
+    phases.mark("mesh_ready")
     return Engine(
         built_mesh=built,
         _comm=Comm(built),

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from dslaunch import logs
+from dslaunch.logs import phases
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -83,6 +84,7 @@ class Timers:
         The breakdown is in seconds per timer, for this step alone; a reported step shows its own.
         ``step`` defaults to the number of step() calls so far.
         """
+        phases.mark("first_step")
         self._steps += 1
         data, self._totals = self._totals, {}
         step = self._steps if step is None else step

@@ -30,6 +30,7 @@ from dslaunch.cli import (
     restart_options,
 )
 from dslaunch.cli.decide import Choices, Decision, decide
+from dslaunch.cli.report_option import PARAMS as REPORT_PARAMS
 from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan
 
@@ -130,13 +131,14 @@ def build_command() -> click.Command:
             callback=_version,
             help="Show the version and exit.",
         ),
+        *REPORT_PARAMS,
     ]
     for area in AREAS:
         params.extend(area.PARAMS)
     for param in params:  # every visible option also from DSLAUNCH_<NAME>, shown in --help
         if isinstance(param, click.Option):
             # DSLAUNCH_LOG_LEVEL is merged key by key under --log-level (log_options.merged_spec), not replaced
-            param.allow_from_autoenv = not param.hidden and param.name not in ("version", "log_level")
+            param.allow_from_autoenv = not param.hidden and param.name not in ("version", "report", "log_level")
             param.show_envvar = param.allow_from_autoenv
     params += [
         click.Argument(["script"], metavar="SCRIPT", required=False),  # optional only for --preflight

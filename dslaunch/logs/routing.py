@@ -12,6 +12,7 @@ import importlib.util
 import logging
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from dslaunch.logs import _sinks
@@ -125,12 +126,23 @@ class _TorchImportHook(importlib.abc.MetaPathFinder):
         def exec_module(module: Any) -> None:
             original(module)
             route_torch()
+            for hook in _AFTER_TORCH:
+                hook()
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return found
 
 
 _HOOK = _TorchImportHook()
+_AFTER_TORCH: list[Callable[[], None]] = []
+
+
+def after_torch_import(hook: Callable[[], None]) -> None:
+    """Run ``hook`` once ``import torch`` has finished (now, if it has; never, if the import hook is not installed)."""
+    if "torch" in sys.modules:
+        hook()
+    elif hook not in _AFTER_TORCH:
+        _AFTER_TORCH.append(hook)
 
 
 def install_torch_hook() -> None:
