@@ -56,11 +56,15 @@ def test_no_log_dir_no_records_and_the_attempt_comes_from_the_restart_count(tmp_
     assert proc.returncode == 0, proc.stderr
     assert not list(tmp_path.rglob("*.jsonl"))
     log_dir = tmp_path / "logs"
+    flaky = Path(__file__).parents[1] / "core" / "scripts" / "flaky.py"
     proc = run_cli(
-        ["--nproc-per-node", "1", "--log-dir", str(log_dir), str(STEPS)], env={**CLEAN, "DSLAUNCH_RESTART_COUNT": "3"}
-    )
+        ["--nproc-per-node", "1", "--log-dir", str(log_dir), "--max-restarts", "1", "--restart-delay", "0",
+         str(flaky), str(tmp_path), "0", "1", "3"],
+        env=CLEAN,
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert {r["attempt"] for r in phase_records(log_dir)} == {3}
+    assert {r["attempt"] for r in phase_records(log_dir)} == {0, 1}
+    assert {r["attempt"] for r in phase_records(log_dir) if r["phase"] == "exit"} == {0, 1}
 
 
 @pytest.mark.parametrize("preloaded", [False, True])
