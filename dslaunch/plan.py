@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 # 2: typed runner options (remote, slurm, launcher_args, bind_cores, manual_node) replaced the option bag.
-PLAN_VERSION = 2
+# 3: hang_timeout.
+PLAN_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class LaunchPlan:
     launcher_args: tuple[str, ...] = ()  # --launcher-args: mpirun/mpiexec/srun
     bind_cores: tuple[int, ...] | None = None  # --bind-cores-to-rank: None off; () the node's usable cores
     manual_node: int | None = None  # --node-rank N: the node the "node" launcher starts here
+    hang_timeout: float | None = None  # --hang-timeout: no rank made progress this long is a hang (None: off)
 
     @property
     def world_size(self) -> int:

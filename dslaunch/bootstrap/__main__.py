@@ -6,7 +6,7 @@ import os
 import runpy
 import sys
 
-from dslaunch.bootstrap import teardown
+from dslaunch.bootstrap import progress, teardown
 from dslaunch.bootstrap.errorfile import user_traceback, write_error_file
 
 _SKIP = ("runpy.py", os.path.join("dslaunch", "bootstrap", "__main__.py"), "<frozen runpy>")
@@ -20,6 +20,7 @@ def main(argv: list[str]) -> None:
         print("usage: python -m dslaunch.bootstrap [-m] TARGET [ARGS...]", file=sys.stderr)
         raise SystemExit(2)
     target, args = argv[0], argv[1:]
+    progress.install()
     _setup_logging()
     teardown.install()
     code = _run(target, args, module)

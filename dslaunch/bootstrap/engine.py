@@ -138,12 +138,14 @@ def build_engine(mesh: Any = None) -> Engine:
                 backend, rank=info.rank, world_size=info.world_size, timeout=_pg_timeout(), **kwargs
             )
         owns = True
+    from dslaunch.bootstrap import progress
     from dslaunch.bootstrap.comm import Comm
     from dslaunch.bootstrap.mesh_build import bootstrap
     from dslaunch.bootstrap.timers import Timers
     from dslaunch.logs import get_logger
 
     built = bootstrap(mesh, info.local_world_size, "cuda" if cuda else "cpu")
+    progress.watch_trace_requests(str(dist.get_backend()))  # --hang-timeout: NCCL flight recorder on request
     return Engine(
         built_mesh=built,
         _comm=Comm(built),

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from dslaunch import logs
+from dslaunch.bootstrap import progress
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -84,6 +85,7 @@ class Timers:
         ``step`` defaults to the number of step() calls so far.
         """
         self._steps += 1
+        progress.beat()  # a step is progress for --hang-timeout
         data, self._totals = self._totals, {}
         step = self._steps if step is None else step
         if self.enabled and data and reports_at(step, self.steps_per_print):

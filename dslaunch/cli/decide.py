@@ -94,6 +94,7 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
         launcher_args=c.parity.launcher_args,
         bind_cores=c.parity.bind_cores,
         manual_node=c.remote.node_rank,
+        hang_timeout=core.hang_timeout,
     )
     return Decision(plan, frozenset(secrets), tuple(warnings))
 
