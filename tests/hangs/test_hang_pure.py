@@ -1,0 +1,94 @@
+"""The launcher's hang decision and culprit naming (runners/hang.py), and the rank-side progress file, pure."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from dslaunch import wire
+from dslaunch.bootstrap import progress
+from dslaunch.plan import LaunchPlan, NodePlan, Program
+from dslaunch.runners import hang
+
+
+def _plan(timeout: float | None = 5.0) -> LaunchPlan:
+    nodes = (NodePlan("a", 0, ("0", "1"), (0, 1)), NodePlan("b", 1, ("0", "1"), (2, 3)))
+    return LaunchPlan("ssh", "r1", nodes, "a", 29500, Program("t.py"), hang_timeout=timeout)
+
+
+def _watch(reports: dict[int, tuple[tuple[int, str, int, float], ...]]) -> hang.HangWatch:
+    watch = hang.HangWatch(_plan(), 2)
+    watch.on_event(0, wire.Idle(0, True))
+    watch.on_event(1, wire.Idle(1, True))
+    assert watch.hung(set())
+    watch.declare()
+    for node, ranks in reports.items():
+        watch.on_event(node, wire.Stacks(node, "ab"[node], ranks))
+    return watch
+
+
+def test_a_hang_needs_every_running_node_idle() -> None:
+    watch = hang.HangWatch(_plan(), 2)
+    watch.on_event(0, wire.Idle(0, True))
+    assert not watch.hung(set())
+    assert watch.hung({1})  # node 1 is done: node 0 alone is the job
+    watch.on_event(1, wire.Idle(1, True))
+    watch.on_event(0, wire.Idle(0, False))  # progress again
+    assert not watch.hung(set())
+    assert not hang.HangWatch(_plan(None), 2).hung({0, 1})
+
+
+def test_the_rank_outside_the_collective_is_named() -> None:
+    watch = _watch({0: ((0, "collective", 3, 6.0), (1, "collective", 3, 6.0)), 1: ((2, "running", 3, 6.0),)})
+    assert watch.settled(set())  # both nodes reported
+    result = watch.result(set())
+    assert result.culprits == ((2, "b"),)
+    assert result.why == "not in the collective the others wait in"
+
+
+def test_without_stacks_in_a_collective_the_fewest_progress_is_named() -> None:
+    ranks = ((0, "running", 7, 6.0), (1, "running", 2, 6.0), (2, "exited", 0, 9.0), (3, "running", 2, 8.0))
+    result = _watch({0: ranks[:2], 1: ranks[2:]}).result(set())
+    assert result.culprits == ((3, "b"),)  # 2 exited; 1 and 3 tie on count, 3 has been idle longer
+    assert result.why.startswith("fewest heartbeats")
+    assert hang.summary(result, _plan(), 124)[0] == (
+        "dslaunch: hang: no rank made progress for 5 s; least progress: rank 3 (host b) [fewest heartbeats, "
+        "steps and output writes]; stopped all 4 ranks (exit 124)"
+    )
+
+
+def test_a_node_that_does_not_report_is_named() -> None:
+    watch = _watch({0: ((0, "running", 1, 6.0), (1, "running", 1, 6.0))})
+    assert not watch.settled(set())  # waits for node 1 (REPORT_WAIT at most)
+    assert watch.settled({1})
+    result = watch.result(set())
+    assert result.unreported == (1,)
+    assert "all equal" in result.why
+    assert "dslaunch: no stacks report from node(s) 1" in hang.summary(result, _plan(), 124)
+
+
+def test_progress_file_words(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "rank0.progress"
+    path.write_bytes(b"\0" * progress.SIZE)
+    monkeypatch.setenv(progress.ENV, str(path))
+    monkeypatch.setattr(progress, "_opened", False)
+    monkeypatch.setattr(progress, "_beats", 0)
+    progress.beat()
+    progress.beat()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert progress.read_word(fd, progress.BEATS) == 2
+    finally:
+        os.close(fd)
+        os.close(progress._fd or -1)
+
+
+def test_heartbeat_outside_dslaunch_is_a_no_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dslaunch
+
+    monkeypatch.delenv(progress.ENV, raising=False)
+    monkeypatch.setattr(progress, "_opened", False)
+    dslaunch.heartbeat()
+    assert progress._fd is None
