@@ -74,6 +74,7 @@ def test_progress_file_words(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     path.write_bytes(b"\0" * progress.SIZE)
     monkeypatch.setenv(progress.ENV, str(path))
     monkeypatch.setattr(progress, "_opened", False)
+    monkeypatch.setattr(progress, "_fd", None)
     monkeypatch.setattr(progress, "_beats", 0)
     progress.beat()
     progress.beat()
@@ -90,5 +91,6 @@ def test_heartbeat_outside_dslaunch_is_a_no_op(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.delenv(progress.ENV, raising=False)
     monkeypatch.setattr(progress, "_opened", False)
+    monkeypatch.setattr(progress, "_fd", None)
     dslaunch.heartbeat()
     assert progress._fd is None
