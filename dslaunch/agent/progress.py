@@ -27,6 +27,8 @@ STACKS_WINDOW = 1.0  # after a stacks request: how long the stacks' output is re
 _DEDUP = 1.0  # a second request this soon is the same one (Ctrl-\ reaches the launcher and a local agent)
 _IN_COLLECTIVE = (b"torch/distributed/", b"torch\\distributed\\")
 _TRACE_BUFFER = "2000"  # entries of torch's flight recorder, as torch's own docs suggest
+_TRACE_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")  # torch's name, and its older one
+STARTUP = 60.0  # until its first progress (imports, rendezvous), a rank has at least this long
 
 
 @dataclass
@@ -37,7 +39,8 @@ class _State:
     pid: int = 0
     beats: int = 0
     count: int = 0  # beats + output chunks: how much progress it made
-    last: float = 0.0  # monotonic time of its last progress
+    last: float = 0.0  # monotonic time of its last progress (its start until it makes some)
+    progressed: bool = False
     quiet_until: float = 0.0  # its stack is being printed: that output is no progress
     capture: bytearray | None = None
     state: str = "running"
@@ -71,8 +74,8 @@ class ProgressWatch:
         if self.timeout is not None:
             where = self.plan.log_dir or tempfile.gettempdir()
             env[rankside.TRACE_ENV] = os.path.join(where, f"dslaunch-{self.plan.run_id}.nccl-trace.rank{rank}")
-            if "TORCH_NCCL_TRACE_BUFFER_SIZE" not in env:
-                env["TORCH_NCCL_TRACE_BUFFER_SIZE"] = _TRACE_BUFFER
+            if not any(name in env for name in _TRACE_VARS):
+                env[_TRACE_VARS[0]] = _TRACE_BUFFER
 
     def started(self, rank: int, pid: int) -> None:
         st = self.ranks.get(rank)
@@ -95,6 +98,7 @@ class ProgressWatch:
         if now >= st.quiet_until:
             st.count += 1
             st.last = now
+            st.progressed = True
 
     def request_stacks(self) -> list[tuple[int, str]]:
         """Ask every live rank for its stack; the lines to print for the ranks that cannot, as (rank, text)."""
@@ -146,7 +150,9 @@ class ProgressWatch:
                 st.count += max(1, beats - st.beats)
                 st.beats = beats
                 st.last = now
-        idle = bool(live) and all(now - st.last >= self.timeout for st in live)
+                st.progressed = True
+        timeout = self.timeout
+        idle = bool(live) and all(now - st.last >= (timeout if st.progressed else max(timeout, STARTUP)) for st in live)
         if idle != self.idle:
             self.idle = idle
             events.append(wire.Idle(node_rank=self.node_rank, idle=idle))

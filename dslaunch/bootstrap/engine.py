@@ -145,7 +145,7 @@ def build_engine(mesh: Any = None) -> Engine:
     from dslaunch.logs import get_logger
 
     built = bootstrap(mesh, info.local_world_size, "cuda" if cuda else "cpu")
-    progress.watch_trace_requests(str(dist.get_backend()))  # --hang-timeout: NCCL flight recorder on request
+    progress.engine_ready(str(dist.get_backend()))  # start-up done (--hang-timeout); flight recorder on request
     return Engine(
         built_mesh=built,
         _comm=Comm(built),

@@ -83,8 +83,10 @@ def beat() -> None:
     write_word(fd, BEATS, _beats)
 
 
-def watch_trace_requests(backend: str) -> None:
-    """Under --hang-timeout, answer each stacks request with the flight recorder's dump (from the engine)."""
+def engine_ready(backend: str) -> None:
+    """The engine's process group is up: that is progress (the end of start-up for --hang-timeout); under
+    --hang-timeout, each stacks request is answered with the flight recorder's dump from now on."""
+    beat()
     path = os.environ.get(TRACE_ENV)
     fd = _file()
     if not path or fd is None:

@@ -94,3 +94,26 @@ def test_heartbeat_outside_dslaunch_is_a_no_op(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(progress, "_fd", None)
     dslaunch.heartbeat()
     assert progress._fd is None
+
+
+def test_the_agent_allows_start_up_longer_until_a_rank_first_makes_progress(tmp_path: Path) -> None:
+    from dslaunch.agent import progress as agentside
+
+    watch = agentside.ProgressWatch(_plan(2.0), 0, str(tmp_path))
+    env: dict[str, str] = {}
+    watch.add(0, env)
+    assert env["TORCH_FR_BUFFER_SIZE"] == "2000"  # the flight recorder records (--hang-timeout only)
+    watch.started(0, os.getpid())
+    start = watch.ranks[0].last
+    assert watch.tick(start + 10) == []  # importing torch, the rendezvous: no progress yet, not a hang
+    assert watch.tick(start + agentside.STARTUP + 1) == [wire.Idle(0, True)]
+    fd = os.open(env[progress.ENV], os.O_RDWR)
+    try:
+        progress.write_word(fd, progress.BEATS, 1)  # dslaunch.heartbeat()
+    finally:
+        os.close(fd)
+    now = start + agentside.STARTUP + 2
+    assert watch.tick(now) == [wire.Idle(0, False)]
+    assert watch.tick(now + 1.5) == []
+    assert watch.tick(now + 2.5) == [wire.Idle(0, True)]  # progressed once: the plain timeout from now on
+    watch.close()

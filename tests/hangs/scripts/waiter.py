@@ -3,7 +3,8 @@
 waiter.py wait DIR      print "ready", then wait in waiting_here() until DIR/go exists, and exit 0
 waiter.py print SECS    print a line every 0.4 s for SECS seconds (output is progress), then exit 0
 waiter.py beat SECS     call dslaunch.heartbeat() every 0.4 s for SECS seconds, printing nothing, then exit 0
-waiter.py silent BEATS  heartbeat BEATS times (BEATS: comma-separated, one per rank), then sleep in stuck_here()
+waiter.py silent BEATS [DIR]  heartbeat BEATS times (BEATS: comma-separated, one per rank), write DIR/ready.<rank>,
+                              then sleep in stuck_here()
 """
 
 import os
@@ -39,4 +40,7 @@ elif mode in ("print", "beat"):
 elif mode == "silent":
     for _ in range(int(arg.split(",")[rank])):
         dslaunch.heartbeat()
+    if len(sys.argv) > 3:
+        with open(os.path.join(sys.argv[3], f"ready.{rank}"), "w") as f:
+            f.write(str(os.getpid()))
     stuck_here()
