@@ -118,10 +118,12 @@ class Done:
 
 @dataclass(frozen=True)
 class Idle:
-    """With --hang-timeout: whether no rank of this node has made progress for that long (sent on each change)."""
+    """With --hang-timeout: whether no rank of this node has made progress for that long (sent on each change);
+    ``live``: its ranks still running (0: all ended, the node is finishing)."""
 
     node_rank: int
     idle: bool
+    live: int = 1
 
 
 @dataclass(frozen=True)

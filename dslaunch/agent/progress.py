@@ -56,7 +56,7 @@ class ProgressWatch:
         self.timeout = plan.hang_timeout
         self.poll = min(1.0, self.timeout / 4) if self.timeout else None
         self.ranks: dict[int, _State] = {}
-        self.idle = False
+        self.idle: tuple[bool, bool] = (False, True)  # reported: (idle, any rank left)
         self.next_poll = 0.0
         self.report_at: float | None = None
         self.last_request = float("-inf")
@@ -152,10 +152,10 @@ class ProgressWatch:
                 st.last = now
                 st.progressed = True
         timeout = self.timeout
-        idle = bool(live) and all(now - st.last >= (timeout if st.progressed else max(timeout, STARTUP)) for st in live)
-        if idle != self.idle:
-            self.idle = idle
-            events.append(wire.Idle(node_rank=self.node_rank, idle=idle))
+        idle = all(now - st.last >= (timeout if st.progressed else max(timeout, STARTUP)) for st in live)
+        if (idle, bool(live)) != self.idle:
+            self.idle = (idle, bool(live))
+            events.append(wire.Idle(node_rank=self.node_rank, idle=idle, live=len(live)))
         return events
 
     def _report(self, now: float) -> wire.Stacks:

@@ -9,7 +9,9 @@ the job is stopped with ``HANG_EXIT`` and a summary naming the ranks that made t
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from dslaunch import wire
 from dslaunch.plan import LaunchPlan
@@ -17,6 +19,10 @@ from dslaunch.plan import LaunchPlan
 HANG_EXIT = 124  # as coreutils' timeout
 REPORT_WAIT = 3.0  # after asking for stacks: how long to wait for every node's report
 NO_STACKS = ("openmpi", "mpich")  # mpirun/mpiexec do not pass SIGQUIT on to the agents
+
+
+class _Handle(Protocol):
+    node_rank: int
 
 
 @dataclass(frozen=True)
@@ -28,25 +34,31 @@ class Hang:
 
 
 class HangWatch:
-    def __init__(self, plan: LaunchPlan, nodes: int) -> None:
+    def __init__(self, plan: LaunchPlan, handles: Sequence[_Handle]) -> None:
         self.plan = plan
-        self.nodes = nodes
-        self.idle: set[int] = set()
+        # The nodes this launcher supervises: all of the plan's (one agent each, or mpirun for all of them), or,
+        # one launcher per node (--node-rank, a Slurm task), its own: there the decision is that node's.
+        every = plan.launcher in NO_STACKS or len(handles) == len(plan.nodes)
+        self.nodes = set(range(len(plan.nodes))) if every else {h.node_rank for h in handles}
+        self.idle: dict[int, int] = {}  # node rank -> its live ranks, for the nodes that report no progress
         self.reports: dict[int, wire.Stacks] = {}
         self.asked_at: float | None = None
 
-    def on_event(self, index: int, event: wire.Idle | wire.Stacks) -> None:
+    def on_event(self, event: wire.Idle | wire.Stacks) -> None:
         if isinstance(event, wire.Idle):
-            (self.idle.add if event.idle else self.idle.discard)(index)
+            if event.idle:
+                self.idle[event.node_rank] = event.live
+            else:
+                self.idle.pop(event.node_rank, None)
         elif self.asked_at is not None:
-            self.reports[index] = event
+            self.reports[event.node_rank] = event
 
     def hung(self, finished: set[int]) -> bool:
-        """Every node still running reports no progress for the timeout (checked until the hang is declared)."""
+        """Every node still running reports no progress for the timeout, and some rank is left to be hung."""
         if self.plan.hang_timeout is None or self.asked_at is not None:
             return False
-        running = set(range(self.nodes)) - finished
-        return bool(running) and running <= self.idle
+        running = self.nodes - finished
+        return bool(running) and running <= set(self.idle) and any(self.idle[n] for n in running)
 
     def declare(self) -> None:
         self.asked_at = time.monotonic()
@@ -55,8 +67,12 @@ class HangWatch:
     def settled(self, finished: set[int]) -> bool:
         """Every running node has reported its stacks, or it is time to stop waiting."""
         assert self.asked_at is not None
-        waiting = set(range(self.nodes)) - finished - set(self.reports)
-        return not waiting or time.monotonic() - self.asked_at > REPORT_WAIT
+        if self.plan.launcher in NO_STACKS:
+            return True
+        return not self._unreported(finished) or time.monotonic() - self.asked_at > REPORT_WAIT
+
+    def _unreported(self, finished: set[int]) -> tuple[int, ...]:
+        return tuple(sorted(n for n in self.nodes - finished - set(self.reports) if self.idle.get(n, 1)))
 
     def result(self, finished: set[int]) -> Hang:
         assert self.plan.hang_timeout is not None
@@ -77,8 +93,8 @@ class HangWatch:
                 "; all equal" if len(picked) == len(live) and len(live) > 1 else ""
             )
         else:
-            picked, why = [], "no stacks report came"
-        unreported = tuple(sorted(set(range(self.nodes)) - finished - set(self.reports)))
+            picked, why = [], stacks_line(self.plan) or "no stacks report came"
+        unreported = () if self.plan.launcher in NO_STACKS else self._unreported(finished)
         return Hang(self.plan.hang_timeout, tuple(sorted((x[0], x[4]) for x in picked)), why, unreported)
 
 

@@ -123,8 +123,8 @@ def _loop(
 ) -> Outcome:
     outcome = Outcome(code=0)
     done: dict[int, int] = {}
-    closed: set[int] = set()
-    watch = hang.HangWatch(plan, len(handles))
+    finished: set[int] = set()  # node ranks
+    watch = hang.HangWatch(plan, handles)
     open_streams = len(handles)
     stopping_since: float | None = None
     killed = False
@@ -159,7 +159,7 @@ def _loop(
                 killed = True
                 for h in handles:
                     h.kill()
-        if stopping_since is None and watch.hung(closed | set(done)):
+        if stopping_since is None and watch.hung(finished):
             watch.declare()
             write_within(
                 2,
@@ -168,8 +168,8 @@ def _loop(
                 STALL,
             )
             _ask_stacks(plan, handles)
-        if stopping_since is None and watch.asked_at is not None and watch.settled(closed | set(done)):
-            outcome.hang = watch.result(closed | set(done))
+        if stopping_since is None and watch.asked_at is not None and watch.settled(finished):
+            outcome.hang = watch.result(finished)
             stop_all()
         if stopping_since is not None and out.stalled(STALL):
             out.abandon()  # let the reader threads drain the agents' streams
@@ -180,7 +180,7 @@ def _loop(
         handle = handles[index]
         if event is None:
             open_streams -= 1
-            closed.add(index)
+            finished.add(handle.node_rank)
             if index not in done:
                 status = handle.wait(1.0)
                 if outcome.root_cause is None and outcome.lost_node is None and outcome.signal is None:
@@ -195,8 +195,9 @@ def _loop(
                     outcome.root_cause = result
                 stop_all()
         elif isinstance(event, (wire.Idle, wire.Stacks)):
-            watch.on_event(index, event)
+            watch.on_event(event)
         elif isinstance(event, wire.Done):
+            finished.add(event.node_rank)
             done[index] = event.code
             if done[index] != 0:
                 stop_all()

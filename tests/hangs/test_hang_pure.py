@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -18,26 +19,58 @@ def _plan(timeout: float | None = 5.0) -> LaunchPlan:
     return LaunchPlan("ssh", "r1", nodes, "a", 29500, Program("t.py"), hang_timeout=timeout)
 
 
+@dataclass
+class _Agent:
+    node_rank: int
+
+
+AGENTS = [_Agent(0), _Agent(1)]
+
+
 def _watch(reports: dict[int, tuple[tuple[int, str, int, float], ...]]) -> hang.HangWatch:
-    watch = hang.HangWatch(_plan(), 2)
-    watch.on_event(0, wire.Idle(0, True))
-    watch.on_event(1, wire.Idle(1, True))
+    watch = hang.HangWatch(_plan(), AGENTS)
+    watch.on_event(wire.Idle(0, True, 2))
+    watch.on_event(wire.Idle(1, True, 2))
     assert watch.hung(set())
     watch.declare()
     for node, ranks in reports.items():
-        watch.on_event(node, wire.Stacks(node, "ab"[node], ranks))
+        watch.on_event(wire.Stacks(node, "ab"[node], ranks))
     return watch
 
 
 def test_a_hang_needs_every_running_node_idle() -> None:
-    watch = hang.HangWatch(_plan(), 2)
-    watch.on_event(0, wire.Idle(0, True))
+    watch = hang.HangWatch(_plan(), AGENTS)
+    watch.on_event(wire.Idle(0, True, 2))
     assert not watch.hung(set())
     assert watch.hung({1})  # node 1 is done: node 0 alone is the job
-    watch.on_event(1, wire.Idle(1, True))
-    watch.on_event(0, wire.Idle(0, False))  # progress again
+    watch.on_event(wire.Idle(1, True, 2))
+    watch.on_event(wire.Idle(0, False, 2))  # progress again
     assert not watch.hung(set())
-    assert not hang.HangWatch(_plan(None), 2).hung({0, 1})
+    assert not hang.HangWatch(_plan(None), AGENTS).hung({0, 1})
+
+
+def test_nodes_whose_ranks_all_ended_are_no_hang() -> None:
+    """Both nodes' ranks ended (their Done is on its way): that is the job finishing, not a hang."""
+    watch = hang.HangWatch(_plan(), AGENTS)
+    watch.on_event(wire.Idle(0, True, 0))
+    watch.on_event(wire.Idle(1, True, 0))
+    assert not watch.hung(set())
+    watch.on_event(wire.Idle(1, True, 1))
+    assert watch.hung(set())
+
+
+def test_mpirun_is_one_handle_for_every_node_and_one_launcher_per_node_watches_its_own() -> None:
+    mpi = hang.HangWatch(replace(_plan(), launcher="openmpi"), [_Agent(0)])
+    mpi.on_event(wire.Idle(0, True, 2))
+    assert not mpi.hung(set())  # node 1 (behind the same mpirun) still makes progress
+    mpi.on_event(wire.Idle(1, True, 2))
+    assert mpi.hung(set())
+    mpi.declare()
+    assert mpi.settled(set())  # no stacks to wait for
+    assert mpi.result(set()).why == "dslaunch: stacks on demand are not available with --launcher openmpi"
+    pod = hang.HangWatch(replace(_plan(), launcher="node"), [_Agent(1)])
+    pod.on_event(wire.Idle(1, True, 2))
+    assert pod.hung(set())
 
 
 def test_the_rank_outside_the_collective_is_named() -> None:
@@ -106,14 +139,16 @@ def test_the_agent_allows_start_up_longer_until_a_rank_first_makes_progress(tmp_
     watch.started(0, os.getpid())
     start = watch.ranks[0].last
     assert watch.tick(start + 10) == []  # importing torch, the rendezvous: no progress yet, not a hang
-    assert watch.tick(start + agentside.STARTUP + 1) == [wire.Idle(0, True)]
+    assert watch.tick(start + agentside.STARTUP + 1) == [wire.Idle(0, True, 1)]
     fd = os.open(env[progress.ENV], os.O_RDWR)
     try:
         progress.write_word(fd, progress.BEATS, 1)  # dslaunch.heartbeat()
     finally:
         os.close(fd)
     now = start + agentside.STARTUP + 2
-    assert watch.tick(now) == [wire.Idle(0, False)]
+    assert watch.tick(now) == [wire.Idle(0, False, 1)]
     assert watch.tick(now + 1.5) == []
-    assert watch.tick(now + 2.5) == [wire.Idle(0, True)]  # progressed once: the plain timeout from now on
+    assert watch.tick(now + 2.5) == [wire.Idle(0, True, 1)]  # progressed once: the plain timeout from now on
+    watch.ended(0)
+    assert watch.tick(now + 3.5) == [wire.Idle(0, True, 0)]  # no rank left: the node is finishing
     watch.close()

@@ -56,7 +56,7 @@ def test_plan_from_env_removes_it() -> None:
         wire.Spawned(rank=1, local_rank=1, pid=42, host="h"),
         wire.Done(node_rank=3, code=7),
         wire.RankExit(1, 1, 0, "h", 42, 134, "SIGABRT", 1.5, False, "Traceback...", ("a", "b")),
-        wire.Idle(node_rank=1, idle=True),
+        wire.Idle(node_rank=1, idle=True, live=2),
         wire.Stacks(node_rank=1, host="h", ranks=((2, "collective", 3, 5.5), (3, "no-python", 0, 6.0))),
     ],
 )
