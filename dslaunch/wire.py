@@ -135,6 +135,7 @@ class Stacks:
     node_rank: int
     host: str
     ranks: tuple[tuple[int, str, int, float], ...]
+    traces: tuple[str, ...] = ()  # the NCCL flight recorder dumps its NCCL ranks were asked for (--hang-timeout)
 
 
 Event = Spawned | RankExit | Done | Idle | Stacks
@@ -163,6 +164,7 @@ def decode(line: str) -> Event | None:
             raw["stderr_tail"] = tuple(raw.get("stderr_tail", ()))
         if cls is Stacks:
             raw["ranks"] = tuple((int(r), str(s), int(n), float(t)) for r, s, n, t in raw["ranks"])
+            raw["traces"] = tuple(str(path) for path in raw.get("traces", ()))
         return cls(**raw)
     except (ValueError, TypeError, KeyError, AttributeError):
         return None

@@ -43,6 +43,7 @@ class _State:
     progressed: bool = False
     quiet_until: float = 0.0  # its stack is being printed: that output is no progress
     capture: bytearray | None = None
+    trace: str | None = None  # where its NCCL flight recorder dump goes (--hang-timeout)
     state: str = "running"
     alive: bool = True
 
@@ -73,7 +74,9 @@ class ProgressWatch:
         env[rankside.ENV] = path
         if self.timeout is not None:
             where = self.plan.log_dir or tempfile.gettempdir()
-            env[rankside.TRACE_ENV] = os.path.join(where, f"dslaunch-{self.plan.run_id}.nccl-trace.rank{rank}")
+            env[rankside.TRACE_ENV] = self.ranks[rank].trace = os.path.join(
+                where, f"dslaunch-{self.plan.run_id}.nccl-trace.rank{rank}"
+            )
             if not any(name in env for name in _TRACE_VARS):
                 env[_TRACE_VARS[0]] = _TRACE_BUFFER
 
@@ -159,15 +162,17 @@ class ProgressWatch:
         return events
 
     def _report(self, now: float) -> wire.Stacks:
-        ranks = []
+        ranks, traces = [], []
         for st in sorted(self.ranks.values(), key=lambda s: s.rank):
+            if st.trace and st.alive and rankside.read_word(st.fd, rankside.NCCL) == 1:
+                traces.append(st.trace)
             state = st.state
             if st.capture is not None:
                 if any(mark in st.capture for mark in _IN_COLLECTIVE):
                     state = "collective"
                 st.capture = None
             ranks.append((st.rank, state, st.count, round(now - st.last, 3)))
-        return wire.Stacks(node_rank=self.node_rank, host=self.host, ranks=tuple(ranks))
+        return wire.Stacks(node_rank=self.node_rank, host=self.host, ranks=tuple(ranks), traces=tuple(traces))
 
     def close(self) -> None:
         for st in self.ranks.values():

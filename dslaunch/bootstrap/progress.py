@@ -8,7 +8,8 @@ The node agent gives each rank a small file, ``DSLAUNCH_PROGRESS_FILE``, of thre
   action would kill the rank, so the agent does not send it);
 - ``REQUEST``: bumped by the agent on each stacks request; with ``DSLAUNCH_NCCL_TRACE_FILE`` set (a
   ``--hang-timeout`` job), a daemon thread of the engine's answers it with torch's NCCL flight recorder dump:
-  a signal handler would not run while the main thread waits in a collective.
+  a signal handler would not run while the main thread waits in a collective;
+- ``NCCL``: 1 once the engine's process group uses NCCL (the agent then names the dump in its report).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import time
 
 ENV = "DSLAUNCH_PROGRESS_FILE"
 TRACE_ENV = "DSLAUNCH_NCCL_TRACE_FILE"
-BEATS, STARTED, REQUEST = 0, 8, 16
-SIZE = 24
+BEATS, STARTED, REQUEST, NCCL = 0, 8, 16, 24
+SIZE = 32
 _WORD = struct.Struct("<Q")
 _POLL = 0.25  # how often the trace thread looks for a request
 
@@ -85,12 +86,13 @@ def beat() -> None:
 
 def engine_ready(backend: str) -> None:
     """The engine's process group is up: that is progress (the end of start-up for --hang-timeout); under
-    --hang-timeout, each stacks request is answered with the flight recorder's dump from now on."""
+    --hang-timeout and NCCL, each stacks request is answered with the flight recorder's dump from now on."""
     beat()
     path = os.environ.get(TRACE_ENV)
     fd = _file()
-    if not path or fd is None:
+    if not path or fd is None or "nccl" not in backend:
         return
+    write_word(fd, NCCL, 1)
     seen = read_word(fd, REQUEST)
     threading.Thread(target=_watch, args=(fd, seen, path, backend), name="dslaunch-trace", daemon=True).start()
 
@@ -108,10 +110,9 @@ def _dump(path: str, backend: str) -> None:
     try:
         import torch._C._distributed_c10d as c10d
 
-        dump = getattr(c10d, "_dump_nccl_trace", None) if "nccl" in backend else None
+        dump = getattr(c10d, "_dump_nccl_trace", None)
         if dump is None:
-            why = "the torch version has none" if "nccl" in backend else f"backend {backend}"
-            message = f"dslaunch: no NCCL flight recorder trace ({why})"
+            message = f"dslaunch: no NCCL flight recorder trace: this torch has none (backend {backend})"
         else:
             data = dump()
             with open(path, "wb") as f:

@@ -31,6 +31,7 @@ class Hang:
     culprits: tuple[tuple[int, str], ...]  # (rank, host)
     why: str  # how the culprits were picked
     unreported: tuple[int, ...]  # nodes that sent no stacks report
+    traces: tuple[tuple[str, str], ...] = ()  # (host, path): the NCCL flight recorder dumps asked for
 
 
 class HangWatch:
@@ -95,7 +96,8 @@ class HangWatch:
         else:
             picked, why = [], stacks_line(self.plan) or "no stacks report came"
         unreported = () if self.plan.launcher in NO_STACKS else self._unreported(finished)
-        return Hang(self.plan.hang_timeout, tuple(sorted((x[0], x[4]) for x in picked)), why, unreported)
+        traces = tuple((rep.host, path) for _, rep in sorted(self.reports.items()) for path in rep.traces)
+        return Hang(self.plan.hang_timeout, tuple(sorted((x[0], x[4]) for x in picked)), why, unreported, traces)
 
 
 def summary(hang: Hang, plan: LaunchPlan, code: int) -> list[str]:
@@ -108,11 +110,12 @@ def summary(hang: Hang, plan: LaunchPlan, code: int) -> list[str]:
     ]
     if hang.unreported:
         lines.append(f"dslaunch: no stacks report from node(s) {', '.join(map(str, hang.unreported))}")
-    where = plan.log_dir or "the temp directory (TMPDIR, /tmp)"
-    lines.append(
-        f"dslaunch: NCCL flight recorder: ranks on NCCL dumped their collective trace to {where} on their host, "
-        f"as dslaunch-{plan.run_id}.nccl-trace.rank<N> (each rank's 'flight recorder' line above says)"
-    )
+    if hang.traces:
+        shown = ", ".join(f"{host}:{path}" for host, path in hang.traces[:4])
+        more = f" and {len(hang.traces) - 4} more like them" if len(hang.traces) > 4 else ""
+        lines.append(
+            f"dslaunch: NCCL flight recorder traces (each rank's line above says if it wrote one): {shown}{more}"
+        )
     return lines
 
 

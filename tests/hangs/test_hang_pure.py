@@ -152,3 +152,60 @@ def test_the_agent_allows_start_up_longer_until_a_rank_first_makes_progress(tmp_
     watch.ended(0)
     assert watch.tick(now + 3.5) == [wire.Idle(0, True, 0)]  # no rank left: the node is finishing
     watch.close()
+
+
+def test_an_nccl_rank_dumps_the_flight_recorder_on_a_stacks_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plumbing without a GPU: agent request -> the engine's trace thread -> torch's dump (a stand-in here:
+    no NCCL on this machine) -> the agent's report -> the hang summary names the file."""
+    import subprocess
+    import sys
+    import time
+    import types
+
+    from dslaunch.agent import progress as agentside
+
+    plan = replace(_plan(5.0), log_dir=str(tmp_path))
+    watch = agentside.ProgressWatch(plan, 0, str(tmp_path))
+    env: dict[str, str] = {}
+    watch.add(0, env)
+    c10d = types.ModuleType("torch._C._distributed_c10d")
+    c10d._dump_nccl_trace = lambda: b"pickled entries"  # type: ignore[attr-defined]
+    torch_c = types.ModuleType("torch._C")
+    torch_c._distributed_c10d = c10d  # type: ignore[attr-defined]
+    fake = types.ModuleType("torch")
+    fake._C = torch_c  # type: ignore[attr-defined]
+    for name, module in (("torch", fake), ("torch._C", torch_c), ("torch._C._distributed_c10d", c10d)):
+        monkeypatch.setitem(sys.modules, name, module)
+    for name in (progress.ENV, progress.TRACE_ENV):
+        monkeypatch.setenv(name, env[name])
+    monkeypatch.setattr(progress, "_opened", False)
+    monkeypatch.setattr(progress, "_fd", None)
+    progress.engine_ready("cuda:nccl,cpu:gloo")  # the engine, once its process group is up
+    assert progress._fd is not None
+    progress.write_word(progress._fd, progress.STARTED, 1)  # the bootstrap's stack printer
+    stand_in = subprocess.Popen(["sleep", "30"])  # the rank's pid: it gets the SIGQUIT
+    try:
+        watch.started(0, stand_in.pid)
+        assert watch.request_stacks() == []
+        trace = Path(env[progress.TRACE_ENV])
+        deadline = time.monotonic() + 5
+        while not trace.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.1)
+        assert trace.read_bytes() == b"pickled entries"
+        (report,) = watch.tick(time.monotonic() + agentside.STACKS_WINDOW)
+        assert isinstance(report, wire.Stacks) and report.traces == (str(trace),)
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+        watch.close()
+    hw = hang.HangWatch(plan, [_Agent(0)])
+    hw.on_event(wire.Idle(0, True, 1))
+    hw.declare()
+    hw.on_event(report)
+    lines = hang.summary(hw.result(set()), plan, 124)
+    assert (
+        lines[-1] == f"dslaunch: NCCL flight recorder traces (each rank's line above says if it wrote one): a:{trace}"
+    )

@@ -41,11 +41,11 @@ def test_sigquit_then_hang_timeout_names_rank_2(tmp_path: Path) -> None:
     assert len(in_stuck.findall(text)) == 2, text
     for rank in range(4):
         assert _stacks(text, rank) >= 2, text
-        assert f"[rank{rank}]: dslaunch: no NCCL flight recorder trace (backend gloo)" in text, text
     for rank in (0, 1, 3):
         assert re.search(rf'^\[rank{rank}\]:   File ".*torch/distributed/.*", line \d+ in all_reduce$', text, re.M)
     assert (
         f"dslaunch: hang: no rank made progress for {TIMEOUT:g} s; least progress: rank 2 (host localhost) "
         "[not in the collective the others wait in]; stopped all 4 ranks (exit 124)"
     ) in text, text
+    assert "flight recorder" not in text, text  # gloo: no NCCL trace to dump or name
     print(f"hang to exit: {took:.2f} s after the last progress")
