@@ -25,6 +25,7 @@ from dslaunch.plan import LaunchPlan
 
 STACKS_WINDOW = 1.0  # after a stacks request: how long the stacks' output is read before the report
 _DEDUP = 1.0  # a second request this soon is the same one (Ctrl-\ reaches the launcher and a local agent)
+_CAPTURE = 1 << 20  # of a rank's stderr after a stacks request, read for the report
 _IN_COLLECTIVE = (b"torch/distributed/", b"torch\\distributed\\")
 _TRACE_BUFFER = "2000"  # entries of torch's flight recorder, as torch's own docs suggest
 _TRACE_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")  # torch's name, and its older one
@@ -96,8 +97,8 @@ class ProgressWatch:
         if st is None:
             return
         now = time.monotonic()
-        if st.capture is not None and is_err:
-            st.capture += chunk[-(256 << 10) :]
+        if st.capture is not None and is_err and len(st.capture) < _CAPTURE:
+            st.capture += chunk[: _CAPTURE - len(st.capture)]
         if now >= st.quiet_until:
             st.count += 1
             st.last = now
