@@ -32,6 +32,7 @@ class Hang:
     why: str  # how the culprits were picked
     unreported: tuple[int, ...]  # nodes that sent no stacks report
     traces: tuple[tuple[str, str], ...] = ()  # (host, path): the NCCL flight recorder dumps asked for
+    ranks: int = 0  # the ranks this launcher stops: all, or its node's (one launcher per node)
 
 
 class HangWatch:
@@ -97,7 +98,9 @@ class HangWatch:
             picked, why = [], stacks_line(self.plan) or "no stacks report came"
         unreported = () if self.plan.launcher in NO_STACKS else self._unreported(finished)
         traces = tuple((rep.host, path) for _, rep in sorted(self.reports.items()) for path in rep.traces)
-        return Hang(self.plan.hang_timeout, tuple(sorted((x[0], x[4]) for x in picked)), why, unreported, traces)
+        stopped = sum(self.plan.node(n).nproc for n in self.nodes)
+        culprits = tuple(sorted((x[0], x[4]) for x in picked))
+        return Hang(self.plan.hang_timeout, culprits, why, unreported, traces, stopped)
 
 
 def summary(hang: Hang, plan: LaunchPlan, code: int) -> list[str]:
@@ -106,7 +109,7 @@ def summary(hang: Hang, plan: LaunchPlan, code: int) -> list[str]:
         shown += f" and {len(hang.culprits) - 8} more"
     lines = [
         f"dslaunch: hang: no rank made progress for {hang.timeout:g} s; least progress: {shown or 'unknown'} "
-        f"[{hang.why}]; stopped all {plan.world_size} ranks (exit {code})"
+        f"[{hang.why}]; stopped {_stopped(hang.ranks, plan.world_size)} (exit {code})"
     ]
     if hang.unreported:
         lines.append(f"dslaunch: no stacks report from node(s) {', '.join(map(str, hang.unreported))}")
@@ -117,6 +120,10 @@ def summary(hang: Hang, plan: LaunchPlan, code: int) -> list[str]:
             f"dslaunch: NCCL flight recorder traces (each rank's line above says if it wrote one): {shown}{more}"
         )
     return lines
+
+
+def _stopped(ranks: int, world: int) -> str:
+    return f"all {world} ranks" if ranks in (0, world) else f"this node's {ranks} of {world} ranks"
 
 
 def stacks_line(plan: LaunchPlan) -> str | None:

@@ -334,3 +334,22 @@ def test_nothing_a_rank_starts_outlives_the_step(slurm_env: dict[str, str], mode
     res = _run([*argv, "--shutdown-timeout", "2", job, mode, str(tmp_path), "0"], slurm_env)
     assert res.returncode == 0, res.stdout + res.stderr
     assert wait_until_gone(run_id, 10) == []
+
+
+def test_hang_timeout_in_each_slurm_task(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    """One dslaunch per node (srun task): each decides for its own node (docs/hangs.md); the step ends 124 with
+    every rank's stack."""
+    run_id = _run_id()
+    waiter = str(ROOT / "tests" / "hangs" / "scripts" / "waiter.py")
+    start = time.monotonic()
+    job = [*DSLAUNCH, "--nproc-per-node", "2", "--hang-timeout", "2", "--run-id", run_id, waiter, "silent", "1,1,1,1"]
+    res = _run(["srun", "-N2", "--ntasks-per-node=1", *job], slurm_env)
+    took = time.monotonic() - start
+    out = res.stdout + res.stderr
+    assert res.returncode == 124, out
+    for rank, host in ((0, "n1"), (1, "n1"), (2, "n2"), (3, "n2")):
+        assert f'[{host}:rank{rank}]:   File "{waiter}", line' in out and "in stuck_here" in out, out
+    assert "dslaunch: hang: no rank made progress for 2 s" in out, out
+    assert "stopped this node's 2 of 4 ranks (exit 124)" in out, out
+    assert took < 40, f"{took:.0f} s"
+    assert wait_until_gone(run_id, 10) == []
