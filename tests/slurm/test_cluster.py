@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -352,4 +354,46 @@ def test_hang_timeout_in_each_slurm_task(slurm_env: dict[str, str], tmp_path: Pa
     assert "dslaunch: hang: no rank made progress for 2 s" in out, out
     assert "stopped this node's 2 of 4 ranks (exit 124)" in out, out
     assert took < 40, f"{took:.0f} s"
+    assert wait_until_gone(run_id, 10) == []
+
+
+def test_sigquit_to_the_launchers_of_a_slurm_step_prints_every_stack(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    """SIGQUIT to each srun task's dslaunch and its forked agent (what Ctrl-\\ does on one node): every rank's stack,
+    once, and the step goes on to end 0."""
+    import psutil
+
+    run_id = _run_id()
+    waiter = str(ROOT / "tests" / "hangs" / "scripts" / "waiter.py")
+    job = [*DSLAUNCH, "--nproc-per-node", "2", "--run-id", run_id, waiter, "wait", str(tmp_path)]
+    srun = subprocess.Popen(
+        ["timeout", "-k", "5", str(LIMIT), "srun", "-N2", "--ntasks-per-node=1", *job],
+        env=slurm_env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for rank in range(4):
+            assert wait_for_file(str(tmp_path / f"ready.{rank}"), 60), f"rank {rank} never started"
+        launchers = [
+            p
+            for p in psutil.process_iter(["cmdline"])
+            if "dslaunch" in (p.info["cmdline"] or [])[2:3] and run_id in (p.info["cmdline"] or [])
+        ]
+        assert len(launchers) == 4, launchers  # two srun tasks, each with its forked agent
+        for p in launchers:
+            p.send_signal(signal.SIGQUIT)
+        time.sleep(2.0)
+        assert srun.poll() is None
+        (tmp_path / "go").touch()
+        out, err = srun.communicate(timeout=60)
+    finally:
+        if srun.poll() is None:
+            srun.kill()
+            srun.wait()
+    assert srun.returncode == 0, out + err
+    for rank, host in ((0, "n1"), (1, "n1"), (2, "n2"), (3, "n2")):
+        stacks = re.findall(rf'^\[{host}:rank{rank}\]:   File ".*waiter\.py", line \d+ in waiting_here$', err, re.M)
+        assert len(stacks) == 1, err
     assert wait_until_gone(run_id, 10) == []

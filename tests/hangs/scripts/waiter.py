@@ -1,6 +1,7 @@
 """Trivial Python ranks for the hang tests (no torch).
 
-waiter.py wait DIR      print "ready", then wait in waiting_here() until DIR/go exists, and exit 0
+waiter.py wait DIR      print "ready", write DIR/ready.<rank>, then wait in waiting_here() until DIR/go exists, and
+                        exit 0
 waiter.py print SECS    print a line every 0.4 s for SECS seconds (output is progress), then exit 0
 waiter.py beat SECS     call dslaunch.heartbeat() every 0.4 s for SECS seconds, printing nothing, then exit 0
 waiter.py silent BEATS [DIR]  heartbeat BEATS times (BEATS: comma-separated, one per rank), write DIR/ready.<rank>,
@@ -28,6 +29,8 @@ def stuck_here() -> None:
 
 if mode == "wait":
     print("ready", flush=True)
+    with open(os.path.join(arg, f"ready.{rank}"), "w") as f:
+        f.write(str(os.getpid()))
     waiting_here(arg)
 elif mode in ("print", "beat"):
     end = time.monotonic() + float(arg)
