@@ -95,7 +95,8 @@ class HangWatch:
                 "; all equal" if len(picked) == len(live) and len(live) > 1 else ""
             )
         else:
-            picked, why = [], stacks_line(self.plan) or "no stacks report came"
+            refused = self.plan.launcher in NO_STACKS
+            picked, why = [], f"no stacks with --launcher {self.plan.launcher}" if refused else "no stacks report came"
         unreported = () if self.plan.launcher in NO_STACKS else self._unreported(finished)
         traces = tuple((rep.host, path) for _, rep in sorted(self.reports.items()) for path in rep.traces)
         stopped = sum(self.plan.node(n).nproc for n in self.nodes)
@@ -124,6 +125,11 @@ def summary(hang: Hang, plan: LaunchPlan, code: int) -> list[str]:
 
 def _stopped(ranks: int, world: int) -> str:
     return f"all {world} ranks" if ranks in (0, world) else f"this node's {ranks} of {world} ranks"
+
+
+def declared_line(plan: LaunchPlan) -> str:
+    asking = "stopping the job" if stacks_line(plan) else "asking every rank for its stack"
+    return f"dslaunch: hang: no rank made progress for {plan.hang_timeout:g} s: {asking}"
 
 
 def stacks_line(plan: LaunchPlan) -> str | None:

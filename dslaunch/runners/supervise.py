@@ -161,13 +161,9 @@ def _loop(
                     h.kill()
         if stopping_since is None and watch.hung(finished):
             watch.declare()
-            write_within(
-                2,
-                f"dslaunch: hang: no rank made progress for {plan.hang_timeout:g} s: asking every rank "
-                "for its stack\n".encode(),
-                STALL,
-            )
-            _ask_stacks(plan, handles)
+            write_within(2, (hang.declared_line(plan) + "\n").encode(), STALL)
+            if hang.stacks_line(plan) is None:
+                _ask_stacks(plan, handles)
         if stopping_since is None and watch.asked_at is not None and watch.settled(finished):
             outcome.hang = watch.result(finished)
             stop_all()

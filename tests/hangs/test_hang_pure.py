@@ -67,7 +67,7 @@ def test_mpirun_is_one_handle_for_every_node_and_one_launcher_per_node_watches_i
     assert mpi.hung(set())
     mpi.declare()
     assert mpi.settled(set())  # no stacks to wait for
-    assert mpi.result(set()).why == "dslaunch: stacks on demand are not available with --launcher openmpi"
+    assert mpi.result(set()).why == "no stacks with --launcher openmpi"
     pod = hang.HangWatch(replace(_plan(), launcher="node"), [_Agent(1)])
     pod.on_event(wire.Idle(1, True, 2))
     assert pod.hung(set())

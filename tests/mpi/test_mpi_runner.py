@@ -358,3 +358,15 @@ def test_sigusr1_reaches_the_ranks(flavour: mpi.Flavour) -> None:
         proc.kill()
         proc.wait()
     assert "[rank0]: GOT" in out and proc.returncode == 0
+
+
+def test_hang_timeout_under_mpirun() -> None:
+    """Every agent's idle report comes through mpirun's one stream; no stacks there (mpirun keeps SIGQUIT)."""
+    _need(mpi.OPENMPI)
+    waiter = str(Path(__file__).parents[1] / "hangs" / "scripts" / "waiter.py")
+    result = _launch("openmpi", "--nproc-per-node", "2", "--hang-timeout", "1.5", waiter, "silent", "1,1")
+    assert result.returncode == 124, (result.stdout, result.stderr)
+    assert (
+        "dslaunch: hang: no rank made progress for 1.5 s; least progress: unknown [no stacks with --launcher "
+        "openmpi]; stopped all 2 ranks (exit 124)"
+    ) in result.stderr
