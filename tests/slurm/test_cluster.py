@@ -35,6 +35,18 @@ def _run(
     )
 
 
+def _start(argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """``argv`` running in the background under the same ``timeout`` as ``_run``, its output captured."""
+    return subprocess.Popen(
+        ["timeout", "-k", "5", str(LIMIT), *argv],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def _facts(stdout: str) -> list[dict]:  # type: ignore[type-arg]
     facts = [json.loads(line.split("FACTS ", 1)[1]) for line in stdout.splitlines() if "FACTS " in line]
     return sorted(facts, key=lambda f: int(f["RANK"]))
@@ -141,12 +153,8 @@ def test_a_failing_rank_ends_the_step_with_its_code(slurm_env: dict[str, str]) -
 
 def test_usr1_reaches_every_rank_once_and_scancel_leaves_nothing(slurm_env: dict[str, str], tmp_path: Path) -> None:
     run_id, name = _run_id(), f"dsl-{uuid.uuid4().hex[:6]}"
-    srun = subprocess.Popen(
+    srun = _start(
         [
-            "timeout",
-            "-k",
-            "5",
-            str(LIMIT),
             "srun",
             f"--job-name={name}",
             "-N2",
@@ -158,11 +166,7 @@ def test_usr1_reaches_every_rank_once_and_scancel_leaves_nothing(slurm_env: dict
             run_id,
             SCRIPT,
         ],
-        env={**slurm_env, "OUT_DIR": str(tmp_path), "SLEEP": "120"},
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        {**slurm_env, "OUT_DIR": str(tmp_path), "SLEEP": "120"},
     )
     try:
         for rank in range(4):
@@ -283,28 +287,9 @@ def test_sigterm_to_launcher_slurm_stops_the_step_gracefully(slurm_env: dict[str
     import psutil
 
     run_id = _run_id()
-    salloc = subprocess.Popen(
-        [
-            "timeout",
-            "-k",
-            "5",
-            str(LIMIT),
-            "salloc",
-            "-N2",
-            *DSLAUNCH,
-            "--launcher",
-            "slurm",
-            "--nproc-per-node",
-            "2",
-            "--run-id",
-            run_id,
-            SCRIPT,
-        ],
-        env={**slurm_env, "OUT_DIR": str(tmp_path), "SLEEP": "120"},
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    salloc = _start(
+        ["salloc", "-N2", *DSLAUNCH, "--launcher", "slurm", "--nproc-per-node", "2", "--run-id", run_id, SCRIPT],
+        {**slurm_env, "OUT_DIR": str(tmp_path), "SLEEP": "120"},
     )
     try:
         for rank in range(4):
@@ -365,14 +350,7 @@ def test_sigquit_to_the_launchers_of_a_slurm_step_prints_every_stack(slurm_env: 
     run_id = _run_id()
     waiter = str(ROOT / "tests" / "hangs" / "scripts" / "waiter.py")
     job = [*DSLAUNCH, "--nproc-per-node", "2", "--run-id", run_id, waiter, "wait", str(tmp_path)]
-    srun = subprocess.Popen(
-        ["timeout", "-k", "5", str(LIMIT), "srun", "-N2", "--ntasks-per-node=1", *job],
-        env=slurm_env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    srun = _start(["srun", "-N2", "--ntasks-per-node=1", *job], slurm_env)
     try:
         for rank in range(4):
             assert wait_for_file(str(tmp_path / f"ready.{rank}"), 60), f"rank {rank} never started"
