@@ -22,6 +22,13 @@ def engine(**kwargs: Any) -> Engine:
     return _engine(**kwargs)
 
 
+def heartbeat() -> None:
+    """Tell dslaunch this rank is making progress (for ``--hang-timeout``): one write, a no-op outside dslaunch."""
+    from dslaunch.bootstrap.progress import beat
+
+    beat()
+
+
 def get_logger(module: str) -> Logger:
     """The dslaunch logger ``dslaunch.<module>``: "user", or "user.NAME" for your own code."""
     from dslaunch.logs._core import get_logger as _get_logger
@@ -29,4 +36,4 @@ def get_logger(module: str) -> Logger:
     return _get_logger(module)
 
 
-__all__ = ["__version__", "engine", "get_logger"]
+__all__ = ["__version__", "engine", "get_logger", "heartbeat"]

@@ -40,6 +40,7 @@ DSLAUNCH_KEYS: dict[str, str] = {
     "wall_clock_breakdown": "cli/log_options.py, bootstrap/timers.py: the timers channel prints at the default level",
     "steps_per_print": "cli/log_options.py, bootstrap/timers.py: the timers channel reports every N steps",
     "comms_logger": "cli/log_options.py: 'enabled' turns the per-op collective summary on",
+    "hang_timeout": "cli/core_options.py: --hang-timeout when not given (docs/hangs.md)",
     "mesh": "mesh.py: dslaunch's own mesh section",
     "mesh_param": "mesh.py: [dp, sp]",
     "data_parallel_size": "mesh.py: dp",
@@ -135,3 +136,13 @@ def steps_per_print(config: Mapping[str, Any]) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"config key steps_per_print must be a positive whole number, not {value!r}")
     return value
+
+
+def hang_timeout(config: Mapping[str, Any]) -> float | None:
+    """The config's ``hang_timeout`` (seconds above 0), None when absent; ConfigError if bad."""
+    value = config.get("hang_timeout")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 86400 * 7:
+        raise ConfigError(f"config key hang_timeout must be a number of seconds above 0, not {value!r}")
+    return float(value)

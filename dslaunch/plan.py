@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 # 2: typed runner options (remote, slurm, launcher_args, bind_cores, manual_node) replaced the option bag.
-# 3: restarts.
+# 3: restarts, hang_timeout.
 PLAN_VERSION = 3
 
 
@@ -92,6 +92,7 @@ class LaunchPlan:
     bind_cores: tuple[int, ...] | None = None  # --bind-cores-to-rank: None off; () the node's usable cores
     manual_node: int | None = None  # --node-rank N: the node the "node" launcher starts here
     restarts: Restarts = Restarts()
+    hang_timeout: float | None = None  # --hang-timeout: no rank made progress this long is a hang (None: off)
 
     @property
     def world_size(self) -> int:
@@ -128,6 +129,7 @@ class LaunchPlan:
             "log_dir": self.log_dir,
             "max_restarts": self.restarts.max_restarts,
             "restart_delay": self.restarts.delay,
+            "hang_timeout": self.hang_timeout,
         }
 
     def to_json(self) -> str:

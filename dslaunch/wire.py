@@ -10,7 +10,8 @@
   ``split_events`` cuts into event lines and runs of output lines. Rank output always carries a
   prefix, so a marked line comes from the agent.
 - **Control messages**, launcher → agent: whole lines on the agent's stdin
-  (``stop``, ``signal SIGUSR1``), parsed exactly, never by substring. EOF means stop.
+  (``stop``, ``signal SIGUSR1``, ``signal SIGQUIT``: print every rank's stack), parsed exactly, never by
+  substring. EOF means stop.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ PLAN_VAR = "DSLAUNCH_PLAN_B64"
 MARKER = "@dslaunch-event "
 STOP = "stop"
 FORWARDED_SIGNALS = ("SIGUSR1", "SIGUSR2")
+STACKS_SIGNAL = "SIGQUIT"  # not forwarded as is: the agent asks each rank for its stack (docs/hangs.md)
 
 
 class WireError(ValueError):
@@ -114,11 +116,35 @@ class Done:
     code: int
 
 
-Event = Spawned | RankExit | Done
-_KINDS: dict[str, type[Spawned] | type[RankExit] | type[Done]] = {
+@dataclass(frozen=True)
+class Idle:
+    """With --hang-timeout: whether no rank of this node has made progress for that long (sent on each change);
+    ``live``: its ranks still running (0: all ended, the node is finishing)."""
+
+    node_rank: int
+    idle: bool
+    live: int = 1
+
+
+@dataclass(frozen=True)
+class Stacks:
+    """After a stacks request: each rank of the node as (rank, state, progress count, seconds since its last
+    progress). state: "collective" (its stack is in torch.distributed), "running", "not started", "no-python",
+    "exited"."""
+
+    node_rank: int
+    host: str
+    ranks: tuple[tuple[int, str, int, float], ...]
+    traces: tuple[str, ...] = ()  # the NCCL flight recorder dumps its NCCL ranks were asked for (--hang-timeout)
+
+
+Event = Spawned | RankExit | Done | Idle | Stacks
+_KINDS: dict[str, type[Spawned] | type[RankExit] | type[Done] | type[Idle] | type[Stacks]] = {
     "spawned": Spawned,
     "exit": RankExit,
     "done": Done,
+    "idle": Idle,
+    "stacks": Stacks,
 }
 _NAMES = {cls: name for name, cls in _KINDS.items()}
 
@@ -136,6 +162,9 @@ def decode(line: str) -> Event | None:
         cls = _KINDS[raw.pop("ev")]
         if cls is RankExit:
             raw["stderr_tail"] = tuple(raw.get("stderr_tail", ()))
+        if cls is Stacks:
+            raw["ranks"] = tuple((int(r), str(s), int(n), float(t)) for r, s, n, t in raw["ranks"])
+            raw["traces"] = tuple(str(path) for path in raw.get("traces", ()))
         return cls(**raw)
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
@@ -197,8 +226,8 @@ def control_stop() -> bytes:
 
 def control_signal(signum: int) -> bytes:
     name = signal.Signals(signum).name
-    if name not in FORWARDED_SIGNALS:
-        raise WireError(f"only {', '.join(FORWARDED_SIGNALS)} are forwarded to ranks, not {name}")
+    if name not in (*FORWARDED_SIGNALS, STACKS_SIGNAL):
+        raise WireError(f"only {', '.join((*FORWARDED_SIGNALS, STACKS_SIGNAL))} are forwarded to ranks, not {name}")
     return f"signal {name}\n".encode()
 
 
@@ -217,6 +246,6 @@ class ControlReader:
             line = raw.strip().decode("ascii", "replace")
             if line == STOP:
                 commands.append(STOP)
-            elif line.startswith("signal ") and line[7:] in FORWARDED_SIGNALS:
+            elif line.startswith("signal ") and line[7:] in (*FORWARDED_SIGNALS, STACKS_SIGNAL):
                 commands.append(int(signal.Signals[line[7:]]))
         return commands

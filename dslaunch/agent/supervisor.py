@@ -26,6 +26,7 @@ from typing import IO, BinaryIO
 
 from dslaunch import _prctl, procs, wire
 from dslaunch.agent import ranks as rankspec
+from dslaunch.agent.progress import ProgressWatch
 from dslaunch.agent.relay import READ_SIZE, LineRelay
 from dslaunch.agent.sink import Sink
 from dslaunch.logs import get_logger, phases
@@ -39,6 +40,7 @@ _BAR_PIPE = 256 << 10  # 64 ranks drawing bars stay well inside the default per-
 _HELD_OPEN = 0.5  # ranks gone, pipes silent this long (a grandchild holds them): stop reading
 _TEARDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _FORWARD_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+_STACKS = signal.SIGQUIT  # print every rank's stack (agent/progress.py)
 
 
 def _log_debug(event: str, argv: list[str], **kw: object) -> None:
@@ -124,6 +126,7 @@ class NodeSupervisor:
             self.out_sink if _same_file(out, err) else Sink(err, live=os.isatty(err), wake=wake_w)
         )  # one writer for `2>&1`, so stdout and stderr lines never interleave mid-line
         self.sinks = [self.out_sink] if self.err_sink is self.out_sink else [self.out_sink, self.err_sink]
+        self.progress: ProgressWatch | None = None
 
     # ---- spawning -------------------------------------------------------
     def start(self, error_dir: str) -> None:
@@ -133,6 +136,7 @@ class NodeSupervisor:
         log_dir = self.plan.log_dir
         if log_dir:
             os.makedirs(log_dir, exist_ok=True)
+        self.progress = ProgressWatch(self.plan, self.node.node_rank, error_dir)
         for local_rank, rank in enumerate(self.node.ranks):
             error_dir_for_rank = log_dir or error_dir
             error_file = os.path.join(error_dir_for_rank, f"rank{rank}.error.json")
@@ -141,6 +145,7 @@ class NodeSupervisor:
             except FileNotFoundError:
                 pass
             env = rankspec.rank_env(self.plan, self.node, local_rank, os.environ, error_file)
+            self.progress.add(rank, env)
             argv = rankspec.rank_argv(self.plan, local_rank, self.node)
             try:
                 proc = subprocess.Popen(
@@ -168,6 +173,7 @@ class NodeSupervisor:
                 r.stdout_log = open(os.path.join(log_dir, f"rank{rank}.stdout.log"), "ab")
                 r.stderr_log = open(os.path.join(log_dir, f"rank{rank}.stderr.log"), "ab")
             self.ranks.append(r)
+            self.progress.started(rank, proc.pid)
             pipes = ((proc.stdout, self.out_sink, r.stdout_log), (proc.stderr, self.err_sink, r.stderr_log))
             for pipe, sink, log in pipes:
                 assert pipe is not None  # Popen(stdout=PIPE) always gives one
@@ -208,7 +214,8 @@ class NodeSupervisor:
         os.set_blocking(wake_r, False)
         os.set_blocking(wake_w, False)
         old_wakeup = signal.set_wakeup_fd(wake_w)
-        old_handlers = {s: signal.signal(s, lambda *_: None) for s in (*_TEARDOWN_SIGNALS, *_FORWARD_SIGNALS)}
+        caught = (*_TEARDOWN_SIGNALS, *_FORWARD_SIGNALS, _STACKS)
+        old_handlers = {s: signal.signal(s, lambda *_: None) for s in caught}
         self.sel.register(wake_r, selectors.EVENT_READ, ("signal", None))
         self.sel.register(self._sink_wake, selectors.EVENT_READ, ("sink", None))
         if self.control is not None:
@@ -223,6 +230,8 @@ class NodeSupervisor:
             for s, h in old_handlers.items():
                 signal.signal(s, h)
             self._kill_leftovers()
+            if self.progress is not None:
+                self.progress.close()
         code = self._exit_code()
         self._emit(wire.encode(wire.Done(node_rank=self.node.node_rank, code=code)))
         for sink in self.sinks:
@@ -259,6 +268,9 @@ class NodeSupervisor:
                 timeout = _min(timeout, remaining)
             if self.stop_deadline is not None:
                 timeout = _min(timeout, STALL / 2)
+            due = self.progress.due(now) if self.progress is not None and alive else None
+            if due is not None:
+                timeout = _min(timeout, due)
             for key, _ in self.sel.select(timeout):
                 kind, what = key.data
                 if kind == "pipe":
@@ -277,6 +289,9 @@ class NodeSupervisor:
             for r in alive:
                 if r.pidfd is None and r.returncode is None:
                     self._reap(r, block=False)
+            if self.progress is not None and self.stop_deadline is None:
+                for event in self.progress.tick(time.monotonic()):
+                    self._emit(wire.encode(event))
 
     def _watch(self, now: float) -> float | None:
         """Watch the pipes whose sink has room and that are not paused; the time until one resumes."""
@@ -332,6 +347,8 @@ class NodeSupervisor:
         if stream.is_err:
             r = stream.rank
             r.tail = (r.tail + chunk if len(chunk) < _TAIL_BYTES else chunk)[-_TAIL_BYTES:]
+        if self.progress is not None:
+            self.progress.output(stream.rank.rank, chunk, stream.is_err)
         pieces, bar = stream.relay.feed(chunk)
         stream.sink.put(stream, pieces, bar)
         if stream.relay.barred and len(chunk) < READ_SIZE:
@@ -354,6 +371,8 @@ class NodeSupervisor:
         if returncode is None:
             return
         r.returncode = returncode
+        if self.progress is not None:
+            self.progress.ended(r.rank)
         if r.pidfd is not None:
             self.sel.unregister(r.pidfd)
             os.close(r.pidfd)
@@ -411,10 +430,21 @@ class NodeSupervisor:
         for command in commands:
             if command == wire.STOP:
                 self.stop()
+            elif command == _STACKS:
+                self.request_stacks()
             elif isinstance(command, int):  # from a remote launcher, which cannot signal us
                 for r in self.ranks:
                     if r.returncode is None:
                         _killpg(r.pid, command)
+
+    def request_stacks(self) -> None:
+        """Every live rank prints its stack; the job goes on (agent/progress.py)."""
+        if self.progress is None or self.stop_deadline is not None:
+            return
+        prefixes = {r.rank: r.prefix for r in self.ranks}
+        for rank, text in self.progress.request_stacks():
+            if rank in prefixes:
+                self.err_sink.put(self, [prefixes[rank] + text.encode() + b"\n"])
 
     def stop(self) -> None:
         if self.stop_signal is None:
@@ -427,7 +457,9 @@ class NodeSupervisor:
         except BlockingIOError:
             return
         for signum in data:
-            if signum in _FORWARD_SIGNALS:
+            if signum == _STACKS:
+                self.request_stacks()
+            elif signum in _FORWARD_SIGNALS:
                 if self.plan.slurm.signals_ranks:
                     continue  # the scheduler (Slurm) already signalled every process of the step
                 for r in self.ranks:

@@ -6,7 +6,7 @@ import os
 import runpy
 import sys
 
-from dslaunch.bootstrap import teardown
+from dslaunch.bootstrap import progress, teardown
 from dslaunch.bootstrap.errorfile import user_traceback, write_error_file
 from dslaunch.logs import phases
 
@@ -22,6 +22,7 @@ def main(argv: list[str]) -> None:
         print("usage: python -m dslaunch.bootstrap [-m] TARGET [ARGS...]", file=sys.stderr)
         raise SystemExit(2)
     target, args = argv[0], argv[1:]
+    progress.install()
     _setup_logging()
     phases.rank_started()
     teardown.install()

@@ -138,6 +138,7 @@ def build_engine(mesh: Any = None) -> Engine:
                 backend, rank=info.rank, world_size=info.world_size, timeout=_pg_timeout(), **kwargs
             )
         owns = True
+    from dslaunch.bootstrap import progress
     from dslaunch.bootstrap.comm import Comm
     from dslaunch.bootstrap.mesh_build import bootstrap
     from dslaunch.bootstrap.timers import Timers
@@ -146,6 +147,7 @@ def build_engine(mesh: Any = None) -> Engine:
     phases.mark("pg_ready")
     built = bootstrap(mesh, info.local_world_size, "cuda" if cuda else "cpu")
     phases.mark("mesh_ready")
+    progress.engine_ready(str(dist.get_backend()))  # start-up done (--hang-timeout); flight recorder on request
     return Engine(
         built_mesh=built,
         _comm=Comm(built),

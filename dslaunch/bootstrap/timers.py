@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from dslaunch import logs
+from dslaunch.bootstrap import progress
 from dslaunch.logs import phases
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -86,6 +87,7 @@ class Timers:
         """
         phases.mark("first_step")
         self._steps += 1
+        progress.beat()  # a step is progress for --hang-timeout
         data, self._totals = self._totals, {}
         step = self._steps if step is None else step
         if self.enabled and data and reports_at(step, self.steps_per_print):

@@ -16,7 +16,7 @@ from dslaunch import hostfile
 from dslaunch.binding import usable_cores
 from dslaunch.cli.files import read_option_file
 from dslaunch.cli.types import NodesType, NprocType, Seconds, Whole, pet
-from dslaunch.config import ConfigError, load_config
+from dslaunch.config import ConfigError, hang_timeout, load_config
 from dslaunch.errors import DslaunchError
 from dslaunch.gpus import gpu_labels
 from dslaunch.limits import MAX_WORLD_SIZE
@@ -101,6 +101,13 @@ PARAMS: list[click.Parameter] = [
         help="Grace between SIGTERM and SIGKILL when the job is torn down.",
     ),
     click.Option(
+        ["--hang-timeout"],
+        type=Seconds(0, 86400 * 7),
+        metavar="SECONDS",
+        help="Fail the job (exit 124) when no rank has made progress (output, dslaunch.heartbeat(), "
+        "engine.timers.step()) for SECONDS, after printing every rank's stack [default: off; config: hang_timeout].",
+    ),
+    click.Option(
         ["--config"],
         type=click.Path(dir_okay=False),
         metavar="JSON",
@@ -140,6 +147,7 @@ class CoreChoices:
     port_given: bool  # --master-port on the command line or environment, not the default
     program: Program
     shutdown_timeout: float
+    hang_timeout: float | None
     log_dir: str | None
     cwd: str
     run_id: str
@@ -165,6 +173,14 @@ def parse(values: Mapping[str, Any], environ: Mapping[str, str]) -> CoreChoices:
         except ConfigError as exc:
             raise DslaunchError(exc.message, option="--config") from None
     given = values.get("run_id")
+    hang = values.get("hang_timeout")
+    if hang is not None and hang <= 0:
+        raise DslaunchError(f"{hang:g} is not a number of seconds above 0", option="--hang-timeout")
+    if hang is None:
+        try:
+            hang = hang_timeout(config)
+        except ConfigError as exc:
+            raise DslaunchError(exc.message, option="--config") from None
     return CoreChoices(
         pool=pool,
         include=values.get("include") or "",
@@ -183,6 +199,7 @@ def parse(values: Mapping[str, Any], environ: Mapping[str, str]) -> CoreChoices:
             python=sys.executable,
         ),
         shutdown_timeout=values["shutdown_timeout"],
+        hang_timeout=hang,
         log_dir=os.path.abspath(values["log_dir"]) if values.get("log_dir") else None,
         cwd=os.getcwd(),
         run_id=_run_id(given if given is not None else environ.get("DSLAUNCH_RUN_ID") or os.urandom(6).hex()),

@@ -102,6 +102,7 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
         bind_cores=c.parity.bind_cores,
         manual_node=c.remote.node_rank,
         restarts=c.restarts,
+        hang_timeout=core.hang_timeout,
     )
     return Decision(plan, frozenset(secrets), tuple(warnings))
 

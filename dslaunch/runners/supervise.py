@@ -24,6 +24,7 @@ from typing import Protocol
 from dslaunch import wire
 from dslaunch.agent.sink import Sink, write_within
 from dslaunch.plan import LaunchPlan
+from dslaunch.runners import hang
 from dslaunch.runners.result import JobResult
 from dslaunch.wire import RankExit
 
@@ -31,6 +32,7 @@ STALL = 0.5  # while stopping (and for the summary), a reader that takes nothing
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _FORWARDED = (signal.SIGUSR1, signal.SIGUSR2)
+_STACKS = signal.SIGQUIT  # every rank prints its stack; the job goes on (runners/hang.py)
 
 
 class AgentHandle(Protocol):
@@ -45,7 +47,7 @@ class AgentHandle(Protocol):
         """Ask the agent to tear its node down (idempotent)."""
 
     def signal(self, signum: int) -> None:
-        """Forward a signal (SIGUSR1/SIGUSR2) to the agent's ranks."""
+        """Forward a signal (SIGUSR1/SIGUSR2; SIGQUIT: ask for the ranks' stacks) to the agent's ranks."""
 
     def kill(self) -> None:
         """Hard-stop the agent's transport."""
@@ -61,6 +63,7 @@ class Outcome:
     lost_node: tuple[int, str, int | None] | None = None  # node_rank, host, status
     signal: int | None = None
     exits: list[RankExit] = field(default_factory=list)
+    hang: hang.Hang | None = None  # --hang-timeout ended the job (exit hang.HANG_EXIT)
 
 
 def supervise(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> Outcome:
@@ -81,7 +84,9 @@ def supervise(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> Outcome:
             inbox.put((index, None))
 
     threads = [threading.Thread(target=pump, args=(i, h), daemon=True) for i, h in enumerate(handles)]
-    previous = {s: signal.signal(s, lambda signum, _f: caught.append(signum)) for s in (*_SIGNALS, *_FORWARDED)}
+    previous = {
+        s: signal.signal(s, lambda signum, _f: caught.append(signum)) for s in (*_SIGNALS, *_FORWARDED, _STACKS)
+    }
     try:
         out.start()
         for t in threads:
@@ -97,7 +102,9 @@ def _log_teardown(outcome: Outcome) -> None:
 
     cause = outcome.root_cause
     reason = (
-        f"rank {cause.rank} on {cause.host} failed"
+        "hang"
+        if outcome.hang
+        else f"rank {cause.rank} on {cause.host} failed"
         if cause
         else f"signal {signal.Signals(outcome.signal).name}"
         if outcome.signal
@@ -117,6 +124,8 @@ def _loop(
 ) -> Outcome:
     outcome = Outcome(code=0)
     done: dict[int, int] = {}
+    finished: set[int] = set()  # node ranks
+    watch = hang.HangWatch(plan, handles)
     open_streams = len(handles)
     stopping_since: float | None = None
     killed = False
@@ -136,6 +145,10 @@ def _loop(
                 for h in handles:
                     h.signal(signum)
                 continue
+            if signum == _STACKS:
+                if stopping_since is None:
+                    _ask_stacks(plan, handles)
+                continue
             if outcome.signal is not None and not killed:
                 killed = True  # a second Ctrl-C: stop waiting for the grace period
                 for h in handles:
@@ -147,6 +160,14 @@ def _loop(
                 killed = True
                 for h in handles:
                     h.kill()
+        if stopping_since is None and watch.hung(finished):
+            watch.declare()
+            write_within(2, (hang.declared_line(plan) + "\n").encode(), STALL)
+            if hang.stacks_line(plan) is None:
+                _ask_stacks(plan, handles)
+        if stopping_since is None and watch.asked_at is not None and watch.settled(finished):
+            outcome.hang = watch.result(finished)
+            stop_all()
         if stopping_since is not None and out.stalled(STALL):
             out.abandon()  # let the reader threads drain the agents' streams
         try:
@@ -156,6 +177,7 @@ def _loop(
         handle = handles[index]
         if event is None:
             open_streams -= 1
+            finished.add(handle.node_rank)
             if index not in done:
                 status = handle.wait(1.0)
                 if outcome.root_cause is None and outcome.lost_node is None and outcome.signal is None:
@@ -169,7 +191,10 @@ def _loop(
                 if outcome.root_cause is None or result.ts < outcome.root_cause.ts:
                     outcome.root_cause = result
                 stop_all()
+        elif isinstance(event, (wire.Idle, wire.Stacks)):
+            watch.on_event(event)
         elif isinstance(event, wire.Done):
+            finished.add(event.node_rank)
             done[index] = event.code
             if done[index] != 0:
                 stop_all()
@@ -183,9 +208,20 @@ def _loop(
     return outcome
 
 
+def _ask_stacks(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> None:
+    refused = hang.stacks_line(plan)
+    if refused is not None:
+        write_within(2, (refused + "\n").encode(), STALL)
+        return
+    for h in handles:
+        h.signal(_STACKS)
+
+
 def _final_code(outcome: Outcome, done: dict[int, int]) -> int:
     if outcome.signal is not None:
         return 128 + outcome.signal
+    if outcome.hang is not None:
+        return hang.HANG_EXIT
     if outcome.root_cause is not None:
         return outcome.root_cause.code
     if outcome.lost_node is not None:
@@ -221,6 +257,9 @@ def cause_line(outcome: Outcome) -> str:
         return ""
     if outcome.signal is not None:
         return f"dslaunch received {signal.Signals(outcome.signal).name}"
+    if outcome.hang is not None:
+        ranks = ", ".join(str(rank) for rank, _host in outcome.hang.culprits[:8]) or "unknown"
+        return f"hang: no progress for {outcome.hang.timeout:g} s (least progress: rank {ranks})"
     cause = outcome.root_cause
     if cause is not None:
         how = f"was killed by {cause.signal}" if cause.signal else f"exited with code {cause.code}"
@@ -239,7 +278,9 @@ def format_summary(outcome: Outcome, plan: LaunchPlan) -> str | None:
         name = signal.Signals(outcome.signal).name
         lines.append(f"dslaunch: received {name}; stopped all {plan.world_size} ranks (exit {outcome.code})")
     cause = outcome.root_cause
-    if cause is not None:
+    if outcome.hang is not None and outcome.signal is None:
+        lines.extend(hang.summary(outcome.hang, plan, outcome.code))
+    elif cause is not None:
         how = f"was killed by {cause.signal}" if cause.signal else f"exited with code {cause.code}"
         lines.append(
             f"dslaunch: job failed: rank {cause.rank} (local_rank {cause.local_rank}, node {cause.node_rank}) "

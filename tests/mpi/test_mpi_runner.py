@@ -370,3 +370,15 @@ def test_max_restarts_runs_mpirun_again(flavour: mpi.Flavour, tmp_path: Path) ->
     seen = [line.split() for line in (tmp_path / "attempts.txt").read_text().splitlines()]
     assert sorted(r for a, r, _m in seen if a == "1") == ["0", "1"]
     assert "the job ran 2 times (--max-restarts 1)" in result.stderr
+
+
+def test_hang_timeout_under_mpirun() -> None:
+    """Every agent's idle report comes through mpirun's one stream; no stacks there (mpirun keeps SIGQUIT)."""
+    _need(mpi.OPENMPI)
+    waiter = str(Path(__file__).parents[1] / "hangs" / "scripts" / "waiter.py")
+    result = _launch("openmpi", "--nproc-per-node", "2", "--hang-timeout", "1.5", waiter, "silent", "1,1")
+    assert result.returncode == 124, (result.stdout, result.stderr)
+    assert (
+        "dslaunch: hang: no rank made progress for 1.5 s; least progress: unknown [no stacks with --launcher "
+        "openmpi]; stopped all 2 ranks (exit 124)"
+    ) in result.stderr

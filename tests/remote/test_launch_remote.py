@@ -383,3 +383,29 @@ def test_a_remote_no_python_target_that_cannot_run(
     assert done.returncode == code, done.stderr
     assert re.search(rf"error:\n  \| cannot start rank [01]: {target}: {why}", done.stderr), done.stderr
     assert "Traceback" not in done.stderr and "disappeared" not in done.stderr
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_sigquit_prints_every_remote_stack_and_hang_timeout_ends_the_job(
+    ssh_cluster: SshCluster, runner: str, tmp_path: Path
+) -> None:
+    """SIGQUIT reaches each remote agent (ssh: a control line; pdsh: a second ssh signalling the agent): every rank
+    prints its stack with its host prefix and the job goes on; then --hang-timeout ends it with 124 (docs/hangs.md)."""
+    run_id = f"quit{runner}{os.getpid()}"
+    where = base_args(ssh_cluster, runner, ["node1", "node2"])
+    waiter = str(Path(__file__).parents[1] / "hangs" / "scripts" / "waiter.py")
+    args = [*where, "--hang-timeout", "4", "--run-id", run_id, waiter, "silent", "1,1,1,1", str(tmp_path)]
+    proc = start(args, cwd=tmp_path)
+    try:
+        assert wait_ready(tmp_path, 4)
+        time.sleep(0.5)  # the agents have seen every rank's bootstrap start
+        proc.send_signal(signal.SIGQUIT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        stop(proc)
+    assert proc.returncode == 124, err
+    for rank, host in ((0, "node1"), (1, "node1"), (2, "node2"), (3, "node2")):
+        stacks = re.findall(rf'^\[{host}:rank{rank}\]:   File ".*waiter\.py", line \d+ in stuck_here$', err, re.M)
+        assert len(stacks) == 2, err  # once for SIGQUIT, once for the hang
+    assert "dslaunch: hang: no rank made progress for 4 s; least progress: " in err, err
+    assert wait_until_gone(run_id, 5) == []

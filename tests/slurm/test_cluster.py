@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -30,6 +32,18 @@ def _run(
         env={**env, **(extra or {})},
         cwd=ROOT,
         timeout=limit + 15,
+    )
+
+
+def _start(argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """``argv`` running in the background under the same ``timeout`` as ``_run``, its output captured."""
+    return subprocess.Popen(
+        ["timeout", "-k", "5", str(LIMIT), *argv],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -139,12 +153,8 @@ def test_a_failing_rank_ends_the_step_with_its_code(slurm_env: dict[str, str]) -
 
 def test_usr1_reaches_every_rank_once_and_scancel_leaves_nothing(slurm_env: dict[str, str], tmp_path: Path) -> None:
     run_id, name = _run_id(), f"dsl-{uuid.uuid4().hex[:6]}"
-    srun = subprocess.Popen(
+    srun = _start(
         [
-            "timeout",
-            "-k",
-            "5",
-            str(LIMIT),
             "srun",
             f"--job-name={name}",
             "-N2",
@@ -156,11 +166,7 @@ def test_usr1_reaches_every_rank_once_and_scancel_leaves_nothing(slurm_env: dict
             run_id,
             SCRIPT,
         ],
-        env={**slurm_env, "OUT_DIR": str(tmp_path), "SLEEP": "120"},
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        {**slurm_env, "OUT_DIR": str(tmp_path), "SLEEP": "120"},
     )
     try:
         for rank in range(4):
@@ -281,28 +287,9 @@ def test_sigterm_to_launcher_slurm_stops_the_step_gracefully(slurm_env: dict[str
     import psutil
 
     run_id = _run_id()
-    salloc = subprocess.Popen(
-        [
-            "timeout",
-            "-k",
-            "5",
-            str(LIMIT),
-            "salloc",
-            "-N2",
-            *DSLAUNCH,
-            "--launcher",
-            "slurm",
-            "--nproc-per-node",
-            "2",
-            "--run-id",
-            run_id,
-            SCRIPT,
-        ],
-        env={**slurm_env, "OUT_DIR": str(tmp_path), "SLEEP": "120"},
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    salloc = _start(
+        ["salloc", "-N2", *DSLAUNCH, "--launcher", "slurm", "--nproc-per-node", "2", "--run-id", run_id, SCRIPT],
+        {**slurm_env, "OUT_DIR": str(tmp_path), "SLEEP": "120"},
     )
     try:
         for rank in range(4):
@@ -333,4 +320,58 @@ def test_nothing_a_rank_starts_outlives_the_step(slurm_env: dict[str, str], mode
     argv = ["srun", "-N2", "--ntasks-per-node=1", *DSLAUNCH, "--nproc-per-node", "1", "--run-id", run_id]
     res = _run([*argv, "--shutdown-timeout", "2", job, mode, str(tmp_path), "0"], slurm_env)
     assert res.returncode == 0, res.stdout + res.stderr
+    assert wait_until_gone(run_id, 10) == []
+
+
+def test_hang_timeout_in_each_slurm_task(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    """One dslaunch per node (srun task): each decides for its own node (docs/hangs.md); the step ends 124 with
+    every rank's stack."""
+    run_id = _run_id()
+    waiter = str(ROOT / "tests" / "hangs" / "scripts" / "waiter.py")
+    start = time.monotonic()
+    job = [*DSLAUNCH, "--nproc-per-node", "2", "--hang-timeout", "2", "--run-id", run_id, waiter, "silent", "1,1,1,1"]
+    res = _run(["srun", "-N2", "--ntasks-per-node=1", *job], slurm_env)
+    took = time.monotonic() - start
+    out = res.stdout + res.stderr
+    assert res.returncode == 124, out
+    for rank, host in ((0, "n1"), (1, "n1"), (2, "n2"), (3, "n2")):
+        assert f'[{host}:rank{rank}]:   File "{waiter}", line' in out and "in stuck_here" in out, out
+    assert "dslaunch: hang: no rank made progress for 2 s" in out, out
+    assert "stopped this node's 2 of 4 ranks (exit 124)" in out, out
+    assert took < 40, f"{took:.0f} s"
+    assert wait_until_gone(run_id, 10) == []
+
+
+def test_sigquit_to_the_launchers_of_a_slurm_step_prints_every_stack(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    """SIGQUIT to each srun task's dslaunch and its forked agent (what Ctrl-\\ does on one node): every rank's stack,
+    once, and the step goes on to end 0."""
+    import psutil
+
+    run_id = _run_id()
+    waiter = str(ROOT / "tests" / "hangs" / "scripts" / "waiter.py")
+    job = [*DSLAUNCH, "--nproc-per-node", "2", "--run-id", run_id, waiter, "wait", str(tmp_path)]
+    srun = _start(["srun", "-N2", "--ntasks-per-node=1", *job], slurm_env)
+    try:
+        for rank in range(4):
+            assert wait_for_file(str(tmp_path / f"ready.{rank}"), 60), f"rank {rank} never started"
+        launchers = [
+            p
+            for p in psutil.process_iter(["cmdline"])
+            if "dslaunch" in (p.info["cmdline"] or [])[2:3] and run_id in (p.info["cmdline"] or [])
+        ]
+        assert len(launchers) == 4, launchers  # two srun tasks, each with its forked agent
+        for p in launchers:
+            p.send_signal(signal.SIGQUIT)
+        time.sleep(2.0)
+        assert srun.poll() is None
+        (tmp_path / "go").touch()
+        out, err = srun.communicate(timeout=60)
+    finally:
+        if srun.poll() is None:
+            srun.kill()
+            srun.wait()
+    assert srun.returncode == 0, out + err
+    for rank, host in ((0, "n1"), (1, "n1"), (2, "n2"), (3, "n2")):
+        stacks = re.findall(rf'^\[{host}:rank{rank}\]:   File ".*waiter\.py", line \d+ in waiting_here$', err, re.M)
+        assert len(stacks) == 1, err
     assert wait_until_gone(run_id, 10) == []

@@ -56,6 +56,8 @@ def test_plan_from_env_removes_it() -> None:
         wire.Spawned(rank=1, local_rank=1, pid=42, host="h"),
         wire.Done(node_rank=3, code=7),
         wire.RankExit(1, 1, 0, "h", 42, 134, "SIGABRT", 1.5, False, "Traceback...", ("a", "b")),
+        wire.Idle(node_rank=1, idle=True, live=2),
+        wire.Stacks(node_rank=1, host="h", ranks=((2, "collective", 3, 5.5), (3, "no-python", 0, 6.0))),
     ],
 )
 def test_events_round_trip(event: wire.Event) -> None:
@@ -114,6 +116,7 @@ def test_control_lines_are_parsed_whole_never_by_substring() -> None:
     ]
     with pytest.raises(wire.WireError):
         wire.control_signal(signal.SIGKILL)
+    assert reader.feed(wire.control_signal(signal.SIGQUIT)) == [int(signal.SIGQUIT)]  # stacks (docs/hangs.md)
 
 
 def test_staged_plan_paths_are_per_node_and_quoted() -> None:
