@@ -22,7 +22,7 @@ from dslaunch.runners.supervise import supervise_and_report
 
 def _reset_signal_handlers() -> None:
     """Start the forked agent with a fresh interpreter's handlers, not the launcher's."""
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGURG):
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGURG, signal.SIGWINCH):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
 

@@ -21,7 +21,7 @@ from dslaunch.runners import slurm_step
 from dslaunch.runners.result import JobResult, stopped
 from dslaunch.slurm import srun, step
 
-_RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+_RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
 
 
 def srun_line(plan: LaunchPlan) -> list[str]:
@@ -92,7 +92,9 @@ def _run_srun(argv: list[str], plan: LaunchPlan, env: dict[str, str]) -> JobResu
                 signum = caught.pop(0)
                 if signum in (signal.SIGUSR1, signal.SIGUSR2):
                     proc.send_signal(signum)  # srun hands it to every process of the step
-                elif stop_signal is None and _stop_step(plan):
+                elif signum == signal.SIGQUIT:  # srun would abort the step: ask each task for its node's stacks
+                    _signal_step(plan, str(int(slurm_step.STACKS_REQUEST)))  # scancel knows no WINCH by name
+                elif stop_signal is None and _signal_step(plan, "TERM"):
                     stop_signal = signum
                     deadline = time.monotonic() + plan.shutdown_timeout + 5.0
                 else:
@@ -110,8 +112,8 @@ def _run_srun(argv: list[str], plan: LaunchPlan, env: dict[str, str]) -> JobResu
     return JobResult(code, f"the srun step ended with exit {code}" if code else "")
 
 
-def _stop_step(plan: LaunchPlan) -> bool:
-    """Send SIGTERM to every process of our step (found by its name); False if that failed."""
+def _signal_step(plan: LaunchPlan, name: str) -> bool:
+    """Send signal ``name`` (TERM, or a number) to every process of our step (found by name); False if that failed."""
     job = os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")
     try:
         listing = subprocess.run(
@@ -126,7 +128,7 @@ def _stop_step(plan: LaunchPlan) -> bool:
             return False
         return (
             subprocess.run(
-                ["scancel", "--signal=TERM", steps[0]], capture_output=True, timeout=10, check=False
+                ["scancel", f"--signal={name}", steps[0]], capture_output=True, timeout=10, check=False
             ).returncode
             == 0
         )

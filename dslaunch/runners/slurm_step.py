@@ -27,6 +27,9 @@ from dslaunch.slurm import layout
 from dslaunch.slurm.step import node_rank_of, resolve_port
 
 PEER_FAILED = signal.SIGURG
+# --launcher slurm's launcher turns its SIGQUIT into this, for every process of the step: ignored by default
+# everywhere, so only the dslaunch tasks react (a SIGQUIT would kill the ranks' children, srun aborts on it).
+STACKS_REQUEST = signal.SIGWINCH
 PEER_STOPPED_CODE = 1
 
 
@@ -69,10 +72,12 @@ def run_node(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> JobResul
             time.sleep(wait)
     started = time.monotonic()
     _peers.told = False
+    stacks = signal.signal(STACKS_REQUEST, _ask_for_stacks)
     try:
         _peers.current = StepAgent(plan, node_rank, on_failure=lambda: _tell_once(plan, env))
         outcome = supervise(plan, [_peers.current])
     finally:
+        signal.signal(STACKS_REQUEST, stacks)
         _peers.current = None
         if not _peers.listening:
             signal.signal(PEER_FAILED, previous)
@@ -88,6 +93,11 @@ def run_node(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> JobResul
     if outcome.code and outcome.root_cause is not None:
         _tell_once(plan, env)
     return report(outcome, plan)
+
+
+def _ask_for_stacks(_signum: int, _frame: object) -> None:
+    if signal.getsignal(signal.SIGQUIT) not in (signal.SIG_DFL, signal.SIG_IGN, None):  # supervise() is running
+        os.kill(os.getpid(), signal.SIGQUIT)
 
 
 def _tell_once(plan: LaunchPlan, env: Mapping[str, str]) -> None:

@@ -12,6 +12,7 @@ import time
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.helpers import wait_for_file, wait_until_gone
@@ -371,6 +372,37 @@ def test_sigquit_to_the_launchers_of_a_slurm_step_prints_every_stack(slurm_env: 
             srun.kill()
             srun.wait()
     assert srun.returncode == 0, out + err
+    for rank, host in ((0, "n1"), (1, "n1"), (2, "n2"), (3, "n2")):
+        stacks = re.findall(rf'^\[{host}:rank{rank}\]:   File ".*waiter\.py", line \d+ in waiting_here$', err, re.M)
+        assert len(stacks) == 1, err
+    assert wait_until_gone(run_id, 10) == []
+
+
+def test_sigquit_to_launcher_slurm_prints_every_stack_and_the_step_goes_on(
+    slurm_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Ctrl-\\ to `salloc dslaunch --launcher slurm`: srun would abort the step on SIGQUIT, so the launcher asks each
+    task (scancel --signal=WINCH, ignored by the ranks); every rank's stack comes out once and the step ends 0."""
+    run_id = _run_id()
+    waiter = str(ROOT / "tests" / "hangs" / "scripts" / "waiter.py")
+    job = [*DSLAUNCH, "--launcher", "slurm", "--nproc-per-node", "2", "--run-id", run_id, waiter, "wait", str(tmp_path)]
+    salloc = _start(["salloc", "-N2", *job], slurm_env)
+    try:
+        for rank in range(4):
+            assert wait_for_file(str(tmp_path / f"ready.{rank}"), 60), f"rank {rank} never started"
+        launcher = next(
+            p for p in psutil.Process(salloc.pid).children(recursive=True) if p.cmdline()[1:3] == ["-m", "dslaunch"]
+        )
+        launcher.send_signal(signal.SIGQUIT)
+        time.sleep(3.0)
+        assert salloc.poll() is None
+        (tmp_path / "go").touch()
+        out, err = salloc.communicate(timeout=60)
+    finally:
+        if salloc.poll() is None:
+            salloc.kill()
+            salloc.wait()
+    assert salloc.returncode == 0, out + err
     for rank, host in ((0, "n1"), (1, "n1"), (2, "n2"), (3, "n2")):
         stacks = re.findall(rf'^\[{host}:rank{rank}\]:   File ".*waiter\.py", line \d+ in waiting_here$', err, re.M)
         assert len(stacks) == 1, err
