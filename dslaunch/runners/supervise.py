@@ -258,8 +258,9 @@ def cause_line(outcome: Outcome) -> str:
     if outcome.signal is not None:
         return f"dslaunch received {signal.Signals(outcome.signal).name}"
     if outcome.hang is not None:
-        ranks = ", ".join(str(rank) for rank, _host in outcome.hang.culprits[:8]) or "unknown"
-        return f"hang: no progress for {outcome.hang.timeout:g} s (least progress: rank {ranks})"
+        culprits = [str(rank) for rank, _host in outcome.hang.culprits[:8]]
+        named = f"rank{'s' if len(culprits) > 1 else ''} {', '.join(culprits)}" if culprits else "unknown"
+        return f"hang: no progress for {outcome.hang.timeout:g} s (least progress: {named})"
     cause = outcome.root_cause
     if cause is not None:
         how = f"was killed by {cause.signal}" if cause.signal else f"exited with code {cause.code}"
