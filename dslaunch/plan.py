@@ -81,6 +81,7 @@ class LaunchPlan:
     launcher_args: tuple[str, ...] = ()  # --launcher-args: mpirun/mpiexec/srun
     bind_cores: tuple[int, ...] | None = None  # --bind-cores-to-rank: None off; () the node's usable cores
     manual_node: int | None = None  # --node-rank N: the node the "node" launcher starts here
+    preload: tuple[str, ...] = ()  # --preload: modules each node's zygote imports before forking ranks
 
     @property
     def world_size(self) -> int:
@@ -139,6 +140,7 @@ class LaunchPlan:
             slurm=SlurmSettings(**{**slurm, "exclude": tuple(slurm["exclude"])}),
             launcher_args=tuple(data.pop("launcher_args")),
             bind_cores=None if bind is None else tuple(bind),
+            preload=tuple(data.pop("preload", ())),
             **data,
         )
 

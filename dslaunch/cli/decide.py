@@ -74,6 +74,10 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
             f"launchers; ignored with --launcher {launcher}"
         )
     program = core.program
+    preload = core.preload
+    if preload and program.no_python:
+        warnings.append("dslaunch: warning: --preload is ignored with --no-python: the ranks are not Python")
+        preload = ()
     if c.remote.remote_python:
         program = replace(program, python=c.remote.remote_python)
     if c.parity.local_rank_arg:
@@ -94,6 +98,7 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
         launcher_args=c.parity.launcher_args,
         bind_cores=c.parity.bind_cores,
         manual_node=c.remote.node_rank,
+        preload=preload,
     )
     return Decision(plan, frozenset(secrets), tuple(warnings))
 
