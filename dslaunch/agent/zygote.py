@@ -116,12 +116,12 @@ class Zygote:
         if self.proc is None:
             return None
         if list(argv[1:4]) != list(_BOOTSTRAP) or argv[0] != self.proc.args[0]:
-            self._fallback(f"rank {rank}: its command is not the Python bootstrap ({argv[0]})", rank=rank)
+            self._fallback(f"its command is not the Python bootstrap ({argv[0]})", rank=rank)
             return None
         differs = env_difference(self.env, env)
         if differs is not None:
             self._fallback(
-                f"rank {rank}: {differs} differs from the preloaded process's, and is read at import time",
+                f"{differs} differs from the preloaded process's, and is read at import time",
                 rank=rank,
             )
             return None

@@ -207,20 +207,20 @@ _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 def preload_modules(given: str | None, config: Mapping[str, Any]) -> tuple[str, ...]:
     """--preload (or config 'preload': a string like the option, or a list of names) as checked module names."""
-    where, value = "--preload", given
+    where, value = "", given
     if given is None:
-        where, value = "config key preload", config.get("preload")
+        where, value = "config key preload: ", config.get("preload")
     if value is None:
         return ()
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         value = ",".join(value)
     if not isinstance(value, str):
-        raise DslaunchError(f"{where}: give module names, e.g. 'torch,transformers', not {value!r}", option="--preload")
+        raise DslaunchError(f"{where}give module names, e.g. 'torch,transformers', not {value!r}", option="--preload")
     names = tuple(name.strip() for name in value.split(",") if name.strip())
     for name in names:
         if not _MODULE.fullmatch(name):
             raise DslaunchError(
-                f"{where}: {name!r} is not a module name (dotted Python names, comma-separated, e.g. torch,numpy)",
+                f"{where}{name!r} is not a module name (dotted Python names, comma-separated, e.g. torch,numpy)",
                 option="--preload",
             )
     return tuple(dict.fromkeys(names))
