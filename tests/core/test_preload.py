@@ -50,6 +50,14 @@ def test_forked_ranks_get_what_exec_d_ranks_get() -> None:
         assert (cwd, stdin) == (str(SCRIPTS), "/dev/null")
 
 
+def test_log_dir_and_error_files_work_for_forked_ranks(tmp_path: Path) -> None:
+    result = _launch("--preload", "preload_plain", "--log-dir", str(tmp_path), env={"EXIT_RANK_1": "99"})
+    assert result.returncode == 1, result.stderr
+    assert "forked=True" in (tmp_path / "rank0.stdout.log").read_text()
+    assert "RuntimeError: rank 1 fails" in (tmp_path / "rank1.stderr.log").read_text()
+    assert "whoami.py" in (tmp_path / "rank1.error.json").read_text()
+
+
 def test_without_preload_ranks_are_exec_d() -> None:
     result = _launch()
     assert result.returncode == 0, result.stderr
