@@ -46,8 +46,8 @@ _MAX_MESSAGE = 1 << 20
 _ACCELERATOR_DEVICES = ("/dev/nvidia", "/dev/kfd", "/dev/dri/", "/dev/accel", "/dev/neuron", "/dev/davinci")
 
 
-class _Unforkable(Exception):
-    pass
+_OURS = ("dslaunch.bootstrap.__main__", "dslaunch.logs")  # what every rank runs first
+_ENGINE = tuple(f"dslaunch.bootstrap.{m}" for m in ("engine", "comm", "mesh_build", "timers"))  # with torch
 
 
 # ---- the agent's side ------------------------------------------------------------------------------------
@@ -280,8 +280,8 @@ def serve(sock: socket.socket, agent: int, modules: Sequence[str]) -> _Request |
         except BaseException as exc:  # noqa: BLE001 - any failure means: exec instead
             _send(sock, fallback=f"cannot import {name}: {type(exc).__name__}: {exc}")
             return None
-    import dslaunch.bootstrap.__main__  # what every rank runs first
-    import dslaunch.logs  # noqa: F401 - setup_rank, the first thing a rank runs
+    for name in _OURS + (_ENGINE if "torch" in sys.modules else ()):
+        importlib.import_module(name)
 
     why = fork_blocker()
     if why is not None:
