@@ -27,6 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
+from dslaunch import _prctl
+
 if TYPE_CHECKING:
     from dslaunch.plan import LaunchPlan, NodePlan
 
@@ -171,8 +173,6 @@ def start(modules: Sequence[str], python: str, env: Mapping[str, str], cwd: str 
     The caller is a child subreaper (the forked ranks become its children)."""
     import subprocess
 
-    from dslaunch import _prctl
-
     label = f"--preload {','.join(modules)} on {host}"
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     for s in (ours, theirs):
@@ -209,7 +209,6 @@ def start(modules: Sequence[str], python: str, env: Mapping[str, str], cwd: str 
 
 def for_node(plan: LaunchPlan, node: NodePlan, base: Mapping[str, str], error_dir: str) -> Zygote | None:
     """This node's zygote when the plan preloads and it can serve; else None (with a warning when it was asked)."""
-    from dslaunch import _prctl
     from dslaunch.agent import ranks
 
     if not plan.preload or plan.program.no_python:  # the CLI warned about --no-python
@@ -227,9 +226,7 @@ def for_node(plan: LaunchPlan, node: NodePlan, base: Mapping[str, str], error_di
     return start(plan.preload, plan.program.python, env, plan.cwd, node.host)
 
 
-def _zygote_preexec() -> None:
-    from dslaunch import _prctl
-
+def _zygote_preexec() -> None:  # between fork and exec: prctl was resolved before the fork
     _prctl.set_parent_death_signal(signal.SIGKILL)
 
 
@@ -282,6 +279,7 @@ def serve(sock: socket.socket, agent: int, modules: Sequence[str]) -> _Request |
             return None
     for name in _OURS + (_ENGINE if "torch" in sys.modules else ()):
         importlib.import_module(name)
+    _prctl.load()  # each rank sets its parent-death signal: resolve prctl once, here
 
     why = fork_blocker()
     if why is not None:
@@ -342,8 +340,6 @@ def _fork_rank(sock: socket.socket, request: _Request) -> int:
 def _become_rank(sock: socket.socket, request: _Request, middle_pid: int) -> None:
     """In the forked rank: what Popen and _rank_preexec give an exec'd rank."""
     import time
-
-    from dslaunch import _prctl
 
     sock.close()
     os.setsid()
