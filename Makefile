@@ -7,7 +7,7 @@ NEWEST ?= .venv-torch-newest
 NEWEST_PY := $(NEWEST)/bin/python
 NEWEST_STAMP := $(NEWEST)/.dslaunch-installed
 
-.PHONY: demo test lint install install-newest bench clean
+.PHONY: demo test test-preload lint install install-newest bench clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -41,6 +41,10 @@ lint: install
 test: install install-newest
 	$(PY) -m pytest -q
 	$(NEWEST_PY) -m pytest -q -m torch
+
+# Every test that starts torch ranks, with --preload torch forced on (docs/preload.md); not part of `make test`.
+test-preload: install
+	DSLAUNCH_PRELOAD=torch $(PY) -m pytest -q -m torch
 
 bench: install
 	$(PY) bench/bench_launch.py

@@ -46,6 +46,7 @@ DSLAUNCH_KEYS: dict[str, str] = {
     "data_parallel_size": "mesh.py: dp",
     "sequence_parallel_size": "mesh.py: sp",
     "tensor_parallel": "mesh.py: 'autotp_size' is tp",
+    "preload": "cli/core_options.py: --preload (modules each node imports once, then forks ranks from)",
 }
 
 # DeepSpeed's documented top-level keys (docs/_pages/config-json.md and runtime/config.py, 0.19.x),

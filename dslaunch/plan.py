@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 # 2: typed runner options (remote, slurm, launcher_args, bind_cores, manual_node) replaced the option bag.
-# 3: restarts, hang_timeout.
+# 3: restarts, hang_timeout, preload.
 PLAN_VERSION = 3
 
 
@@ -93,6 +93,7 @@ class LaunchPlan:
     manual_node: int | None = None  # --node-rank N: the node the "node" launcher starts here
     restarts: Restarts = Restarts()
     hang_timeout: float | None = None  # --hang-timeout: no rank made progress this long is a hang (None: off)
+    preload: tuple[str, ...] = ()  # --preload: modules each node's zygote imports before forking ranks
 
     @property
     def world_size(self) -> int:
@@ -159,6 +160,7 @@ class LaunchPlan:
             launcher_args=tuple(data.pop("launcher_args")),
             bind_cores=None if bind is None else tuple(bind),
             restarts=Restarts(**data.pop("restarts")),
+            preload=tuple(data.pop("preload")),
             **data,
         )
 

@@ -22,7 +22,7 @@ import selectors
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import IO, BinaryIO
+from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
 from dslaunch import _prctl, procs, wire
 from dslaunch.agent import ranks as rankspec
@@ -31,6 +31,9 @@ from dslaunch.agent.relay import READ_SIZE, LineRelay
 from dslaunch.agent.sink import Sink
 from dslaunch.logs import get_logger, phases
 from dslaunch.plan import LaunchPlan
+
+if TYPE_CHECKING:
+    from dslaunch.agent.zygote import Zygote
 
 _STDERR_TAIL = 20
 _TAIL_BYTES = 16 << 10  # raw stderr kept per rank for the failure summary
@@ -136,7 +139,21 @@ class NodeSupervisor:
         log_dir = self.plan.log_dir
         if log_dir:
             os.makedirs(log_dir, exist_ok=True)
-        self.progress = ProgressWatch(self.plan, self.node.node_rank, error_dir)
+        self.progress = progress = ProgressWatch(self.plan, self.node.node_rank, error_dir)
+        zygote = None
+        if self.plan.preload:  # --preload: fork the ranks from one process that imported the modules (zygote.py)
+            from dslaunch.agent.zygote import for_node
+
+            zygote = for_node(self.plan, self.node, os.environ, error_dir)
+        try:
+            self._start_ranks(subprocess, zygote, progress, log_dir, error_dir)
+        finally:
+            if zygote is not None:
+                zygote.close()
+
+    def _start_ranks(
+        self, subprocess: Any, zygote: Zygote | None, progress: ProgressWatch, log_dir: str | None, error_dir: str
+    ) -> None:
         for local_rank, rank in enumerate(self.node.ranks):
             error_dir_for_rank = log_dir or error_dir
             error_file = os.path.join(error_dir_for_rank, f"rank{rank}.error.json")
@@ -145,10 +162,10 @@ class NodeSupervisor:
             except FileNotFoundError:
                 pass
             env = rankspec.rank_env(self.plan, self.node, local_rank, os.environ, error_file)
-            self.progress.add(rank, env)
+            progress.add(rank, env)
             argv = rankspec.rank_argv(self.plan, local_rank, self.node)
             try:
-                proc = subprocess.Popen(
+                proc = (zygote and zygote.spawn(argv, env, self.plan.cwd, rank)) or subprocess.Popen(
                     argv,
                     env=env,
                     cwd=self.plan.cwd or None,
@@ -173,7 +190,7 @@ class NodeSupervisor:
                 r.stdout_log = open(os.path.join(log_dir, f"rank{rank}.stdout.log"), "ab")
                 r.stderr_log = open(os.path.join(log_dir, f"rank{rank}.stderr.log"), "ab")
             self.ranks.append(r)
-            self.progress.started(rank, proc.pid)
+            progress.started(rank, proc.pid)
             pipes = ((proc.stdout, self.out_sink, r.stdout_log), (proc.stderr, self.err_sink, r.stderr_log))
             for pipe, sink, log in pipes:
                 assert pipe is not None  # Popen(stdout=PIPE) always gives one

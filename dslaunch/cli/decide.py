@@ -81,6 +81,10 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
             f"launchers; ignored with --launcher {launcher}"
         )
     program = core.program
+    preload = core.preload
+    if preload and program.no_python:
+        warnings.append("dslaunch: warning: --preload is ignored with --no-python: the ranks are not Python")
+        preload = ()
     if c.remote.remote_python:
         program = replace(program, python=c.remote.remote_python)
     if c.parity.local_rank_arg:
@@ -103,6 +107,7 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
         manual_node=c.remote.node_rank,
         restarts=c.restarts,
         hang_timeout=core.hang_timeout,
+        preload=preload,
     )
     return Decision(plan, frozenset(secrets), tuple(warnings))
 

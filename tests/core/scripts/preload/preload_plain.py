@@ -1,0 +1,3 @@
+"""A harmless module to preload; records that it was imported."""
+
+IMPORTED = True

@@ -1,0 +1,18 @@
+"""Print how this rank was started: forked from the preload zygote or exec'd, and what it was given."""
+
+import os
+import sys
+
+with open("/proc/self/cmdline", "rb") as f:
+    forked = b"dslaunch.agent.zygote" in f.read()
+stdin = os.readlink("/proc/self/fd/0")
+print(
+    f"rank={os.environ['RANK']} forked={forked} preloaded={'preload_plain' in sys.modules}"
+    f" leader={os.getpgid(0) == os.getpid()} argv={sys.argv[1:]} cwd={os.getcwd()} stdin={stdin}"
+    f" main={sys.modules['__main__'].__file__ == os.path.abspath(__file__)} pid={os.getpid()} ppid={os.getppid()}",
+    flush=True,
+)
+code = int(os.environ.get("EXIT_RANK_" + os.environ["RANK"], "0"))
+if code == 99:
+    raise RuntimeError(f"rank {os.environ['RANK']} fails")
+sys.exit(code)
