@@ -6,6 +6,7 @@ and is removed again by :meth:`NetnsCluster.stop`.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import shutil
@@ -17,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from testbeds.ssh_cluster import SshCluster, need
+
+_SERIAL = itertools.count()
 
 
 def _ip(*args: str) -> None:
@@ -48,6 +51,8 @@ class NetnsCluster:
                 p.kill()
                 p.wait()
         for i in range(len(self.names)):
+            # Deleting a namespace frees its veth pair asynchronously: delete our end first, which is synchronous.
+            subprocess.run(["ip", "link", "del", f"{self.tag}h{i}"], capture_output=True, timeout=10)
             subprocess.run(["ip", "netns", "del", self.ns(i)], capture_output=True, timeout=10)
             shutil.rmtree(f"/etc/netns/{self.ns(i)}", ignore_errors=True)
         subprocess.run(["ip", "link", "del", f"{self.tag}br"], capture_output=True, timeout=10)
@@ -60,7 +65,7 @@ def start_netns(ssh: SshCluster, count: int = 2) -> NetnsCluster:
         if os.environ.get("CI"):
             pytest.fail("network namespaces need root, and CI is set")
         pytest.skip("network namespaces need root")
-    tag = f"dr5{os.getpid() % 10000}"
+    tag = f"dr{os.getpid() % 10000}{next(_SERIAL)}"  # one per cluster: several modules may start one each
     subnet = f"10.215.{random.randint(10, 250)}"
     names = tuple(f"node{i + 1}" for i in range(count))
     config = ssh.base / f"ssh_config_{tag}"
