@@ -11,6 +11,8 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from dslaunch.plan import LaunchPlan
@@ -32,11 +34,12 @@ def run_attempts(runner: Runner, plan: LaunchPlan) -> int:
         results.append(result)
         if not result.failed or not result.retry or count >= limit:
             break
-        _say(
-            f"dslaunch: attempt {count + 1} of {limit + 1} failed ({result.cause or f'exit {result.code}'}); "
-            f"restarting every rank in {plan.restarts.delay:g} s"
-        )
-        signum = _sleep_unless_signalled(plan.restarts.delay)
+        with _stop_signals_caught() as caught:  # before the notice: a Ctrl-C right after it must be ours
+            _say(
+                f"dslaunch: attempt {count + 1} of {limit + 1} failed ({result.cause or f'exit {result.code}'}); "
+                f"restarting every rank in {plan.restarts.delay:g} s"
+            )
+            signum = _sleep_unless_signalled(plan.restarts.delay, caught)
         if signum is not None:
             _say(f"dslaunch: received {signal.Signals(signum).name} while waiting to restart; not restarting")
             return 128 + signum
@@ -54,18 +57,24 @@ def attempts_summary(results: list[JobResult], limit: int) -> str:
     return "\n".join(lines)
 
 
-def _sleep_unless_signalled(seconds: float) -> int | None:
-    """Wait ``seconds``; a SIGINT/SIGTERM/SIGHUP ends the wait at once and is returned."""
+@contextmanager
+def _stop_signals_caught() -> Iterator[list[int]]:
+    """SIGINT/SIGTERM/SIGHUP are recorded (in the list given) instead of acted on, while in the block."""
     caught: list[int] = []
     previous = {s: signal.signal(s, lambda signum, _f: caught.append(signum)) for s in _STOP_SIGNALS}
     try:
-        deadline = time.monotonic() + seconds
-        while not caught and time.monotonic() < deadline:
-            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
-        return caught[0] if caught else None
+        yield caught
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def _sleep_unless_signalled(seconds: float, caught: list[int]) -> int | None:
+    """Wait ``seconds``; a stop signal (recorded in ``caught``) ends the wait at once and is returned."""
+    deadline = time.monotonic() + seconds
+    while not caught and time.monotonic() < deadline:
+        time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+    return caught[0] if caught else None
 
 
 def _say(text: str) -> None:
