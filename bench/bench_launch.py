@@ -21,6 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root
+from bench.docblock import write_block
+
 BIN = Path(sys.executable).parent
 DSLAUNCH = [str(BIN / "dslaunch")]
 TORCHRUN = [str(BIN / "torchrun")]
@@ -109,15 +112,7 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if args.write:
-        path = Path(args.write)
-        text = path.read_text() if path.exists() else ""
-        begin, end = "<!-- bench_launch:begin -->", "<!-- bench_launch:end -->"
-        block = f"{begin}\n{table}\n{end}"
-        if begin in text:
-            text = text.split(begin)[0] + block + text.split(end, 1)[1]
-        else:
-            text = text + ("\n" if text else "") + block + "\n"
-        path.write_text(text)
+        write_block(Path(args.write), "bench_launch", table)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,9 @@ from pathlib import Path
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root
+from bench.docblock import write_block
+
 BIN = Path(sys.executable).parent
 DSLAUNCH = [sys.executable, "-m", "dslaunch"]
 TORCHRUN = [str(BIN / "torchrun")]
@@ -199,7 +202,7 @@ def main() -> None:
     table = _table(rows, extras, args.repeat)
     print(table)
     if args.write:
-        _write(Path(args.write), table)
+        write_block(Path(args.write), "bench_output", table)
 
 
 def _measure(
@@ -263,14 +266,6 @@ def _table(rows: list[Row], extras: list[str], repeat: int) -> str:
     ]
     tail = ["", "| dslaunch, 1 rank, stdout on /dev/null | time | throughput |", "|---|---|---|"]
     return "\n".join(head + [_row(r, hops.get(r[0].split()[0])) for r in rows] + tail + extras)
-
-
-def _write(path: Path, table: str) -> None:
-    text = path.read_text() if path.exists() else ""
-    begin, end = "<!-- bench_output:begin -->", "<!-- bench_output:end -->"
-    block = f"{begin}\n{table}\n{end}"
-    text = text.split(begin)[0] + block + text.split(end, 1)[1] if begin in text else text + "\n" + block + "\n"
-    path.write_text(text)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root
+from bench.docblock import write_block
+
 BIN = Path(sys.executable).parent
 RANK = """\
 import os, sys, time
@@ -185,7 +188,7 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if args.write:
-        _write(Path(args.write), table)
+        write_block(Path(args.write), "bench_preload", table)
     shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -194,17 +197,6 @@ def _torch_version() -> str:
         [sys.executable, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True
     )
     return out.stdout.strip()
-
-
-def _write(path: Path, table: str) -> None:
-    text = path.read_text() if path.exists() else ""
-    begin, end = "<!-- bench_preload:begin -->", "<!-- bench_preload:end -->"
-    block = f"{begin}\n{table}\n{end}"
-    if begin in text:
-        text = text.split(begin)[0] + block + text.split(end, 1)[1]
-    else:
-        text = text + ("\n" if text else "") + block + "\n"
-    path.write_text(text)
 
 
 if __name__ == "__main__":
