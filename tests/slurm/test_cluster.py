@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -343,18 +344,38 @@ def test_hang_timeout_in_each_slurm_task(slurm_env: dict[str, str], tmp_path: Pa
     assert wait_until_gone(run_id, 10) == []
 
 
+def _each_stack_once_after(
+    argv: list[str], env: dict[str, str], folder: Path, quit_launchers: Callable[[subprocess.Popen[str]], None]
+) -> None:
+    """Run ``argv`` (4 ``waiter.py wait`` ranks on n1, n2); once all are ready, ``quit_launchers`` sends SIGQUIT;
+    the job must go on, end 0 when let go, and show every rank's stack exactly once."""
+    proc = _start(argv, env)
+    try:
+        for rank in range(4):
+            assert wait_for_file(str(folder / f"ready.{rank}"), 60), f"rank {rank} never started"
+        quit_launchers(proc)
+        time.sleep(3.0)
+        assert proc.poll() is None
+        (folder / "go").touch()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out + err
+    for rank, host in ((0, "n1"), (1, "n1"), (2, "n2"), (3, "n2")):
+        stacks = re.findall(rf'^\[{host}:rank{rank}\]:   File ".*waiter\.py", line \d+ in waiting_here$', err, re.M)
+        assert len(stacks) == 1, err
+
+
 def test_sigquit_to_the_launchers_of_a_slurm_step_prints_every_stack(slurm_env: dict[str, str], tmp_path: Path) -> None:
     """SIGQUIT to each srun task's dslaunch and its forked agent (what Ctrl-\\ does on one node): every rank's stack,
     once, and the step goes on to end 0."""
-    import psutil
-
     run_id = _run_id()
     waiter = str(ROOT / "tests" / "hangs" / "scripts" / "waiter.py")
     job = [*DSLAUNCH, "--nproc-per-node", "2", "--run-id", run_id, waiter, "wait", str(tmp_path)]
-    srun = _start(["srun", "-N2", "--ntasks-per-node=1", *job], slurm_env)
-    try:
-        for rank in range(4):
-            assert wait_for_file(str(tmp_path / f"ready.{rank}"), 60), f"rank {rank} never started"
+
+    def quit_every_task(_srun: subprocess.Popen[str]) -> None:
         launchers = [
             p
             for p in psutil.process_iter(["cmdline"])
@@ -363,18 +384,8 @@ def test_sigquit_to_the_launchers_of_a_slurm_step_prints_every_stack(slurm_env: 
         assert len(launchers) == 4, launchers  # two srun tasks, each with its forked agent
         for p in launchers:
             p.send_signal(signal.SIGQUIT)
-        time.sleep(2.0)
-        assert srun.poll() is None
-        (tmp_path / "go").touch()
-        out, err = srun.communicate(timeout=60)
-    finally:
-        if srun.poll() is None:
-            srun.kill()
-            srun.wait()
-    assert srun.returncode == 0, out + err
-    for rank, host in ((0, "n1"), (1, "n1"), (2, "n2"), (3, "n2")):
-        stacks = re.findall(rf'^\[{host}:rank{rank}\]:   File ".*waiter\.py", line \d+ in waiting_here$', err, re.M)
-        assert len(stacks) == 1, err
+
+    _each_stack_once_after(["srun", "-N2", "--ntasks-per-node=1", *job], slurm_env, tmp_path, quit_every_task)
     assert wait_until_gone(run_id, 10) == []
 
 
@@ -386,24 +397,10 @@ def test_sigquit_to_launcher_slurm_prints_every_stack_and_the_step_goes_on(
     run_id = _run_id()
     waiter = str(ROOT / "tests" / "hangs" / "scripts" / "waiter.py")
     job = [*DSLAUNCH, "--launcher", "slurm", "--nproc-per-node", "2", "--run-id", run_id, waiter, "wait", str(tmp_path)]
-    salloc = _start(["salloc", "-N2", *job], slurm_env)
-    try:
-        for rank in range(4):
-            assert wait_for_file(str(tmp_path / f"ready.{rank}"), 60), f"rank {rank} never started"
-        launcher = next(
-            p for p in psutil.Process(salloc.pid).children(recursive=True) if p.cmdline()[1:3] == ["-m", "dslaunch"]
-        )
-        launcher.send_signal(signal.SIGQUIT)
-        time.sleep(3.0)
-        assert salloc.poll() is None
-        (tmp_path / "go").touch()
-        out, err = salloc.communicate(timeout=60)
-    finally:
-        if salloc.poll() is None:
-            salloc.kill()
-            salloc.wait()
-    assert salloc.returncode == 0, out + err
-    for rank, host in ((0, "n1"), (1, "n1"), (2, "n2"), (3, "n2")):
-        stacks = re.findall(rf'^\[{host}:rank{rank}\]:   File ".*waiter\.py", line \d+ in waiting_here$', err, re.M)
-        assert len(stacks) == 1, err
+
+    def quit_the_launcher(salloc: subprocess.Popen[str]) -> None:
+        children = psutil.Process(salloc.pid).children(recursive=True)
+        next(p for p in children if p.cmdline()[1:3] == ["-m", "dslaunch"]).send_signal(signal.SIGQUIT)
+
+    _each_stack_once_after(["salloc", "-N2", *job], slurm_env, tmp_path, quit_the_launcher)
     assert wait_until_gone(run_id, 10) == []
