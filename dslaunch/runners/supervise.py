@@ -251,6 +251,10 @@ def supervise_and_report(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> Jo
     return report(supervise(plan, handles), plan)
 
 
+def _how(cause: RankExit) -> str:
+    return f"was killed by {cause.signal}" if cause.signal else f"exited with code {cause.code}"
+
+
 def cause_line(outcome: Outcome) -> str:
     """What ended the attempt, in a few words ("" on success)."""
     if outcome.code == 0:
@@ -263,7 +267,7 @@ def cause_line(outcome: Outcome) -> str:
         return f"hang: no progress for {outcome.hang.timeout:g} s (least progress: {named})"
     cause = outcome.root_cause
     if cause is not None:
-        how = f"was killed by {cause.signal}" if cause.signal else f"exited with code {cause.code}"
+        how = _how(cause)
         return f"rank {cause.rank} on {cause.host} {how}"
     if outcome.lost_node is not None:
         return f"node {outcome.lost_node[0]} ({outcome.lost_node[1]}) disappeared"
@@ -282,7 +286,7 @@ def format_summary(outcome: Outcome, plan: LaunchPlan) -> str | None:
     if outcome.hang is not None and outcome.signal is None:
         lines.extend(hang.summary(outcome.hang, plan, outcome.code))
     elif cause is not None:
-        how = f"was killed by {cause.signal}" if cause.signal else f"exited with code {cause.code}"
+        how = _how(cause)
         lines.append(
             f"dslaunch: job failed: rank {cause.rank} (local_rank {cause.local_rank}, node {cause.node_rank}) "
             f"on host {cause.host} {how} [root cause: first failure]"
