@@ -13,9 +13,7 @@ with SIGKILL takes pdsh with it (parent-death signal), which closes every ssh cl
 
 from __future__ import annotations
 
-import collections
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -23,22 +21,18 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from typing import IO
 
-from dslaunch import _prctl, wire
+from dslaunch import _prctl
 from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan, RemoteSettings
-from dslaunch.remote import common, stage
+from dslaunch.remote import stage
 from dslaunch.remote.command import agent_command, reap_command
 from dslaunch.remote.common import KEEPALIVE_COUNT, keepalive_interval
 from dslaunch.remote.sshconfig import default_config_path
+from dslaunch.runners.supervise import supervise_and_report
+from dslaunch.runners.pdsh_demux import PdshDemux
 from dslaunch.runners.remote_base import RemoteRunner, report_start_failures
 from dslaunch.runners.result import JobResult
-from dslaunch.runners.supervise import supervise_and_report
-
-_SSH_END = re.compile(
-    r"^pdsh@[^:]*: (?P<host>[^:]+): ssh (?:exited with exit code (?P<code>[0-9]+)|killed by signal (?P<sig>[0-9]+))"
-)
 
 
 def ssh_args(settings: RemoteSettings) -> list[str]:
@@ -120,163 +114,8 @@ def pdsh_labels(hosts: Sequence[str]) -> list[str]:
     return labels
 
 
-class _Lines:
-    """One host's lines on their way to the launcher, never holding up pdsh's single stdout.
-
-    pdsh writes every host's lines into one pipe, so stalling it for one host (a slow reader) would also
-    hold back every other host's events: a failure would go unnoticed. So the pipe is always drained:
-    up to ``budget`` bytes of output wait in memory, more go to a spill file (deleted when closed) and
-    are passed on in order once the reader catches up. Events never wait behind spilled output.
-    """
-
-    def __init__(self, budget: int = 4 << 20) -> None:
-        self.items: collections.deque[str] = collections.deque()
-        self.size = 0
-        self.budget = budget
-        self.ended = False
-        self.spill: IO[bytes] | None = None
-        self.spilled = 0  # bytes written to the spill file
-        self.unspilled = 0  # bytes of it passed on
-        self.cond = threading.Condition()
-
-    def put(self, item: str | None, *, urgent: bool = False) -> None:
-        """Output, an event (``urgent``), or None: the end, after everything already put."""
-        with self.cond:
-            if item is None:
-                self.ended = True
-            elif urgent or (self.spilled == self.unspilled and self.size + len(item) <= self.budget):
-                self.items.append(item)
-                self.size += len(item)
-            else:
-                self._spill(item.encode())
-            self.cond.notify_all()
-
-    def _spill(self, data: bytes) -> None:
-        if self.spill is None:
-            import tempfile
-
-            self.spill = tempfile.TemporaryFile(prefix="dslaunch-pdsh-")
-        record = len(data).to_bytes(4, "big") + data
-        os.pwrite(self.spill.fileno(), record, self.spilled)
-        self.spilled += len(record)
-
-    def get(self) -> str | None:
-        with self.cond:
-            while not self.items and self.spilled == self.unspilled and not self.ended:
-                self.cond.wait()
-            if self.items:
-                item = self.items.popleft()
-                self.size -= len(item)
-                return item
-            if self.spill is not None and self.unspilled < self.spilled:
-                fd = self.spill.fileno()
-                length = int.from_bytes(os.pread(fd, 4, self.unspilled), "big")
-                data = os.pread(fd, length, self.unspilled + 4)
-                self.unspilled += 4 + length
-                return data.decode("utf-8", "replace")
-            if self.spill is not None:
-                self.spill.close()
-                self.spill = None
-            return None
-
-
-class _Demux:
-    """Reads pdsh's stdout/stderr and hands each host its own line stream and status."""
-
-    def __init__(self, proc: subprocess.Popen[bytes], hosts: list[str]) -> None:
-        self.proc = proc
-        self.queues = {h: _Lines() for h in hosts}
-        self.status: dict[str, int] = {}
-        self.closed: set[str] = set()
-        self.stopped: set[str] = set()  # hosts whose ssh client we ended on purpose
-        self.reported: set[str] = set()  # hosts whose agent sent its "done" event
-        self.lock = threading.Lock()
-        threading.Thread(target=self._read_stdout, daemon=True).start()
-        threading.Thread(target=self._read_stderr, daemon=True).start()
-
-    def _close(self, host: str, code: int | None) -> None:
-        with self.lock:
-            if code is not None:
-                self.status.setdefault(host, code)
-            if host in self.closed:
-                return
-            self.closed.add(host)
-        self.queues[host].put(None, urgent=True)
-
-    def _read_stdout(self) -> None:
-        """pdsh's ``label: line`` stream, read in chunks: consecutive output lines of one host go on as one item
-        (a line at a time through the queue, the pump and the sink cost more than pdsh itself), events alone."""
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        held = b""
-        while chunk := os.read(fd, 1 << 16):
-            *lines, held = (held + chunk).split(b"\n")  # held: at most one line, which pdsh cuts at 128 KiB
-            run_host, run = "", []  # type: tuple[str, list[str]]
-            for raw in lines:
-                host, sep, rest = raw.decode("utf-8", "replace").partition(": ")
-                if not sep or host not in self.queues or rest.startswith(wire.MARKER):
-                    if run:
-                        self._put(run_host, "".join(run))
-                        run = []
-                    self._line(raw, host if sep else "", rest)
-                    continue
-                if host != run_host and run:
-                    self._put(run_host, "".join(run))
-                    run = []
-                run_host = host
-                run.append(rest + "\n")
-            if run:
-                self._put(run_host, "".join(run))
-        code = self.proc.wait()
-        for host in self.queues:
-            self._close(host, code if code else common.START_FAILED)
-
-    def _put(self, host: str, text: str) -> None:
-        if host not in self.closed:
-            self.queues[host].put(text)
-
-    def _line(self, raw: bytes, host: str, rest: str) -> None:
-        """A line that is not plain output of a known host: an event, or pdsh's own words."""
-        if host not in self.queues:
-            common.write_err(raw + b"\n")
-            return
-        if host in self.closed:
-            return
-        event = wire.decode(rest + "\n")
-        self.queues[host].put(rest + "\n", urgent=event is not None)
-        if isinstance(event, wire.Done):
-            self.reported.add(host)
-            self._close(host, event.code)
-
-    def _read_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        for raw in self.proc.stderr:
-            line = raw.decode("utf-8", "replace")
-            match = _SSH_END.match(line)
-            if match and match["host"] in self.queues:
-                expected = match["host"] in self.stopped or match["host"] in self.status
-                self._close(match["host"], int(match["code"]) if match["code"] else 128 + int(match["sig"]))
-                if expected:
-                    continue  # we ended that ssh client, or its agent already reported: not news
-            host, sep, rest = line.partition(": ")
-            common.write_err((rest if sep and host in self.queues and rest.startswith("[") else line).encode())
-
-    def ssh_client(self, host: str) -> int | None:
-        """The pid of the ssh client pdsh runs for ``host`` as named on its command line."""
-        import psutil
-
-        try:
-            for child in psutil.Process(self.proc.pid).children():
-                cmdline = child.cmdline()
-                if cmdline and os.path.basename(cmdline[0]) == "ssh" and host in cmdline:
-                    return child.pid
-        except psutil.Error:
-            pass
-        return None
-
-
 class PdshNode:
-    def __init__(self, node_rank: int, host: str, demux: _Demux, tell: Callable[[str, str], bool]) -> None:
+    def __init__(self, node_rank: int, host: str, demux: PdshDemux, tell: Callable[[str, str], bool]) -> None:
         self.node_rank = node_rank
         self.host = host
         self.key = pdsh_label(host)
@@ -373,44 +212,13 @@ class PdshRunner(RemoteRunner):
         if failed:
             self.reap(plan, settings, [n.host for n in plan.nodes if n.host not in failed])
             return report_start_failures(failed)
-        _prctl.load()  # before the fork: the child only makes the call
         try:
-            proc = subprocess.Popen(
-                pdsh_argv(plan, settings),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=env,
-                preexec_fn=lambda: _prctl.set_parent_death_signal(signal.SIGKILL),
-            )
+            proc = _start_pdsh(pdsh_argv(plan, settings), env)
         except OSError as exc:
             self.reap(plan, settings, [n.host for n in plan.nodes])
             return report_start_failures({"(all)": f"cannot run pdsh: {exc}"})
-        demux = _Demux(proc, pdsh_labels([n.host for n in plan.nodes]))
-
-        tells: list[subprocess.Popen[str]] = []
-
-        def tell(host: str, name: str) -> bool:
-            command = reap_command(plan, settings.venv_script, agent_signal=name)
-            try:
-                ssh = subprocess.Popen(
-                    stage.ssh_argv(host, self._ssh_options, command),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.DEVNULL,
-                    text=True,
-                    env=env,
-                )
-            except OSError:
-                return False
-            tells.append(ssh)
-            try:
-                out, _ = ssh.communicate(timeout=settings.connect_timeout + 10)
-            except subprocess.TimeoutExpired:
-                ssh.kill()
-                return False
-            return ssh.returncode == 0 and " 0 agent(s)" not in out
-
+        demux = PdshDemux(proc, pdsh_labels([n.host for n in plan.nodes]))
+        tell = _AgentSignals(plan, self._ssh_options, env)
         handles = [PdshNode(n.node_rank, n.host, demux, tell) for n in plan.nodes]
         try:
             result = supervise_and_report(plan, handles)
@@ -418,8 +226,56 @@ class PdshRunner(RemoteRunner):
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-            for ssh in list(tells):  # a stop still on its way to a node that has ended anyway
-                if ssh.poll() is None:
-                    ssh.kill()
+            tell.close()
         self.reap(plan, settings, [n.host for n in plan.nodes if pdsh_label(n.host) not in demux.reported])
         return result
+
+
+def _start_pdsh(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    _prctl.load()  # before the fork: the child only makes the call
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        preexec_fn=lambda: _prctl.set_parent_death_signal(signal.SIGKILL),
+    )
+
+
+class _AgentSignals:
+    """Signals a node's agent by run id over a second, short ssh (pdsh has no channel to one agent)."""
+
+    def __init__(self, plan: LaunchPlan, ssh_options: list[str], env: dict[str, str]) -> None:
+        self.plan = plan
+        self.ssh_options = ssh_options
+        self.env = env
+        self.started: list[subprocess.Popen[str]] = []
+
+    def __call__(self, host: str, name: str) -> bool:
+        """Whether the agent on ``host`` got signal ``name`` (TERM, QUIT, USR1, ...)."""
+        settings = self.plan.remote
+        command = reap_command(self.plan, settings.venv_script, agent_signal=name)
+        try:
+            ssh = subprocess.Popen(
+                stage.ssh_argv(host, self.ssh_options, command),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                env=self.env,
+            )
+        except OSError:
+            return False
+        self.started.append(ssh)
+        try:
+            out, _ = ssh.communicate(timeout=settings.connect_timeout + 10)
+        except subprocess.TimeoutExpired:
+            ssh.kill()
+            return False
+        return ssh.returncode == 0 and " 0 agent(s)" not in out
+
+    def close(self) -> None:
+        for ssh in list(self.started):  # a stop still on its way to a node that has ended anyway
+            if ssh.poll() is None:
+                ssh.kill()

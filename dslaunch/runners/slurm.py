@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 from dslaunch import wire
 from dslaunch.plan import LaunchPlan
@@ -79,8 +80,7 @@ def _run_srun(argv: list[str], plan: LaunchPlan, env: dict[str, str]) -> JobResu
             signal.signal(s, h)
         print(f"dslaunch: cannot run srun: {exc}", file=sys.stderr)
         return JobResult(START_FAILED, f"cannot run srun: {exc}")
-    stop_signal: int | None = None
-    deadline: float | None = None
+    stop = _Stop()
     try:
         while True:
             try:
@@ -89,27 +89,37 @@ def _run_srun(argv: list[str], plan: LaunchPlan, env: dict[str, str]) -> JobResu
             except subprocess.TimeoutExpired:
                 pass
             while caught:
-                signum = caught.pop(0)
-                if signum in (signal.SIGUSR1, signal.SIGUSR2):
-                    proc.send_signal(signum)  # srun hands it to every process of the step
-                elif signum == signal.SIGQUIT:  # srun would abort the step: ask each task for its node's stacks
-                    _signal_step(plan, str(int(slurm_step.STACKS_REQUEST)))  # scancel knows no WINCH by name
-                elif stop_signal is None and _signal_step(plan, "TERM"):
-                    stop_signal = signum
-                    deadline = time.monotonic() + plan.shutdown_timeout + 5.0
-                else:
-                    stop_signal = stop_signal or signum
-                    proc.send_signal(signal.SIGTERM)
-            if deadline is not None and time.monotonic() > deadline:
-                deadline = None
+                _relay(caught.pop(0), proc, plan, stop)
+            if stop.deadline is not None and time.monotonic() > stop.deadline:
+                stop.deadline = None
                 proc.send_signal(signal.SIGTERM)
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
-    if stop_signal is not None:
-        return stopped(128 + stop_signal, f"dslaunch received {signal.Signals(stop_signal).name}")
+    if stop.signal is not None:
+        return stopped(128 + stop.signal, f"dslaunch received {signal.Signals(stop.signal).name}")
     code = 128 - code if code < 0 else code
     return JobResult(code, f"the srun step ended with exit {code}" if code else "")
+
+
+@dataclass
+class _Stop:
+    signal: int | None = None  # the first stop signal dslaunch received
+    deadline: float | None = None  # when srun itself is told, if the step has not ended by then
+
+
+def _relay(signum: int, proc: subprocess.Popen[bytes], plan: LaunchPlan, stop: _Stop) -> None:
+    """What a signal to dslaunch becomes for the srun step."""
+    if signum in (signal.SIGUSR1, signal.SIGUSR2):
+        proc.send_signal(signum)  # srun hands it to every process of the step
+    elif signum == signal.SIGQUIT:  # srun would abort the step: ask each task for its node's stacks
+        _signal_step(plan, str(int(slurm_step.STACKS_REQUEST)))  # scancel knows no WINCH by name
+    elif stop.signal is None and _signal_step(plan, "TERM"):
+        stop.signal = signum
+        stop.deadline = time.monotonic() + plan.shutdown_timeout + 5.0
+    else:
+        stop.signal = stop.signal or signum
+        proc.send_signal(signal.SIGTERM)
 
 
 def _signal_step(plan: LaunchPlan, name: str) -> bool:

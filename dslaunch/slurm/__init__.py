@@ -2,7 +2,6 @@
 
 Everything here is pure and imports nothing heavy; the CLI area
 (``dslaunch.cli.slurm_hosts``) and the runners (``dslaunch.runners.slurm``,
-``dslaunch.runners.slurm_step``) put it to work. ``python -m dslaunch.slurm``
-(``__main__``, what each task of the runner's srun step runs) is the one entry
-point here that uses the runners.
+``dslaunch.runners.slurm_step``, and ``python -m dslaunch.runners.slurm_task``, what each
+task of the runner's srun step runs) put it to work.
 """

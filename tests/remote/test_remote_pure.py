@@ -337,7 +337,7 @@ def test_hosts_pdsh_cannot_tell_apart_are_refused() -> None:
 
 
 def test_pdsh_host_queue_spills_output_and_lets_events_pass() -> None:
-    from dslaunch.runners.pdsh import _Lines
+    from dslaunch.runners.pdsh_demux import HostLines as _Lines
 
     q = _Lines(budget=10)
     outputs = [f"line {i}\n" for i in range(6)]

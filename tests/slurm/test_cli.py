@@ -54,7 +54,7 @@ def test_allocation_srun_line() -> None:
     assert plan["master_port"] == 0  # derived inside the step, alike on every node
     assert plan["commands"] == [
         "srun --nodes=3 --ntasks-per-node=1 --nodelist=localhost,127.0.0.2,127.0.0.3 --kill-on-bad-exit=1 "
-        f"--job-name=dslaunch-r1 {sys.executable} -m dslaunch.slurm  # plan in $DSLAUNCH_PLAN_B64"
+        f"--job-name=dslaunch-r1 {sys.executable} -m dslaunch.runners.slurm_task  # plan in $DSLAUNCH_PLAN_B64"
     ]
 
 

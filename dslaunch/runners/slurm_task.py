@@ -1,4 +1,7 @@
-"""``python -m dslaunch.slurm``: what each task of ``--launcher slurm``'s srun runs (the plan is in its environment)."""
+"""``python -m dslaunch.runners.slurm_task``: what each task of ``--launcher slurm``'s srun runs.
+
+The plan is in its environment; the task runs its node as ``srun dslaunch`` would (``runners/slurm_step.py``).
+"""
 
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ def _with_local_gpus(plan: LaunchPlan, node_rank: int) -> LaunchPlan:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m dslaunch.slurm", description=f"reads the plan from ${wire.PLAN_VAR}"
+        prog="python -m dslaunch.runners.slurm_task", description=f"reads the plan from ${wire.PLAN_VAR}"
     )
     parser.parse_args(argv)
     try:
