@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from dslaunch import wire
 from dslaunch.plan import LaunchPlan, Program
 from dslaunch.runners.slurm import SlurmRunner
-from dslaunch.slurm import layout, srun
 from dslaunch.runners.slurm_task import _with_local_gpus
+from dslaunch.slurm import layout, srun
 from dslaunch.slurm.step import node_rank_of
 
 
@@ -50,7 +50,7 @@ def test_payloads_survive_the_srun_line(script_args: list[str], launcher_args: l
     plan = _plan(tuple(script_args))
     argv = srun.srun_argv(plan, launcher_args=launcher_args)
     assert argv[6 : 6 + len(launcher_args)] == launcher_args  # passed through untouched, one argv item each
-    assert argv[-3:] == [plan.program.python, "-m", "dslaunch.runners.slurm_task"]  # the plan is not on the command line
+    assert argv[-3:] == [plan.program.python, "-m", "dslaunch.runners.slurm_task"]  # no plan on the command line
     env = srun.srun_env(plan, {"PATH": "/bin"})
     assert wire.plan_from_env(env) == plan and wire.PLAN_VAR not in env  # read once, then gone
 
