@@ -88,10 +88,9 @@ def parse_probe(output: str) -> dict[str, Any] | None:
     return None
 
 
-def evaluate(
-    host: str, slots: int, is_master: bool, expected: Expected, status: int | None, output: str, err: str
-) -> Row:
-    """One table row from a host's probe result (pure)."""
+def evaluate(host: str, slots: int, is_master: bool, expected: Expected, probe: tuple[int | None, str, str]) -> Row:
+    """One table row from a host's probe result: its exit status, stdout and stderr (pure)."""
+    status, output, err = probe
     data = parse_probe(output) if status == 0 else None
     if data is None:
         why = (err.strip().splitlines() or [f"status {status}"])[-1]

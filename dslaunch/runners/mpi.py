@@ -24,8 +24,8 @@ from dslaunch import _prctl, wire
 from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote.common import START_FAILED
-from dslaunch.runners.result import JobResult, stopped
 from dslaunch.runners.supervise import supervise_and_report
+from dslaunch.runners.result import JobResult, stopped
 
 HOSTFILE_TOKEN = "{hostfile}"  # replaced by the per-job hostfile's path
 SSH_TOKEN = "{ssh}"  # replaced by the per-job ssh wrapper's path (MPICH)
@@ -96,6 +96,7 @@ def mpi_argv(
     flavour: Flavour,
     program: str,
     hostfile: str,
+    *,
     python: str = sys.executable,
     ssh: str | None = None,
 ) -> list[str]:

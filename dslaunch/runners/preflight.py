@@ -82,6 +82,6 @@ def run_preflight(plan: LaunchPlan) -> tuple[int, str]:
         with ThreadPoolExecutor(max_workers=8) as pool:
             outs = list(pool.map(lambda _n: _run_local(command, 60), plan.nodes))
         results = {n.node_rank: r for n, r in zip(plan.nodes, outs)}
-    rows = [evaluate(n.host, n.nproc, n.node_rank == 0, expected, *results[n.node_rank]) for n in plan.nodes]
+    rows = [evaluate(n.host, n.nproc, n.node_rank == 0, expected, results[n.node_rank]) for n in plan.nodes]
     report = f"dslaunch preflight via {plan.launcher}: {len(rows)} host(s)\n{render(rows)}"
     return (0 if all(r.ok for r in rows) else 1), report

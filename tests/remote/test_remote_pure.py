@@ -274,7 +274,7 @@ def _probe(**over: object) -> str:
     ],
 )
 def test_preflight_rows(status: int, output: str, master: bool, ok: bool, problem: str | None) -> None:
-    row = preflight.evaluate("h", 2, master, EXPECTED, status, output, "ssh: connect refused")
+    row = preflight.evaluate("h", 2, master, EXPECTED, (status, output, "ssh: connect refused"))
     assert row.ok is ok
     if problem:
         assert any(problem in p for p in row.problems), row.problems
