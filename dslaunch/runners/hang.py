@@ -8,10 +8,8 @@ the job is stopped with ``HANG_EXIT`` and a summary naming the ranks that made t
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Protocol
 
 from dslaunch import wire
 from dslaunch.plan import LaunchPlan
@@ -19,10 +17,6 @@ from dslaunch.plan import LaunchPlan
 HANG_EXIT = 124  # as coreutils' timeout
 REPORT_WAIT = 3.0  # after asking for stacks: how long to wait for every node's report
 NO_STACKS = ("openmpi", "mpich")  # mpirun/mpiexec do not pass SIGQUIT on to the agents
-
-
-class _Handle(Protocol):
-    node_rank: int
 
 
 @dataclass(frozen=True)
@@ -36,12 +30,13 @@ class Hang:
 
 
 class HangWatch:
-    def __init__(self, plan: LaunchPlan, handles: Sequence[_Handle]) -> None:
+    def __init__(self, plan: LaunchPlan, node_ranks: Collection[int]) -> None:
+        """``node_ranks``: the nodes of the agents this launcher runs (mpirun: one for all of them)."""
         self.plan = plan
         # The nodes this launcher supervises: all of the plan's (one agent each, or mpirun for all of them), or,
         # one launcher per node (--node-rank, a Slurm task), its own: there the decision is that node's.
-        every = plan.launcher in NO_STACKS or len(handles) == len(plan.nodes)
-        self.nodes = set(range(len(plan.nodes))) if every else {h.node_rank for h in handles}
+        every = plan.launcher in NO_STACKS or len(node_ranks) == len(plan.nodes)
+        self.nodes = set(range(len(plan.nodes))) if every else set(node_ranks)
         self.idle: dict[int, int] = {}  # node rank -> its live ranks, for the nodes that report no progress
         self.reports: dict[int, wire.Stacks] = {}
         self.asked_at: float | None = None
@@ -62,16 +57,16 @@ class HangWatch:
         running = self.nodes - finished
         return bool(running) and running <= set(self.idle) and any(self.idle[n] for n in running)
 
-    def declare(self) -> None:
-        self.asked_at = time.monotonic()
+    def declare(self, now: float) -> None:
+        self.asked_at = now
         self.reports.clear()
 
-    def settled(self, finished: set[int]) -> bool:
+    def settled(self, finished: set[int], now: float) -> bool:
         """Every running node has reported its stacks, or it is time to stop waiting."""
         assert self.asked_at is not None
         if self.plan.launcher in NO_STACKS:
             return True
-        return not self._unreported(finished) or time.monotonic() - self.asked_at > REPORT_WAIT
+        return not self._unreported(finished) or now - self.asked_at > REPORT_WAIT
 
     def _unreported(self, finished: set[int]) -> tuple[int, ...]:
         return tuple(sorted(n for n in self.nodes - finished - set(self.reports) if self.idle.get(n, 1)))

@@ -16,8 +16,8 @@ from dslaunch import _prctl, wire
 from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan
 from dslaunch.remote.common import START_FAILED
+from dslaunch.runners.job_loop import supervise_and_report
 from dslaunch.runners.result import JobResult
-from dslaunch.runners.supervise import supervise_and_report
 
 
 def _reset_signal_handlers() -> None:

@@ -24,7 +24,7 @@ from dslaunch import _prctl, wire
 from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote.common import START_FAILED
-from dslaunch.runners.supervise import supervise_and_report
+from dslaunch.runners.job_loop import supervise_and_report
 from dslaunch.runners.result import JobResult, stopped
 
 HOSTFILE_TOKEN = "{hostfile}"  # replaced by the per-job hostfile's path

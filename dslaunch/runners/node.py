@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dslaunch.plan import LaunchPlan
+from dslaunch.runners.job_loop import supervise_and_report
 from dslaunch.runners.local import LocalAgent, check_port_free
 from dslaunch.runners.result import JobResult
-from dslaunch.runners.supervise import supervise_and_report
 
 
 class NodeRunner:

@@ -29,7 +29,7 @@ from dslaunch.remote import stage
 from dslaunch.remote.command import agent_command, reap_command
 from dslaunch.remote.common import KEEPALIVE_COUNT, keepalive_interval
 from dslaunch.remote.sshconfig import default_config_path
-from dslaunch.runners.supervise import supervise_and_report
+from dslaunch.runners.job_loop import supervise_and_report
 from dslaunch.runners.pdsh_demux import PdshDemux
 from dslaunch.runners.remote_base import RemoteRunner, report_start_failures
 from dslaunch.runners.result import JobResult

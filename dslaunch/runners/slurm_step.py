@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 from dslaunch import wire
 from dslaunch.plan import LaunchPlan
+from dslaunch.runners.job_loop import report, supervise
 from dslaunch.runners.local import LocalAgent
 from dslaunch.runners.result import JobResult
-from dslaunch.runners.supervise import report, supervise
 from dslaunch.slurm import layout
 from dslaunch.slurm.step import node_rank_of, resolve_port
 

@@ -18,9 +18,9 @@ from dslaunch import wire
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import common
 from dslaunch.remote.command import agent_command
+from dslaunch.runners.job_loop import supervise_and_report
 from dslaunch.runners.remote_base import RemoteRunner, report_start_failures
 from dslaunch.runners.result import JobResult
-from dslaunch.runners.supervise import supervise_and_report
 
 
 class SshAgent:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dslaunch.plan import LaunchPlan, NodePlan, Program
-from dslaunch.runners.supervise import Outcome, format_summary
+from dslaunch.runners.job_state import Outcome
+from dslaunch.runners.summary import format_summary
 from dslaunch.wire import RankExit
 
 PLAN = LaunchPlan("ssh", "r1", (NodePlan("w1", 0, ("0",), (0,)),), "w1", 29500, Program("train.py"))

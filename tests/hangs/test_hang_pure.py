@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,12 +19,7 @@ def _plan(timeout: float | None = 5.0) -> LaunchPlan:
     return LaunchPlan("ssh", "r1", nodes, "a", 29500, Program("t.py"), hang_timeout=timeout)
 
 
-@dataclass
-class _Agent:
-    node_rank: int
-
-
-AGENTS = [_Agent(0), _Agent(1)]
+AGENTS = (0, 1)  # the node ranks of the agents the launcher runs
 
 
 def _watch(reports: dict[int, tuple[tuple[int, str, int, float], ...]]) -> hang.HangWatch:
@@ -32,7 +27,7 @@ def _watch(reports: dict[int, tuple[tuple[int, str, int, float], ...]]) -> hang.
     watch.on_event(wire.Idle(0, True, 2))
     watch.on_event(wire.Idle(1, True, 2))
     assert watch.hung(set())
-    watch.declare()
+    watch.declare(0.0)
     for node, ranks in reports.items():
         watch.on_event(wire.Stacks(node, "ab"[node], ranks))
     return watch
@@ -60,22 +55,22 @@ def test_nodes_whose_ranks_all_ended_are_no_hang() -> None:
 
 
 def test_mpirun_is_one_handle_for_every_node_and_one_launcher_per_node_watches_its_own() -> None:
-    mpi = hang.HangWatch(replace(_plan(), launcher="openmpi"), [_Agent(0)])
+    mpi = hang.HangWatch(replace(_plan(), launcher="openmpi"), (0,))
     mpi.on_event(wire.Idle(0, True, 2))
     assert not mpi.hung(set())  # node 1 (behind the same mpirun) still makes progress
     mpi.on_event(wire.Idle(1, True, 2))
     assert mpi.hung(set())
-    mpi.declare()
-    assert mpi.settled(set())  # no stacks to wait for
+    mpi.declare(0.0)
+    assert mpi.settled(set(), 0.0)  # no stacks to wait for
     assert mpi.result(set()).why == "no stacks with --launcher openmpi"
-    pod = hang.HangWatch(replace(_plan(), launcher="node"), [_Agent(1)])
+    pod = hang.HangWatch(replace(_plan(), launcher="node"), (1,))
     pod.on_event(wire.Idle(1, True, 2))
     assert pod.hung(set())
 
 
 def test_the_rank_outside_the_collective_is_named() -> None:
     watch = _watch({0: ((0, "collective", 3, 6.0), (1, "collective", 3, 6.0)), 1: ((2, "running", 3, 6.0),)})
-    assert watch.settled(set())  # both nodes reported
+    assert watch.settled(set(), 0.0)  # both nodes reported
     result = watch.result(set())
     assert result.culprits == ((2, "b"),)
     assert result.why == "not in the collective the others wait in"
@@ -94,8 +89,9 @@ def test_without_stacks_in_a_collective_the_fewest_progress_is_named() -> None:
 
 def test_a_node_that_does_not_report_is_named() -> None:
     watch = _watch({0: ((0, "running", 1, 6.0), (1, "running", 1, 6.0))})
-    assert not watch.settled(set())  # waits for node 1 (REPORT_WAIT at most)
-    assert watch.settled({1})
+    assert not watch.settled(set(), hang.REPORT_WAIT)  # waits for node 1 (REPORT_WAIT at most)
+    assert watch.settled(set(), hang.REPORT_WAIT + 0.01)
+    assert watch.settled({1}, 0.0)
     result = watch.result(set())
     assert result.unreported == (1,)
     assert "all equal" in result.why
@@ -154,6 +150,7 @@ def test_the_agent_allows_start_up_longer_until_a_rank_first_makes_progress(tmp_
     watch.close()
 
 
+@pytest.mark.launch  # a stand-in rank process (sleep) gets the SIGQUIT
 def test_an_nccl_rank_dumps_the_flight_recorder_on_a_stacks_request(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -201,9 +198,9 @@ def test_an_nccl_rank_dumps_the_flight_recorder_on_a_stacks_request(
         stand_in.kill()
         stand_in.wait()
         watch.close()
-    hw = hang.HangWatch(plan, [_Agent(0)])
+    hw = hang.HangWatch(plan, (0,))
     hw.on_event(wire.Idle(0, True, 1))
-    hw.declare()
+    hw.declare(0.0)
     hw.on_event(report)
     lines = hang.summary(hw.result(set()), plan, 124)
     assert (

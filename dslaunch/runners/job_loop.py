@@ -1,0 +1,161 @@
+"""Launcher-side supervision shared by every runner: the I/O around ``runners/job_state.py``.
+
+Each runner wraps its transport (a local subprocess, an ssh channel, ...) in an :class:`AgentHandle`.
+:func:`supervise` relays the agents' output, feeds their events, stream ends and dslaunch's signals to a
+:class:`JobState` and carries out what it decides, until every stream has closed.
+
+One thread per handle reads its lines: events go to the main loop, output to a bounded sink on our stdout
+(local agents write output themselves and send only events). A full sink blocks that reader thread, never the
+main loop.
+"""
+
+from __future__ import annotations
+
+import queue
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Protocol
+
+from dslaunch import wire
+from dslaunch.agent.sink import Sink, write_within
+from dslaunch.plan import LaunchPlan
+from dslaunch.runners.job_state import (
+    FORWARDED,
+    KILL_GRACE,
+    STACKS,
+    STOP_SIGNALS,
+    Action,
+    AskStacks,
+    Forward,
+    JobState,
+    KillAll,
+    Outcome,
+    Say,
+    StopAll,
+)
+from dslaunch.runners.result import JobResult
+from dslaunch.runners.summary import cause_line, format_summary
+
+STALL = 0.5  # while stopping (and for the summary), a reader that takes nothing this long is given up on
+POLL = 0.05  # how often the loop looks at signals and the time while no event comes
+
+Inbox = queue.Queue[tuple[int, wire.Event | None]]  # events only (a few per rank); None: that stream ended
+
+
+class AgentHandle(Protocol):
+    node_rank: int
+    host: str
+
+    def lines(self) -> Iterator[str]:
+        """The agent's stream until it closes, in whole lines (newlines kept): an event line alone,
+        output lines one or more at a time (``wire.split_events``)."""
+
+    def stop(self) -> None:
+        """Ask the agent to tear its node down (idempotent)."""
+
+    def signal(self, signum: int) -> None:
+        """Forward a signal (SIGUSR1/SIGUSR2; SIGQUIT: ask for the ranks' stacks) to the agent's ranks."""
+
+    def kill(self) -> None:
+        """Hard-stop the agent's transport."""
+
+    def wait(self, timeout: float | None) -> int | None:
+        """The agent's exit status, or None if still running after ``timeout``."""
+
+
+def supervise(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> Outcome:
+    inbox: Inbox = queue.Queue()
+    caught: list[int] = []
+    sys.stdout.flush()
+    out = Sink(1)
+    threads = [threading.Thread(target=_pump, args=(i, h, inbox, out), daemon=True) for i, h in enumerate(handles)]
+    previous = {
+        s: signal.signal(s, lambda signum, _f: caught.append(signum)) for s in (*STOP_SIGNALS, *FORWARDED, STACKS)
+    }
+    try:
+        out.start()
+        for t in threads:
+            t.start()
+        return _drive(plan, handles, inbox, caught, out)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _pump(index: int, handle: AgentHandle, inbox: Inbox, out: Sink) -> None:
+    try:
+        for line in handle.lines():
+            event = wire.decode(line)
+            if event is None:
+                out.put_wait(index, line.encode("utf-8", "replace"))
+            else:
+                inbox.put((index, event))
+    finally:
+        inbox.put((index, None))
+
+
+def _drive(plan: LaunchPlan, handles: Sequence[AgentHandle], inbox: Inbox, caught: list[int], out: Sink) -> Outcome:
+    state = JobState(plan, [(h.node_rank, h.host) for h in handles])
+    while state.streams_open:
+        while caught:
+            _execute(state.on_signal(caught.pop(0), time.monotonic()), handles)
+        _execute(state.tick(time.monotonic()), handles)
+        if state.stopping and out.stalled(STALL):
+            out.abandon()  # let the reader threads drain the agents' streams
+        try:
+            index, event = inbox.get(timeout=POLL)
+        except queue.Empty:
+            continue
+        if event is None:
+            status = handles[index].wait(1.0) if state.wants_status(index) else None
+            _execute(state.on_stream_end(index, status, time.monotonic()), handles)
+        else:
+            _execute(state.on_event(index, event, time.monotonic()), handles)
+    for h in handles:
+        if h.wait(plan.shutdown_timeout + KILL_GRACE) is None:
+            h.kill()
+            h.wait(5.0)
+    outcome = state.outcome()
+    out.wait_idle(STALL if state.stopping or outcome.code else None)
+    return outcome
+
+
+def _execute(actions: Sequence[Action], handles: Sequence[AgentHandle]) -> None:
+    for action in actions:
+        if isinstance(action, StopAll):
+            from dslaunch.logs import get_logger
+
+            get_logger("launcher").info("teardown", reason=action.reason)
+            for h in handles:
+                h.stop()
+        elif isinstance(action, KillAll):
+            for h in handles:
+                h.kill()
+        elif isinstance(action, (Forward, AskStacks)):
+            signum = action.signum if isinstance(action, Forward) else STACKS
+            for h in handles:
+                h.signal(signum)
+        elif isinstance(action, Say):
+            write_within(2, (action.text + "\n").encode(), STALL)
+
+
+def report(outcome: Outcome, plan: LaunchPlan) -> JobResult:
+    """Print the failure summary (if any) to stderr after the ranks' output; return the attempt's result.
+
+    A stderr nobody reads (``2>&1 | sleep 30``) gets it for ``STALL`` seconds at most; the
+    launcher's log file (``--log-dir``) always gets it.
+    """
+    summary = format_summary(outcome, plan)
+    if summary:
+        from dslaunch.logs import file_record
+
+        file_record("launcher", "job failed", summary=summary, code=outcome.code)
+        write_within(2, (summary + "\n").encode(), STALL)
+    return JobResult(outcome.code, cause_line(outcome), retry=outcome.signal is None)
+
+
+def supervise_and_report(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> JobResult:
+    return report(supervise(plan, handles), plan)
