@@ -4,52 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import sys
-import tempfile
-from typing import BinaryIO, TextIO, cast
 
-from dslaunch import _prctl, mpi_env, wire
-from dslaunch.agent.supervisor import NodeSupervisor
-from dslaunch.plan import LaunchPlan
-
-
-def _read_line(fd: int) -> tuple[bytes, bytes]:
-    """Read one line from a raw fd without buffering past what we return."""
-    data = b""
-    while b"\n" not in data:
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            break
-        data += chunk
-    line, _, rest = data.partition(b"\n")
-    return line, rest
-
-
-def run_node(
-    plan: LaunchPlan, node_rank: int, control: BinaryIO | None, pending: bytes = b"", events: int | None = None
-) -> int:
-    """Supervise this node's ranks until they end; return the node's exit code.
-
-    Rank output goes to fds 1 and 2; events to ``events`` when given (a forked local agent),
-    else on fd 1 as marked lines (a remote agent: one stream over the transport).
-    """
-    from dslaunch.logs import configure_agent
-
-    configure_agent(plan.env, node_rank, plan.node(node_rank).host, plan.run_id)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    sup = NodeSupervisor(plan, node_rank, control=control, out=1, err=2, events=events)
-    error_dir = tempfile.mkdtemp(prefix=f"dslaunch-{plan.run_id}-")
-    console, sys.stderr = sys.stderr, cast(TextIO, sup.console())
-    try:
-        sup.start(error_dir)
-        sup.feed_control(pending)  # control lines that arrived with the plan
-        return sup.run()
-    finally:
-        sys.stderr = console
-        shutil.rmtree(error_dir, ignore_errors=True)
+from dslaunch import _prctl, wire
+from dslaunch.agent import mpi_env
+from dslaunch.agent.run import read_line, run_node
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             found = wire.plan_from_env(os.environ)
             if found is None:
-                line, pending = _read_line(sys.stdin.fileno())
+                line, pending = read_line(sys.stdin.fileno())
                 found = wire.plan_from_b64(line.decode("ascii", "replace").strip())
             plan = found
     except wire.WireError as exc:

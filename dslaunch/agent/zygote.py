@@ -48,7 +48,7 @@ _MAX_MESSAGE = 1 << 20
 _ACCELERATOR_DEVICES = ("/dev/nvidia", "/dev/kfd", "/dev/dri/", "/dev/accel", "/dev/neuron", "/dev/davinci")
 
 
-_OURS = ("dslaunch.bootstrap.__main__", "dslaunch.logs")  # what every rank runs first
+_OURS = ("dslaunch.bootstrap.run", "dslaunch.logs")  # what every rank runs first
 _ENGINE = tuple(f"dslaunch.bootstrap.{m}" for m in ("engine", "comm", "mesh_build", "timers"))  # with torch
 
 
@@ -78,7 +78,7 @@ def env_difference(zygote_env: Mapping[str, str], rank_env: Mapping[str, str]) -
 
 
 class ForkedRank:
-    """What the supervisor needs of a ``Popen`` for a rank that the zygote forked (and the agent adopted)."""
+    """What the node loop needs of a ``Popen`` for a rank that the zygote forked (and the agent adopted)."""
 
     def __init__(self, pid: int, stdout: IO[bytes], stderr: IO[bytes]) -> None:
         self.pid = pid
@@ -373,7 +373,7 @@ def main(argv: list[str]) -> int:
     request = serve(sock, agent, modules)
     if request is None:
         os._exit(0)  # skip tearing down what was imported: the agent does not wait for it
-    from dslaunch.bootstrap.__main__ import main as bootstrap
+    from dslaunch.bootstrap.run import main as bootstrap
 
     bootstrap(request.argv)  # raises SystemExit, which ends this rank as it ends an exec'd one
     return 0

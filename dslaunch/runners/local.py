@@ -38,7 +38,7 @@ class _ForkedAgent:
     """
 
     def __init__(self, plan: LaunchPlan, node_rank: int) -> None:
-        from dslaunch.agent.__main__ import run_node  # import before fork, once
+        from dslaunch.agent.run import run_node  # import before fork, once
 
         in_r, in_w = os.pipe()
         ev_r, ev_w = os.pipe()

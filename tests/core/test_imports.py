@@ -32,7 +32,7 @@ def imported_after(code: str) -> set[str]:
         "import dslaunch",
         "import dslaunch.cli",
         "from dslaunch.cli.command import build_command; build_command()",
-        "import dslaunch.agent.__main__, dslaunch.agent.supervisor",
+        "import dslaunch.agent.__main__, dslaunch.agent.run, dslaunch.agent.node_loop",
         "import dslaunch.bootstrap.__main__",
         "from dslaunch.runners import get_runner; get_runner('local')",
     ],
@@ -60,9 +60,9 @@ PACKAGE = ROOT / "dslaunch"
 
 @dataclass(frozen=True)
 class Import:
-    src: str  # importing module, e.g. "dslaunch.agent.supervisor"
+    src: str  # importing module, e.g. "dslaunch.agent.node_loop"
     dst: str  # a dslaunch module ("dslaunch.cli.render") or a third-party/stdlib top-level name ("click")
-    where: str  # "dslaunch/agent/supervisor.py:39"
+    where: str  # "dslaunch/agent/node_loop.py:39"
 
     def __str__(self) -> str:
         return f"{self.where}: {self.src} imports {self.dst}"
@@ -169,7 +169,7 @@ LEAVES: dict[str, tuple[str, ...]] = {
     "dslaunch.plan": (),  # the frozen plan every layer passes around
     "dslaunch.wire": ("dslaunch.plan",),  # the launcher <-> agent wire: it encodes the plan
     "dslaunch.hostfile": (),
-    "dslaunch.mpi_env": (),
+    "dslaunch.agent.mpi_env": (),
     "dslaunch._prctl": (),
     "dslaunch.binding": (),
     "dslaunch.config": (),

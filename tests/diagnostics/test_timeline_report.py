@@ -77,7 +77,7 @@ def test_torch_imported_is_recorded_when_the_import_finishes_or_at_once_if_it_al
     script = tmp_path / "script.py"
     script.write_text("import torch\n")
     preload = "import sys, types; sys.modules['torch'] = types.ModuleType('torch'); " if preloaded else ""
-    code = f"{preload}from dslaunch.bootstrap.__main__ import main; main([{str(script)!r}])"
+    code = f"{preload}from dslaunch.bootstrap.run import main; main([{str(script)!r}])"
     env = {
         **os.environ,
         **CLEAN,

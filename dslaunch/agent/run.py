@@ -1,0 +1,50 @@
+"""Run one node's ranks to their end: the node agent, however it was started (``python -m dslaunch.agent``, or
+forked by a local launcher)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from typing import BinaryIO, TextIO, cast
+
+from dslaunch.agent.node_loop import NodeLoop
+from dslaunch.plan import LaunchPlan
+
+
+def read_line(fd: int) -> tuple[bytes, bytes]:
+    """Read one line from a raw fd without buffering past what we return; (the line, what came after it)."""
+    data = b""
+    while b"\n" not in data:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+    line, _, rest = data.partition(b"\n")
+    return line, rest
+
+
+def run_node(
+    plan: LaunchPlan, node_rank: int, control: BinaryIO | None, pending: bytes = b"", events: int | None = None
+) -> int:
+    """Supervise this node's ranks until they end; return the node's exit code.
+
+    Rank output goes to fds 1 and 2; events to ``events`` when given (a forked local agent),
+    else on fd 1 as marked lines (a remote agent: one stream over the transport).
+    """
+    from dslaunch.logs import configure_agent
+
+    configure_agent(plan.env, node_rank, plan.node(node_rank).host, plan.run_id)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    loop = NodeLoop(plan, node_rank, control=control, out=1, err=2, events=events)
+    error_dir = tempfile.mkdtemp(prefix=f"dslaunch-{plan.run_id}-")
+    console, sys.stderr = sys.stderr, cast(TextIO, loop.console())
+    try:
+        loop.start(error_dir)
+        loop.feed_control(pending)  # control lines that arrived with the plan
+        return loop.run()
+    finally:
+        sys.stderr = console
+        shutil.rmtree(error_dir, ignore_errors=True)
