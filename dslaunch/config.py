@@ -7,6 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from dslaunch import userfiles
 from dslaunch.errors import DslaunchError
 
 
@@ -16,10 +17,11 @@ class ConfigError(DslaunchError):
 
 def load_config(path: str) -> dict[str, Any]:
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        data = json.loads(userfiles.read_text(path, "config"))
     except OSError as exc:
         raise ConfigError(f"cannot read config {path!r}: {exc.strerror}") from None
+    except userfiles.UserFileError as exc:
+        raise ConfigError(exc.message) from None
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"config {path!r} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"

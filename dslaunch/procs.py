@@ -24,7 +24,11 @@ def _ancestors(pid: int, proc: str) -> set[int]:
 
 def job_pids(run_id: str, node_rank: int | None = None, proc: str = "/proc") -> list[int]:
     """Processes whose environment has ``DSLAUNCH_RUN_ID=run_id`` (and ``NODE_RANK=node_rank`` when given);
-    never this process or its ancestors."""
+    never this process or its ancestors.
+
+    Nodes of one job on one machine share the run id (``cli/run_ids.py``): ``node_rank`` keeps each node's sweep
+    to its own ranks. A job started inside another's rank never has an enclosing job's run id (the CLI refuses
+    one in ``DSLAUNCH_RUN_ID_CHAIN``, ``dslaunch/nesting.py``), so its sweep never matches their processes."""
     wanted = [f"DSLAUNCH_RUN_ID={run_id}".encode()]
     if node_rank is not None:
         wanted.append(f"NODE_RANK={node_rank}".encode())

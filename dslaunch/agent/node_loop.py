@@ -33,6 +33,7 @@ from dslaunch.agent.relay import READ_SIZE, LineRelay
 from dslaunch.agent.sink import Sink
 from dslaunch.logs import get_logger, phases
 from dslaunch.plan import LaunchPlan
+from dslaunch.private import private_dir, private_open
 
 if TYPE_CHECKING:
     from dslaunch.agent.zygote import Zygote
@@ -61,8 +62,8 @@ class _Rank:
     pidfd: int | None
     prefix: bytes
     error_file: str
-    stdout_log: BinaryIO | None = None
-    stderr_log: BinaryIO | None = None
+    stdout_log: IO[bytes] | None = None
+    stderr_log: IO[bytes] | None = None
     tail: bytes = b""  # the last error_record.TAIL_BYTES of its stderr
     streams: list[_Stream] = field(default_factory=list)
     reaped: bool = False
@@ -77,7 +78,7 @@ class _Stream:
     rank: _Rank
     relay: LineRelay
     sink: Sink
-    log: BinaryIO | None
+    log: IO[bytes] | None
     is_err: bool
     resume_at: float = 0.0  # a bar that writes little is read again only from then
     watched: bool = False
@@ -150,7 +151,7 @@ class NodeLoop:
         _prctl.set_child_subreaper()
         log_dir = self.plan.log_dir
         if log_dir:
-            os.makedirs(log_dir, exist_ok=True)
+            private_dir(log_dir)
         self.progress = progress = ProgressWatch(self.plan, self.node.node_rank, error_dir)
         zygote = None
         if self.plan.preload:  # --preload: fork the ranks from one process that imported the modules (zygote.py)
@@ -201,8 +202,8 @@ class NodeLoop:
             error_file=error_file,
         )
         if log_dir:
-            r.stdout_log = open(os.path.join(log_dir, f"rank{rank}.stdout.log"), "ab")
-            r.stderr_log = open(os.path.join(log_dir, f"rank{rank}.stderr.log"), "ab")
+            r.stdout_log = private_open(os.path.join(log_dir, f"rank{rank}.stdout.log"), "ab")
+            r.stderr_log = private_open(os.path.join(log_dir, f"rank{rank}.stderr.log"), "ab")
         self.ranks.append(r)
         self.by_rank[rank] = r
         pipes = ((proc.stdout, self.out_sink, r.stdout_log), (proc.stderr, self.err_sink, r.stderr_log))

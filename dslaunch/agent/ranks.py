@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from dslaunch import binding
+from dslaunch import binding, nesting
 from dslaunch.plan import LaunchPlan, NodePlan
 
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -74,6 +74,9 @@ def rank_env(
     cores = binding.cores_for(plan.bind_cores, node.nproc, local_rank)
     if cores is not None and "OMP_NUM_THREADS" not in base and "OMP_NUM_THREADS" not in dict(plan.env):
         env["OMP_NUM_THREADS"] = str(len(cores))  # one thread per bound core, as DeepSpeed
+    # Last: a dslaunch this rank runs forgets exactly these settings, and never takes these run ids.
+    env[nesting.CHAIN_VAR] = nesting.chain(env, plan.run_id)
+    env[nesting.RECORD_VAR] = nesting.record(env)
     return env
 
 

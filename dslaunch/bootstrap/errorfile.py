@@ -8,6 +8,8 @@ import time
 import traceback
 from types import TracebackType
 
+from dslaunch.private import private_open
+
 
 def user_traceback(exc: BaseException, skip_files: tuple[str, ...]) -> str:
     """The traceback text, without the bootstrap's and runpy's own frames."""
@@ -31,7 +33,7 @@ def write_error_file(path: str, exc: BaseException, text: str, code: int) -> Non
     }
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
+        with private_open(tmp, "w", encoding="utf-8") as f:
             json.dump(record, f)
         os.replace(tmp, path)
     except OSError:

@@ -20,6 +20,8 @@ import sys
 import threading
 import time
 
+from dslaunch.private import private_open
+
 ENV = "DSLAUNCH_PROGRESS_FILE"
 TRACE_ENV = "DSLAUNCH_NCCL_TRACE_FILE"
 BEATS, STARTED, REQUEST, NCCL = 0, 8, 16, 24
@@ -115,7 +117,7 @@ def _dump(path: str, backend: str) -> None:
             message = f"dslaunch: no NCCL flight recorder trace: this torch has none (backend {backend})"
         else:
             data = dump()
-            with open(path, "wb") as f:
+            with private_open(path, "wb") as f:
                 f.write(data)
             message = f"dslaunch: NCCL flight recorder trace written to {path}"
     except Exception as exc:  # noqa: BLE001 - a diagnostic must never take the rank down

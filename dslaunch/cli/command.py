@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from dslaunch import __version__, masking
+from dslaunch import __version__, masking, nesting
 from dslaunch.cli import (
     core_options,
     ds_compat,
@@ -55,10 +55,21 @@ def user_errors() -> Iterator[None]:
         raise click.UsageError(exc.message) from None
 
 
+class DslaunchCommand(click.Command):
+    """The command, with two steps before click reads any option (each a mechanism of its own, above click's)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # A dslaunch run in a rank is a job of its own: it forgets what the enclosing job's launcher set in this
+        # environment (DSLAUNCH_* and PET_* read as options, the run id) and the user did not change.
+        nesting.forget_parent_job(os.environ)
+        with user_errors():  # the option callbacks' errors too
+            return super().parse_args(ctx, ds_compat.expand_abbreviations(args, self.params))
+
+
 def choices_of(values: dict[str, Any], environ: Mapping[str, str]) -> Choices:
     """Parse every area's options (``values`` is click's, DeepSpeed spellings translated in place)."""
     ds_compat.translate(values)
-    core = core_options.parse(values, environ)
+    core = core_options.parse(values)
     return Choices(
         core=core,
         logs=log_options.parse(values, core.config, environ),
@@ -144,14 +155,13 @@ def build_command() -> click.Command:
         click.Argument(["script"], metavar="SCRIPT", required=False),  # optional only for --preflight
         click.Argument(["script_args"], nargs=-1, type=click.UNPROCESSED, metavar="[SCRIPT_ARGS]..."),
     ]
-    return click.Command(
+    return DslaunchCommand(
         "dslaunch",
         params=params,
         callback=_run,
         help="Start the ranks of a PyTorch job on this machine or many, and stop all of them "
         "the moment one fails.\n\nOptions go before SCRIPT; everything after SCRIPT is passed to it untouched.",
         context_settings={
-            "token_normalize_func": ds_compat.expand_prefix,
             "auto_envvar_prefix": "DSLAUNCH",
             "allow_interspersed_args": False,
             "help_option_names": ["-h", "--help"],

@@ -114,10 +114,11 @@ PARAMS: list[click.Parameter] = [
         help="DeepSpeed-style JSON config; its launcher, logging and mesh keys reach every rank.",
     ),
     click.Option(
-        ["--run-id"],
+        ["--run-id", "--rdzv-id", "--rdzv_id", "run_id"],
         metavar="ID",
         envvar=pet("run_id", "RDZV_ID"),
-        help="Job id used to tag every process of the job [default: random].",
+        help="Job id used to tag every process of the job, every rank's TORCHELASTIC_RUN_ID [default: random; "
+        "with --node-rank, one launcher per node, a digest of what every node is given alike].",
     ),
     click.Option(
         ["--nnodes", "nnodes"],
@@ -156,7 +157,7 @@ class CoreChoices:
     hang_timeout: float | None
     log_dir: str | None
     cwd: str
-    run_id: str
+    run_id: str | None  # as given; decided in decide (cli/run_ids.py)
     config_path: str | None
     config: Mapping[str, Any]
     dry_run: bool
@@ -165,7 +166,7 @@ class CoreChoices:
     preload: tuple[str, ...] = ()
 
 
-def parse(values: Mapping[str, Any], environ: Mapping[str, str]) -> CoreChoices:
+def parse(values: Mapping[str, Any]) -> CoreChoices:
     if values["module"] and values["no_python"]:
         raise DslaunchError("--module and --no-python cannot be used together: pick one way to run SCRIPT")
     if values["as_json"] and not values["dry_run"]:
@@ -209,7 +210,7 @@ def parse(values: Mapping[str, Any], environ: Mapping[str, str]) -> CoreChoices:
         hang_timeout=hang,
         log_dir=os.path.abspath(values["log_dir"]) if values.get("log_dir") else None,
         cwd=os.getcwd(),
-        run_id=_run_id(given if given is not None else environ.get("DSLAUNCH_RUN_ID") or os.urandom(6).hex()),
+        run_id=_run_id(given) if given is not None else None,
         config_path=config_path,
         config=config,
         dry_run=values["dry_run"],

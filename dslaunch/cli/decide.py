@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from dslaunch import hostfile
-from dslaunch.cli import mesh_options, parity_options, remote_options, slurm_hosts
+from dslaunch.cli import mesh_options, parity_options, remote_options, run_ids, slurm_hosts
 from dslaunch.cli.core_options import LOCAL_NAMES, CoreChoices, resource_pool
 from dslaunch.cli.log_options import LogChoices
 from dslaunch.cli.mesh_options import MeshChoice
@@ -80,18 +80,12 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
             f"dslaunch: warning: --launcher-args is only used by the {', '.join(LAUNCHER_ARGS_USERS)} "
             f"launchers; ignored with --launcher {launcher}"
         )
-    program = core.program
-    preload = core.preload
-    if preload and program.no_python:
-        warnings.append("dslaunch: warning: --preload is ignored with --no-python: the ranks are not Python")
-        preload = ()
-    if c.remote.remote_python:
-        program = replace(program, python=c.remote.remote_python)
-    if c.parity.local_rank_arg:
-        program = replace(program, local_rank_arg=True)
+    program, preload = _program(c, warnings)
+    plans_alone = launcher == "node" or (slurm is not None and slurm.settings.mode != "srun")
+    shared = run_ids.shared_id(master_addr, master_port, nodes, core.program, environ) if plans_alone else None
     plan = LaunchPlan(
         launcher=launcher,
-        run_id=core.run_id,
+        run_id=run_ids.pick(core.run_id, shared, environ),
         nodes=nodes,
         master_addr=master_addr,
         master_port=master_port,
@@ -110,6 +104,19 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
         preload=preload,
     )
     return Decision(plan, frozenset(secrets), tuple(warnings))
+
+
+def _program(c: Choices, warnings: list[str]) -> tuple[Program, tuple[str, ...]]:
+    """What each rank runs, as the parity and remote options change it, and the modules to preload."""
+    program, preload = c.core.program, c.core.preload
+    if preload and program.no_python:
+        warnings.append("dslaunch: warning: --preload is ignored with --no-python: the ranks are not Python")
+        preload = ()
+    if c.remote.remote_python:
+        program = replace(program, python=c.remote.remote_python)
+    if c.parity.local_rank_arg:
+        program = replace(program, local_rank_arg=True)
+    return program, preload
 
 
 def _nodes(core: CoreChoices, environ: Mapping[str, str]) -> tuple[NodePlan, ...]:

@@ -8,7 +8,7 @@ the v1 spelling. Flags with no v1 meaning are a warned no-op or rejected.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,19 +172,52 @@ _LONG = tuple(name[2:] for name in ACCEPTED if name.startswith("--"))
 
 
 def expand_prefix(name: str) -> str:
-    """click's token normaliser (given an option name without its dashes): a DeepSpeed option abbreviated
-    as DeepSpeed's argparse parser allowed (``--launcher_arg`` for ``--launcher_args``) becomes its full
-    spelling; anything else is left alone.
+    """A DeepSpeed option name (without its dashes) abbreviated as DeepSpeed's argparse parser allowed
+    (``launcher_arg`` for ``launcher_args``), spelled out; anything else is left alone.
 
     Only DeepSpeed's spellings are matched, as in DeepSpeed; v1 options are spelled out in full. Short
-    options (one letter once click drops the dash) are never expanded.
+    options (one letter once the dash is dropped) are never expanded.
     """
     if len(name) < 3 or name in _LONG:
         return name
     matches = [full for full in _LONG if full.startswith(name)]
     if len(matches) > 1:
-        raise click.UsageError(f"ambiguous option --{name}: it could be {', '.join('--' + m for m in matches)}")
+        raise DslaunchError(f"ambiguous option --{name}: it could be {', '.join('--' + m for m in matches)}")
     return matches[0] if matches else name
+
+
+def expand_abbreviations(args: Sequence[str], params: Sequence[click.Parameter]) -> list[str]:
+    """``args`` with each abbreviated DeepSpeed option name before SCRIPT spelled out (:func:`expand_prefix`).
+
+    Only option names are touched: not option values, not SCRIPT or anything after it (nor after ``--``).
+    click's ``token_normalize_func`` cannot do this: click also runs it on every Choice value, so ``auto``
+    became ``autotuning``. Which tokens are values follows click's parser: an option that takes a value takes
+    the next token whatever it looks like.
+    """
+    takes_value = {
+        opt: not (p.is_flag or p.count)
+        for p in params
+        if isinstance(p, click.Option)
+        for opt in (*p.opts, *p.secondary_opts)
+    }
+    out, i = list(args), 0
+    while i < len(out):
+        token = out[i]
+        if token == "--" or not token.startswith("-") or token == "-":
+            break  # SCRIPT (or the end of options): the rest is the script's
+        if token.startswith("--"):
+            name, eq, value = token[2:].partition("=")
+            out[i] = token = f"--{expand_prefix(name)}{eq}{value}"
+            i += 2 if not eq and takes_value.get(token, False) else 1
+            continue
+        # -abc: flags, up to the first letter that takes a value, which takes the rest or the next token
+        for k in range(1, len(token)):
+            if takes_value.get(f"-{token[k]}", False):
+                i += 1 if k + 1 < len(token) else 2
+                break
+        else:
+            i += 1
+    return out
 
 
 PARAMS: list[click.Parameter] = [

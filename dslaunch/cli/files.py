@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+from dslaunch import userfiles
 from dslaunch.errors import DslaunchError
 
 
 def read_option_file(path: str, what: str, option: str, *, required: bool) -> str | None:
-    """The file's text; None when it is missing and not ``required``."""
+    """The file's text (capped: :mod:`dslaunch.userfiles`); None when it is missing and not ``required``."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
+        return userfiles.read_text(path, what, option=option)
     except FileNotFoundError:
         if required:
             raise DslaunchError(f"{what} {path!r} does not exist", option=option) from None
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DslaunchError(f"cannot read {what} {path!r}: {exc}", option=option) from None
+    except OSError as exc:
+        raise DslaunchError(f"cannot read {what} {path!r}: {exc.strerror or exc}", option=option) from None

@@ -20,7 +20,8 @@ from dslaunch.logs import spec as S
 from dslaunch.plan import LaunchPlan
 
 
-def _level_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+# The callbacks' user errors propagate: the command's parsing is inside command.user_errors().
+def _level_option(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     if value is None or ctx.resilient_parsing:
         return value
     if value.strip().lower() in ("help", "+help"):
@@ -29,15 +30,15 @@ def _level_option(ctx: click.Context, param: click.Parameter, value: str | None)
     try:
         S.parse_spec(value)
     except S.SpecError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
+        raise DslaunchError(exc.message, option="--log-level") from None
     return value
 
 
-def _ranks_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
+def _ranks_option(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     try:
         return S.parse_ranks(value).canonical()
     except S.SpecError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
+        raise DslaunchError(exc.message, option="--log-ranks") from None
 
 
 PARAMS: list[click.Parameter] = [

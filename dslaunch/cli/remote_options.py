@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from dslaunch import userfiles
 from dslaunch.cli.files import read_option_file
 from dslaunch.cli.types import Seconds, Whole, pet
 from dslaunch.errors import DslaunchError
@@ -185,4 +186,6 @@ def ssh_config_path(given: str | None) -> str | None:
         return default_config_path()
     if not os.path.exists(given) or os.path.isdir(given):  # /dev/null is a valid "no config", as for ssh -F
         raise DslaunchError(f"ssh config {given!r} does not exist or is a directory", option="--ssh-config")
+    if os.path.realpath(given) != os.devnull:  # read by the runners later: checked, not read, here
+        userfiles.check_readable(given, "ssh config", option="--ssh-config")
     return os.path.abspath(given)

@@ -8,6 +8,7 @@ import os
 import click
 
 from dslaunch.errors import DslaunchError
+from dslaunch.private import private_open
 
 
 def report(log_dir: str) -> tuple[str, str]:
@@ -17,7 +18,7 @@ def report(log_dir: str) -> tuple[str, str]:
     found = timeline.load(log_dir)
     path = os.path.join(log_dir, "timeline.html")
     try:
-        with open(path, "w", encoding="utf-8") as f:
+        with private_open(path, "w", encoding="utf-8") as f:  # as private as the logs it is made of
             f.write(page.render(found, os.path.abspath(log_dir)))
     except OSError as exc:
         raise DslaunchError(f"cannot write {path}: {exc.strerror or exc}", option="--report") from None
@@ -25,12 +26,10 @@ def report(log_dir: str) -> tuple[str, str]:
 
 
 def _report(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    """A user error here propagates: the command's parsing is inside ``command.user_errors()``."""
     if value is None or ctx.resilient_parsing:
         return
-    try:
-        text, path = report(value)
-    except DslaunchError as exc:
-        raise click.BadParameter(exc.message, ctx=ctx, param_hint="'--report'") from None
+    text, path = report(value)
     click.echo(text)
     click.echo(f"timeline: {path}")
     ctx.exit(0)

@@ -20,6 +20,7 @@ from typing import Any
 from dslaunch.limits import ascii_int
 from dslaunch.logs import spec as S
 from dslaunch.logs._sinks import _STATE, _after_fork, _flush_file, state, write
+from dslaunch.private import private_dir, private_open
 
 
 class Logger:
@@ -179,10 +180,11 @@ def configure(
         st.file.close()
         st.file = None
     if log_dir:
-        os.makedirs(log_dir, exist_ok=True)
+        private_dir(log_dir)  # records hold exported names, tracebacks, paths: 0700/0600 whatever the umask
         # Agents leave with os._exit (no atexit flush) and log little: line-buffered.
         buffering = 1 << 16 if role in ("rank", "process") else 1
-        st.file = open(os.path.join(log_dir, _file_name(role, st.static)), "a", encoding="utf-8", buffering=buffering)
+        path = os.path.join(log_dir, _file_name(role, st.static))
+        st.file = private_open(path, "a", encoding="utf-8", buffering=buffering)
     for name, cls in _CLASSES.items():
         _set_level(cls, st.spec.level_for(name, st.channels_on))
     if not st.configured:

@@ -13,6 +13,7 @@ from typing import IO, Any
 
 from dslaunch.logs import render
 from dslaunch.logs import spec as S
+from dslaunch.private import private_open
 
 
 class _State:
@@ -78,4 +79,4 @@ def _after_fork() -> None:
     st.lock = threading.Lock()
     st.static["pid"] = os.getpid()
     if st.file is not None:
-        st.file = open(st.file.name, "a", encoding="utf-8", buffering=1)
+        st.file = private_open(st.file.name, "a", encoding="utf-8", buffering=1)

@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from dslaunch import userfiles
 from dslaunch.errors import DslaunchError
 from dslaunch.logs.phases import EVENT, PHASES
 
@@ -100,12 +101,8 @@ def read_dir(log_dir: str) -> list[PhaseEvent]:
     except OSError as exc:
         raise ReportError(f"{log_dir}: {exc.strerror or exc}", option="--report") from None
     events: list[PhaseEvent] = []
-    for name in names:
-        try:
-            with open(os.path.join(log_dir, name), encoding="utf-8", errors="replace") as f:
-                events.extend(parse_lines(f))
-        except OSError:
-            continue  # unreadable: its ranks are missing from the timeline
+    for name in names:  # one unreadable, not regular (a FIFO, /dev/zero) or over-long line: skipped
+        events.extend(parse_lines(userfiles.regular_lines(os.path.join(log_dir, name))))
     return events
 
 

@@ -172,10 +172,13 @@ LEAVES: dict[str, tuple[str, ...]] = {
     "dslaunch.agent.mpi_env": (),
     "dslaunch._prctl": (),
     "dslaunch.binding": (),
-    "dslaunch.config": (),
+    "dslaunch.config": ("dslaunch.userfiles",),  # the capped read of a user's file (userfiles: stdlib only)
     "dslaunch.procs": (),  # a job's processes on this host, from /proc: the agent's sweep and the reaper
     "dslaunch.masking": (),  # secret masking: the CLI's dry run and the agent's debug log
     "dslaunch.gpus": (),  # visible GPU ids without torch: the CLI and preflight
+    "dslaunch.userfiles": (),  # capped reads of the files a user names
+    "dslaunch.private": (),  # owner-only folders and files for the logs
+    "dslaunch.nesting": (),  # a rank's own dslaunch: forget what its parent job set
     "dslaunch.mesh": (),  # mesh spec and layout (pure); bootstrap.mesh_build adds torch
     "dslaunch.logs.spec": (),
     # Slurm's pure side: environment, hostlists, task layout, srun lines (runners put it to work)
