@@ -24,7 +24,7 @@ from dslaunch.runners.result import JobResult
 
 
 class SshAgent:
-    def __init__(self, node_rank: int, host: str, conn: Any, command: str, plan_b64: str, keepalive: int) -> None:
+    def __init__(self, node_rank: int, host: str, conn: Any, command: str, *, plan_b64: str, keepalive: int) -> None:
         self.node_rank = node_rank
         self.host = host
         self.conn = conn
@@ -177,7 +177,10 @@ class SshRunner(RemoteRunner):
             for node in plan.nodes:
                 command = agent_command(plan, node.node_rank, venv_script=settings.venv_script)
                 try:
-                    handles.append(SshAgent(node.node_rank, node.host, conns[node.node_rank], command, plan_b64, every))
+                    agent = SshAgent(
+                        node.node_rank, node.host, conns[node.node_rank], command, plan_b64=plan_b64, keepalive=every
+                    )
+                    handles.append(agent)
                 except Exception as exc:  # noqa: BLE001 - any channel error: stop what already started
                     for h in handles:
                         h.stop()
