@@ -7,7 +7,12 @@ NEWEST ?= .venv-torch-newest
 NEWEST_PY := $(NEWEST)/bin/python
 NEWEST_STAMP := $(NEWEST)/.dslaunch-installed
 
-.PHONY: demo test test-preload lint install install-newest bench clean
+# pytest keeps its rewritten test modules in __pycache__ only where bytecode may be written: ~3 s of the fast tier.
+PYTEST_ENV := env -u PYTHONDONTWRITEBYTECODE
+# The pure tier: no test that starts a process (tests/conftest.py fails one that does); seconds, not minutes.
+FAST := not launch and not cluster and not torch
+
+.PHONY: demo test test-fast test-preload lint install install-newest bench clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -38,9 +43,13 @@ lint: install
 	$(VENV)/bin/ruff format --check dslaunch tests bench examples testbeds
 	$(VENV)/bin/mypy dslaunch
 
+# The whole suite on the lowest torch, then on the newest only the tests of torch's own API (-m torch_api).
 test: install install-newest
-	$(PY) -m pytest -q
-	$(NEWEST_PY) -m pytest -q -m torch
+	$(PY) -m pytest -q --durations=15
+	$(NEWEST_PY) -m pytest -q -m torch_api
+
+test-fast: install
+	$(PYTEST_ENV) $(PY) -m pytest -q -m "$(FAST)"
 
 # Every test that starts torch ranks, with --preload torch forced on (docs/preload.md); not part of `make test`.
 test-preload: install

@@ -1,14 +1,18 @@
-"""Suite-wide set-up: no leaking Slurm job, one private sshd shared by the remote and MPI tests, and a check
-after every test that nothing any job started is still alive."""
+"""Suite-wide set-up: no leaking Slurm job, one private sshd shared by the remote and MPI tests, and the
+markers kept honest: a test marked to start processes is checked afterwards for anything its jobs left alive;
+an unmarked test (the fast tier, ``make test-fast``) fails the moment it starts a process."""
 
 from __future__ import annotations
 
+import _posixsubprocess
 import os
 import shutil
 import signal
+import subprocess
+import threading
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -71,9 +75,82 @@ def adopt_orphans() -> None:
     _prctl.set_child_subreaper()
 
 
+# The markers of tests that start processes; a test with none of them is in the fast tier.
+PROCESS_MARKS = ("launch", "cluster", "torch", "gpu")
+TEST_BEDS = ("ssh_cluster", "netns_cluster", "slurm_cluster", "slurm_env")  # fixtures only `cluster` tests use
+
+
+def _marks(item: pytest.Item) -> set[str]:
+    return {mark.name for mark in item.iter_markers()}
+
+
 @pytest.fixture(autouse=True)
-def no_job_outlives_its_test() -> Iterator[None]:
-    """After every test, no process of any dslaunch job is alive (on this machine, which hosts every test node).
+def processes_only_where_marked(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Tests marked launch/cluster/torch/gpu get the leftover-process check; any other test may start none."""
+    marks = _marks(request.node)
+    beds = [name for name in TEST_BEDS if name in request.fixturenames]
+    if beds and "cluster" not in marks:
+        pytest.fail(f"this test uses the test bed {', '.join(beds)}: mark it cluster (and launch)")
+    if marks & set(PROCESS_MARKS):
+        yield from _no_job_outlives_its_test()
+    else:
+        yield from _no_process_started()
+
+
+def _planning_probe(argv: Any) -> bool:
+    """``ssh -G HOST``: how the decision reads ssh_config for a remote host's address (read-only, milliseconds)."""
+    words = [os.fsdecode(a) for a in argv or ()][:2]
+    return len(words) == 2 and os.path.basename(words[0]) == "ssh" and words[1] == "-G"
+
+
+# Every way this interpreter starts a process, and where each call's argv is (subprocess binds fork_exec at
+# import on Python >= 3.11; multiprocessing calls _posixsubprocess's).
+SPAWNERS: tuple[tuple[Any, str, int | None], ...] = (
+    (_posixsubprocess, "fork_exec", 0),
+    (subprocess, "_fork_exec", 0),
+    (os, "fork", None),
+    (os, "forkpty", None),
+    (os, "posix_spawn", 1),
+    (os, "posix_spawnp", 1),
+    (os, "system", 0),
+)
+
+
+def _no_process_started() -> Iterator[None]:
+    """Fail an unmarked test the moment it forks or executes anything but a planning probe."""
+    started: list[str] = []
+
+    def guard(name: str, real: Callable[..., Any], argv_at: int | None) -> Callable[..., Any]:
+        def refuse(*args: Any, **kwargs: Any) -> Any:
+            argv = args[argv_at] if argv_at is not None and len(args) > argv_at else None
+            if isinstance(argv, (str, bytes)):
+                argv = [argv]
+            if _planning_probe(argv):
+                return real(*args, **kwargs)
+            what = f"{name}({argv!r})" if argv else f"{name}()"
+            if threading.current_thread() is not threading.main_thread():
+                started.append(what)  # an exception here would end only that thread: fail at teardown
+            pytest.fail(
+                f"this test starts a process ({what}) but is not marked launch, cluster, torch or gpu: "
+                "mark it, so the fast tier stays fast and leftovers are checked"
+            )
+
+        return refuse
+
+    saved = [(owner, name, getattr(owner, name), at) for owner, name, at in SPAWNERS if getattr(owner, name, None)]
+    for owner, name, real, argv_at in saved:
+        setattr(owner, name, guard(f"{owner.__name__}.{name}", real, argv_at))
+    try:
+        yield
+    finally:
+        for owner, name, real, _ in saved:
+            setattr(owner, name, real)
+    if started:
+        pytest.fail("this unmarked test started processes from a thread: " + "; ".join(started))
+
+
+def _no_job_outlives_its_test() -> Iterator[None]:
+    """After the test, no process of any dslaunch job is alive (on this machine, which hosts every test node).
 
     Whatever is found gets a few seconds to go, then is killed and fails the test, so one leak is not blamed
     on the next test."""

@@ -85,7 +85,7 @@ def dry_run_json(args: Sequence[str], env: Env | None = None, cwd: str | os.Path
 
 
 def _refuse_to_act(choices: Choices, decision: Decision) -> NoReturn:
-    raise AssertionError(f"the command line was accepted: it would start {decision.plan.launcher} job")
+    raise AssertionError(f"the command line was accepted: it would start a {decision.plan.launcher} job")
 
 
 def invoke(args: Sequence[str], env: Env | None = None, cwd: str | os.PathLike[str] | None = None) -> Result:

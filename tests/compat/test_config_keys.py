@@ -11,7 +11,7 @@ import pytest
 
 from dslaunch import config as C
 from dslaunch.bootstrap import timers
-from tests.helpers import run_cli
+from tests.plans import decision_of
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "migration.md"
 
@@ -84,26 +84,27 @@ def test_bad_steps_per_print_is_a_config_error(value: object) -> None:
 # ---- the launcher warns, once, and only for unknown keys ----------------------------------------
 
 
-def _dry_run(tmp_path: Path, data: dict[str, object]) -> str:
+def _dry_run(tmp_path: Path, data: dict[str, object], capsys: pytest.CaptureFixture[str]) -> str:
+    """What the launcher writes to stderr while it decides the plan of a dry run with this config."""
     cfg = tmp_path / "ds_config.json"
     cfg.write_text(json.dumps(data))
-    result = run_cli(
+    capsys.readouterr()
+    decision_of(
         ["--dry-run", "--config", str(cfg), "--nproc-per-node", "2", "script.py"],
         env={"CUDA_VISIBLE_DEVICES": "", "DSLAUNCH_LOG_LEVEL": ""},
     )
-    assert result.returncode == 0, result.stderr
-    return result.stderr
+    return capsys.readouterr().err
 
 
-def test_cli_warns_once_for_an_unknown_key(tmp_path: Path) -> None:
-    err = _dry_run(tmp_path, {"train_batch_size": 8, "mesh_parm": [1, 2], "zero_optimization": {"stage": 2}})
+def test_cli_warns_once_for_an_unknown_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    err = _dry_run(tmp_path, {"train_batch_size": 8, "mesh_parm": [1, 2], "zero_optimization": {"stage": 2}}, capsys)
     assert err.count("config key") == 1, err
     assert "dslaunch: warning: config key 'mesh_parm' is not known; did you mean 'mesh_param'?" in err
 
 
-def test_cli_is_quiet_about_deepspeed_and_dslaunch_keys(tmp_path: Path) -> None:
+def test_cli_is_quiet_about_deepspeed_and_dslaunch_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ds = {key: {} for key in C.DEEPSPEED_KEYS}
-    err = _dry_run(tmp_path, {**ds, "train_batch_size": 8, "steps_per_print": 5, "log_level": "warning"})
+    err = _dry_run(tmp_path, {**ds, "train_batch_size": 8, "steps_per_print": 5, "log_level": "warning"}, capsys)
     assert "config key" not in err, err
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import DSLAUNCH
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.launch, pytest.mark.torch_api]
 SCRIPT = str(Path(__file__).parent / "scripts" / "ds_train.py")
 # The first run JIT-builds DeepSpeed's shared-memory allreduce op (about a minute, then cached).
 ENV = {"DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}

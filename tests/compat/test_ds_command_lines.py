@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.compat.plans import comparable, plan_of
 from tests.helpers import run_cli
+from tests.plans import comparable, dry_run_json, plan_of
 
 HOSTFILE = "worker-0 slots=4\nworker-1 slots=4\nworker-2 slots=2\nworker-3 slots=2\n"
 
@@ -145,14 +145,32 @@ def test_include_keeps_the_given_device_order_and_the_hostfile_host_order(hostfi
     ]
 
 
+def _warned(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "(DeepSpeed)" in line or "DeepSpeed's spelling" in line]
+
+
 @pytest.mark.parametrize(("case", "warnings"), [("openmpi", 3), ("module-include-local", 0), ("no-python", 2)])
-def test_real_cli_dry_run_json_is_identical(case: str, warnings: int, hostfile: str) -> None:
+def test_cli_dry_run_json_is_identical(
+    case: str, warnings: int, hostfile: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     ds_args, v1_args = CASES[case]
+    ds = dry_run_json([*BASE[1:], *_subst(ds_args, hostfile)])
+    ds_err = capsys.readouterr().err
+    v1 = dry_run_json([*BASE[1:], *_subst(v1_args, hostfile)])
+    assert ds == v1
+    warned = _warned(ds_err)
+    assert len(warned) == len(set(warned)) == warnings, ds_err
+    assert "DeepSpeed" not in capsys.readouterr().err
+
+
+@pytest.mark.launch
+def test_real_cli_dry_run_json_is_identical(hostfile: str) -> None:
+    ds_args, v1_args = CASES["openmpi"]
     env = {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}
     ds = run_cli([*BASE, "--json", *_subst(ds_args, hostfile)], env=env)
     v1 = run_cli([*BASE, "--json", *_subst(v1_args, hostfile)], env=env)
     assert ds.returncode == 0 and v1.returncode == 0, ds.stderr + v1.stderr
     assert json.loads(ds.stdout) == json.loads(v1.stdout)
-    warned = [line for line in ds.stderr.splitlines() if "(DeepSpeed)" in line or "DeepSpeed's spelling" in line]
-    assert len(warned) == len(set(warned)) == warnings, ds.stderr
+    warned = _warned(ds.stderr)
+    assert len(warned) == len(set(warned)) == 3, ds.stderr
     assert "DeepSpeed" not in v1.stderr

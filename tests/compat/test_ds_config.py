@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import DSLAUNCH, run_cli
+from tests.helpers import DSLAUNCH
+from tests.plans import cli_error, dry_run_json
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "view.py")
 FULL = {
@@ -30,12 +31,11 @@ def _config(tmp_path: Path, data: dict[str, object]) -> str:
 
 
 def _env(tmp_path: Path, data: dict[str, object], *args: str, shell: dict[str, str] | None = None) -> dict[str, str]:
-    result = run_cli(
-        ["--dry-run", "--json", "--config", _config(tmp_path, data), "--nproc-per-node", "4", *args, "train.py"],
+    plan = dry_run_json(
+        ["--config", _config(tmp_path, data), "--nproc-per-node", "4", *args, "train.py"],
         env={"CUDA_VISIBLE_DEVICES": "", "DSLAUNCH_LOG_LEVEL": "", **(shell or {})},
     )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)["env"]  # type: ignore[no-any-return]
+    return plan["env"]  # type: ignore[no-any-return]
 
 
 @pytest.fixture(autouse=True)
@@ -88,12 +88,13 @@ def test_defaults_without_config_keys(tmp_path: Path) -> None:
     ],
 )
 def test_bad_config_keys_exit_2_before_anything_starts(tmp_path: Path, data: dict[str, object], needle: str) -> None:
-    result = run_cli(
+    code, err = cli_error(
         ["--config", _config(tmp_path, data), "--nproc-per-node", "4", "train.py"], env={"CUDA_VISIBLE_DEVICES": ""}
     )
-    assert result.returncode == 2 and needle in result.stderr and "Traceback" not in result.stderr
+    assert code == 2 and needle in err
 
 
+@pytest.mark.launch
 def test_deepspeed_command_line_with_ds_config_reaches_real_ranks(tmp_path: Path) -> None:
     """`deepspeed --num_gpus 4 --log_level warning train.py --deepspeed_config cfg` with dslaunch instead."""
     cfg = _config(tmp_path, FULL)

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dslaunch.cli import ds_compat
-from tests.compat.plans import comparable, plan_of
+from tests.plans import comparable, plan_of
 
 # Every `deepspeed` 0.19.8 launcher flag (deepspeed-launcher.md §1.5.1) plus the removed elastic ones.
 # Changing this list is a compatibility decision: update the migration guide with it.

@@ -13,7 +13,7 @@ import pytest
 from tests.helpers import run_cli
 
 SCRIPTS = Path(__file__).parent / "scripts"
-pytestmark = [pytest.mark.torch, pytest.mark.timeout(150)]
+pytestmark = [pytest.mark.torch, pytest.mark.timeout(150), pytest.mark.launch, pytest.mark.torch_api]
 
 
 def lines(stdout: str, tag: str) -> dict[int, str]:

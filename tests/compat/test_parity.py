@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from dslaunch import binding
-from tests.compat.plans import plan_of
 from tests.helpers import DSLAUNCH
+from tests.plans import cli_error, decision_of, plan_of
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "view.py")
 ENV = {"CUDA_VISIBLE_DEVICES": "", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -73,6 +73,7 @@ def test_compress_and_slices() -> None:
 # ---- real runs --------------------------------------------------------------------------------
 
 
+@pytest.mark.launch
 def test_local_rank_arg_goes_right_after_the_script_as_deepspeed_puts_it() -> None:
     result = _run("--nproc-per-node", "2", "--local-rank-arg", SCRIPT, "--lr", "it's")
     assert result.returncode == 0, result.stderr
@@ -83,6 +84,7 @@ def test_local_rank_arg_goes_right_after_the_script_as_deepspeed_puts_it() -> No
     ]
 
 
+@pytest.mark.launch
 def test_a_remainder_script_parses_local_rank_as_under_deepspeed() -> None:
     """DeepSpeed runs `train.py --local_rank=N ARGS...`: argparse REMAINDER after --local_rank still sees it."""
     script = str(Path(__file__).parent / "scripts" / "remainder.py")
@@ -92,11 +94,13 @@ def test_a_remainder_script_parses_local_rank_as_under_deepspeed() -> None:
         assert f"REMAINDER local_rank={rank} rest=['cfg.json', '--epochs', '2']" in result.stdout, result.stdout
 
 
+@pytest.mark.launch
 def test_no_local_rank_by_default() -> None:
     result = _run(SCRIPT, "x")
     assert _views(result.stdout)[0]["argv"] == ["x"]
 
 
+@pytest.mark.launch
 @pytest.mark.skipif(shutil.which("numactl") is None and not os.environ.get("CI"), reason="numactl is not installed")
 def test_bind_cores_to_rank_gives_each_rank_its_slice() -> None:
     usable = binding.usable_cores()
@@ -111,6 +115,7 @@ def test_bind_cores_to_rank_gives_each_rank_its_slice() -> None:
     assert views[0]["omp"] == str(half)
 
 
+@pytest.mark.launch
 @pytest.mark.skipif(shutil.which("numactl") is None and not os.environ.get("CI"), reason="numactl is not installed")
 def test_bind_core_list_is_honoured() -> None:
     core = binding.usable_cores()[-1]
@@ -120,10 +125,12 @@ def test_bind_core_list_is_honoured() -> None:
 
 
 def test_bind_core_list_too_short_is_a_usage_error() -> None:
-    result = _run("--nproc-per-node", "2", "--bind-cores-to-rank", "--bind-core-list", "0", SCRIPT)
-    assert result.returncode == 2 and "cannot give each of 2 ranks a core" in result.stderr
+    args = ["--master-port", "0", "--nproc-per-node", "2", "--bind-cores-to-rank", "--bind-core-list", "0", SCRIPT]
+    code, err = cli_error(args, env=ENV)
+    assert code == 2 and "cannot give each of 2 ranks a core" in err
 
 
+@pytest.mark.launch
 def test_enable_each_rank_log_writes_per_rank_files(tmp_path: Path) -> None:
     result = _run("--nproc-per-node", "2", "--enable_each_rank_log", str(tmp_path / "logs"), SCRIPT)
     assert result.returncode == 0, result.stderr
@@ -131,6 +138,7 @@ def test_enable_each_rank_log_writes_per_rank_files(tmp_path: Path) -> None:
         assert "VIEW " in (tmp_path / "logs" / f"rank{rank}.stdout.log").read_text()
 
 
+@pytest.mark.launch
 @pytest.mark.parametrize("spelling", ["--save-pid", "--save_pid"])
 def test_pid_file_holds_the_launcher_pid_while_running_and_is_removed(spelling: str, tmp_path: Path) -> None:
     args = [spelling, str(tmp_path / "job.pid")] if spelling == "--save-pid" else [spelling]
@@ -154,10 +162,12 @@ def test_pid_file_holds_the_launcher_pid_while_running_and_is_removed(spelling: 
     assert not path.exists()
 
 
+@pytest.mark.launch
 def test_existing_pid_file_is_refused(tmp_path: Path) -> None:
+    """Found when the pid file is written, after the plan: the real CLI's refusal (exit 2)."""
     (tmp_path / "job.pid").write_text("1\n")
     result = _run("--save-pid", str(tmp_path / "job.pid"), SCRIPT)
-    assert result.returncode == 2 and "already exists" in result.stderr
+    assert result.returncode == 2 and "already exists" in result.stderr and "Traceback" not in result.stderr
     assert (tmp_path / "job.pid").read_text() == "1\n"
 
 
@@ -167,12 +177,11 @@ def test_force_multi_uses_a_remote_launcher_for_localhost() -> None:
     assert plan_of(["--dry-run", "train.py"]).launcher == "local"
 
 
-def test_launcher_args_unused_by_the_launcher_warn() -> None:
-    result = _run("--dry-run", "--launcher", "local", "--launcher-args", "-x A", SCRIPT)
-    assert result.returncode == 0
+def test_launcher_args_unused_by_the_launcher_warn(capsys: pytest.CaptureFixture[str]) -> None:
+    decision_of(["--master-port", "0", "--dry-run", "--launcher", "local", "--launcher-args", "-x A", SCRIPT], ENV)
     assert (
         "--launcher-args is only used by the openmpi, mpich, slurm launchers; ignored with --launcher local"
-        in result.stderr
+        in capsys.readouterr().err
     )
-    quiet = _run("--dry-run", "--launcher", "openmpi", "--launcher-args", "-x A", SCRIPT)
-    assert "--launcher-args" not in quiet.stderr
+    decision_of(["--master-port", "0", "--dry-run", "--launcher", "openmpi", "--launcher-args", "-x A", SCRIPT], ENV)
+    assert "--launcher-args" not in capsys.readouterr().err

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.launch
+
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "migration.md"
 DUMP = Path(__file__).parent / "scripts" / "dump_env.py"
 TORCHRUN = Path(sys.executable).with_name("torchrun")
@@ -103,6 +105,7 @@ def test_user_value_of_a_default_wins_and_run_facts_do_not(tmp_path: Path, name:
     assert {e["TORCHELASTIC_RUN_ID"] for e in seen} == {"envtable"}
 
 
+@pytest.mark.torch_api
 @pytest.mark.torch  # the torchrun launcher imports torch; its ranks do not
 def test_table_lists_what_torchrun_sets_and_dslaunch_matches_it(tmp_path: Path) -> None:
     base = {**bare_env(), "OUT_DIR": str(tmp_path / "tr")}

@@ -1,4 +1,5 @@
-"""The CLI's plan: dry-run output (golden), rank layout, and bad input (exit 2, no traceback)."""
+"""The CLI's plan: dry-run output (golden, from a real ``dslaunch``), rank layout, and bad input (exit 2, no
+traceback), the last two in-process (tests/plans.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import run_cli
+from tests.plans import cli_error, dry_run_json, dry_run_output, invoke
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden"
@@ -16,9 +18,7 @@ CLEAN_ENV = {"CUDA_VISIBLE_DEVICES": ""}
 
 
 def dry_json(*args: str, env: dict[str, str] | None = None) -> dict:  # type: ignore[type-arg]
-    result = run_cli(["--dry-run", "--json", *args], env={**CLEAN_ENV, **(env or {})}, cwd=str(ROOT))
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    return dry_run_json(args, env={**CLEAN_ENV, **(env or {})}, cwd=ROOT)  # type: ignore[no-any-return]
 
 
 def normalise(plan: dict) -> dict:  # type: ignore[type-arg]
@@ -29,37 +29,35 @@ def normalise(plan: dict) -> dict:  # type: ignore[type-arg]
     return plan
 
 
+GOLDEN_ARGS = ("-H", "hostfiles/uneven.txt", "--master-addr", "10.0.0.1", "--launcher", "local")
+GOLDEN_ARGS += ("train.py", "--lr", "3e-4", "it's")
+
+
+@pytest.mark.launch
 def test_dry_run_json_golden() -> None:
-    """Uneven slots: ranks are numbered in hostfile order, the plan is a stable JSON object."""
-    plan = dry_json(
-        "-H",
-        "hostfiles/uneven.txt",
-        "--master-addr",
-        "10.0.0.1",
-        "--launcher",
-        "local",
-        "train.py",
-        "--lr",
-        "3e-4",
-        "it's",
-    )
+    """Uneven slots: ranks are numbered in hostfile order, the plan is a stable JSON object, and the real CLI
+    prints what the in-process path of every other test here builds."""
+    result = run_cli(["--dry-run", "--json", *GOLDEN_ARGS], env=CLEAN_ENV, cwd=str(ROOT))
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
     golden = GOLDEN / "dry_run_uneven.json"
     if os.environ.get("DSLAUNCH_REGEN_GOLDEN"):
         golden.write_text(json.dumps(normalise(plan), indent=2) + "\n")
     assert normalise(plan) == json.loads(golden.read_text()), "delete or regenerate the golden file if intended"
+    in_process = dry_json(*GOLDEN_ARGS)
+    assert {**in_process, "run_id": None} == {**plan, "run_id": None}
 
 
 def test_dry_run_text_names_every_node() -> None:
-    result = run_cli(
-        ["--dry-run", "-H", "hostfiles/two-nodes.txt", "-i", "worker-0:1@worker-1", "--launcher", "local", "t.py"],
-        cwd=str(ROOT),
+    out = dry_run_output(
+        ["-H", "hostfiles/two-nodes.txt", "-i", "worker-0:1@worker-1", "--launcher", "local", "t.py"],
+        cwd=ROOT,
         env=CLEAN_ENV,
     )
-    assert result.returncode == 0, result.stderr
-    assert "world size   5 rank(s) on 2 node(s)" in result.stdout
-    assert "node 0   worker-0  slots 1" in result.stdout
-    assert "ranks 1-4" in result.stdout
-    assert "rendezvous   127.0.0.1:29500" in result.stdout  # a local run keeps rendezvous local
+    assert "world size   5 rank(s) on 2 node(s)" in out
+    assert "node 0   worker-0  slots 1" in out
+    assert "ranks 1-4" in out
+    assert "rendezvous   127.0.0.1:29500" in out  # a local run keeps rendezvous local
 
 
 def test_local_default_is_one_rank_on_localhost() -> None:
@@ -115,22 +113,27 @@ def test_script_args_are_not_options() -> None:
         (["/no/such/script.py"], "script '/no/such/script.py' does not exist"),
         ([], "Missing argument 'SCRIPT'"),
         (["--config", "hostfiles/uneven.txt", "t.py"], "is not valid JSON"),
-        (
-            ["--master-addr", "no-such-host.invalid", "--master-port", "0", "tests/core/scripts/touch_env.py"],
-            "cannot pick a free port on 'no-such-host.invalid'",
-        ),
     ],
 )
 def test_bad_input_exits_2_with_a_clear_message(args: list[str], message: str) -> None:
+    code, err = cli_error(args, cwd=ROOT, env=CLEAN_ENV)
+    assert code == 2, err
+    assert message in " ".join(err.split()), err
+
+
+@pytest.mark.launch
+def test_a_free_port_on_an_unknown_address_is_refused_by_the_real_cli_without_a_traceback() -> None:
+    """Found where the port is picked, at launch: the real process, exit 2 all the same."""
+    args = ["--master-addr", "no-such-host.invalid", "--master-port", "0", "tests/core/scripts/touch_env.py"]
     result = run_cli(args, cwd=str(ROOT), env=CLEAN_ENV)
     assert result.returncode == 2, (result.stdout, result.stderr)
-    assert message in " ".join(result.stderr.split()), result.stderr
+    assert "cannot pick a free port on 'no-such-host.invalid'" in " ".join(result.stderr.split()), result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_version_and_help() -> None:
-    assert run_cli(["--version"]).stdout.startswith("dslaunch 0.")
-    help_text = run_cli(["--help"]).stdout
+    assert invoke(["--version"]).stdout.startswith("dslaunch 0.")
+    help_text = invoke(["--help"]).stdout
     for flag in (
         "--hostfile",
         "--include",

@@ -4,7 +4,6 @@ and every path through the CLI (run, --dry-run, --preflight) acts on that one pl
 from __future__ import annotations
 
 import ast
-import json
 import shutil
 from pathlib import Path
 
@@ -14,13 +13,14 @@ from dslaunch.cli.decide import pick_address, pick_launcher
 from dslaunch.errors import DslaunchError
 from dslaunch.plan import NodePlan
 from tests.helpers import run_cli
+from tests.plans import dry_run_json, nodes_of
 
 ROOT = Path(__file__).resolve().parents[2]
 REMOTE = "pdsh" if shutil.which("pdsh") else "ssh"
 
 
 def _nodes(*hosts: str) -> tuple[NodePlan, ...]:
-    return tuple(NodePlan(h, i, ("0",), (i,)) for i, h in enumerate(hosts))
+    return nodes_of(hosts)
 
 
 @pytest.mark.parametrize(
@@ -67,6 +67,7 @@ def test_pick_address(given: str | None, launcher: str, hosts: tuple[str, ...], 
     assert got == expected
 
 
+@pytest.mark.launch
 @pytest.mark.parametrize(
     "options",
     [
@@ -82,9 +83,7 @@ def test_preflight_and_dry_run_agree_on_the_launcher(options: list[str], tmp_pat
     hostfile = tmp_path / "hosts"
     hostfile.write_text("127.0.0.2 slots=1\n")  # not a local name: a remote host nothing listens on
     args = [arg.format(hostfile=hostfile) for arg in options] + ["--ssh-connect-timeout", "2"]
-    dry = run_cli([*args, "--dry-run", "--json", "train.py"])
-    assert dry.returncode == 0, dry.stderr
-    planned = json.loads(dry.stdout)["launcher"]
+    planned = dry_run_json([*args, "train.py"])["launcher"]
     checked = run_cli([*args, "--preflight"], timeout=60)
     first = checked.stdout.splitlines()[0] if checked.stdout else checked.stderr
     assert first.startswith(f"dslaunch preflight via {planned}:"), (planned, checked.stdout, checked.stderr)

@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers import run_cli
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.launch, pytest.mark.torch_api]
 SCRIPT = str(Path(__file__).parent / "scripts" / "engine_ranks.py")
 FAST = {"DSLAUNCH_PG_TIMEOUT": "60", "CUDA_VISIBLE_DEVICES": ""}
 

@@ -26,6 +26,7 @@ def imported_after(code: str) -> set[str]:
     return set(json.loads(out.splitlines()[-1]))
 
 
+@pytest.mark.launch
 @pytest.mark.parametrize(
     "code",
     [
@@ -42,6 +43,7 @@ def test_no_heavy_imports(code: str) -> None:
     assert not heavy, f"{code!r} imports {sorted(heavy)}"
 
 
+@pytest.mark.launch
 def test_help_runs_without_heavy_imports() -> None:
     code = "import sys\nfrom dslaunch.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass"
     heavy = {m for m in imported_after(code) if m.split(".")[0] in HEAVY}

@@ -15,6 +15,8 @@ import pytest
 
 from tests.helpers import DSLAUNCH, job_processes, run_cli, wait_for_file, wait_until_gone
 
+pytestmark = pytest.mark.launch
+
 SCRIPTS = Path(__file__).parent / "scripts"
 
 # DeepSpeed's tests/unit/launcher/test_user_args.py prompts, plus shell metacharacters and non-ASCII.

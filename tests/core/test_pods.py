@@ -14,6 +14,7 @@ import click
 import pytest
 
 from tests.helpers import DSLAUNCH
+from tests.plans import cli_error, dry_run_json
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -39,35 +40,44 @@ def _pod(node_rank: int, port: int, script: str, extra: dict[str, str] | None = 
     return subprocess.Popen([*DSLAUNCH, script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def test_pet_variables_alone_plan_one_node_of_the_job() -> None:
-    env = {**os.environ, "PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_NPROC_PER_NODE": "2"}
-    env |= {"PET_MASTER_ADDR": "10.0.0.1", "PET_MASTER_PORT": "29400", "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([*DSLAUNCH, "--dry-run", "--json", "x.py"], capture_output=True, text=True, env=env)
+POD = {"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_NPROC_PER_NODE": "2"}
+POD |= {"PET_MASTER_ADDR": "10.0.0.1", "PET_MASTER_PORT": "29400", "CUDA_VISIBLE_DEVICES": ""}
+INCOMPLETE = [
+    ({"PET_NNODES": "1:4"}, "no elastic node range"),
+    ({"PET_NNODES": "2"}, "give its --node-rank"),
+    ({"PET_NNODES": "2", "PET_NODE_RANK": "0", "PET_MASTER_PORT": "29400"}, "give --master-addr"),
+    ({"PET_NNODES": "2", "PET_NODE_RANK": "2", "PET_MASTER_ADDR": "h", "PET_MASTER_PORT": "1"}, "0..1"),
+]
+
+
+@pytest.mark.launch
+def test_the_real_cli_reads_pet_variables_and_refuses_incomplete_ones() -> None:
+    done = subprocess.run(
+        [*DSLAUNCH, "--dry-run", "--json", "x.py"], capture_output=True, text=True, env={**os.environ, **POD}
+    )
     assert done.returncode == 0, done.stderr
-    plan = json.loads(done.stdout)
+    assert json.loads(done.stdout)["world_size"] == 4
+    env, needle = INCOMPLETE[1]
+    done = subprocess.run([*DSLAUNCH, "--dry-run", "x.py"], capture_output=True, text=True, env={**os.environ, **env})
+    assert done.returncode == 2 and needle in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_pet_variables_alone_plan_one_node_of_the_job() -> None:
+    plan = dry_run_json(["x.py"], env=POD)
     assert plan["launcher"] == "node" and plan["world_size"] == 4
     assert (plan["master_addr"], plan["master_port"]) == ("10.0.0.1", 29400)
     assert [n["ranks"] for n in plan["nodes"]] == [[0, 1], [2, 3]]
-    over = subprocess.run(
-        [*DSLAUNCH, "--master-port", "29401", "--dry-run", "--json", "x.py"], capture_output=True, text=True, env=env
-    )
-    assert json.loads(over.stdout)["master_port"] == 29401  # the command line wins
+    over = dry_run_json(["--master-port", "29401", "x.py"], env=POD)
+    assert over["master_port"] == 29401  # the command line wins
 
 
-@pytest.mark.parametrize(
-    ("env", "needle"),
-    [
-        ({"PET_NNODES": "1:4"}, "no elastic node range"),
-        ({"PET_NNODES": "2"}, "give its --node-rank"),
-        ({"PET_NNODES": "2", "PET_NODE_RANK": "0", "PET_MASTER_PORT": "29400"}, "give --master-addr"),
-        ({"PET_NNODES": "2", "PET_NODE_RANK": "2", "PET_MASTER_ADDR": "h", "PET_MASTER_PORT": "1"}, "0..1"),
-    ],
-)
+@pytest.mark.parametrize(("env", "needle"), INCOMPLETE)
 def test_incomplete_pod_settings_say_what_is_missing(env: dict[str, str], needle: str) -> None:
-    done = subprocess.run([*DSLAUNCH, "--dry-run", "x.py"], capture_output=True, text=True, env={**os.environ, **env})
-    assert done.returncode == 2 and needle in done.stderr, done.stderr
+    code, err = cli_error(["--dry-run", "x.py"], env=env)
+    assert code == 2 and needle in err, err
 
 
+@pytest.mark.launch
 @pytest.mark.torch
 def test_two_pods_run_one_four_rank_job_and_fail_as_one() -> None:
     port = _free_port()

@@ -16,6 +16,7 @@ from dslaunch.agent import zygote
 from dslaunch.cli.core_options import preload_modules
 from dslaunch.errors import DslaunchError
 from tests.helpers import DSLAUNCH, run_cli
+from tests.plans import cli_error
 
 SCRIPTS = Path(__file__).parent / "scripts"
 WHOAMI = str(SCRIPTS / "whoami.py")
@@ -37,6 +38,7 @@ def _ranks(stdout: str) -> dict[int, tuple[str, ...]]:
     return {int(m[1]): m.groups()[2:] for m in LINE.finditer(stdout)}
 
 
+@pytest.mark.launch
 def test_forked_ranks_get_what_exec_d_ranks_get() -> None:
     result = _launch("--preload", "preload_plain")
     assert result.returncode == 0, result.stderr
@@ -50,6 +52,7 @@ def test_forked_ranks_get_what_exec_d_ranks_get() -> None:
         assert (cwd, stdin) == (str(SCRIPTS), "/dev/null")
 
 
+@pytest.mark.launch
 def test_log_dir_and_error_files_work_for_forked_ranks(tmp_path: Path) -> None:
     result = _launch("--preload", "preload_plain", "--log-dir", str(tmp_path), env={"EXIT_RANK_1": "99"})
     assert result.returncode == 1, result.stderr
@@ -58,12 +61,14 @@ def test_log_dir_and_error_files_work_for_forked_ranks(tmp_path: Path) -> None:
     assert "whoami.py" in (tmp_path / "rank1.error.json").read_text()
 
 
+@pytest.mark.launch
 def test_without_preload_ranks_are_exec_d() -> None:
     result = _launch()
     assert result.returncode == 0, result.stderr
     assert {v[:2] for v in _ranks(result.stdout).values()} == {("False", "False")}
 
 
+@pytest.mark.launch
 def test_exit_codes_and_crashes_are_reported_as_for_exec_d_ranks() -> None:
     result = _launch("--preload", "preload_plain", env={"EXIT_RANK_1": "7"})
     assert result.returncode == 7, result.stderr
@@ -73,6 +78,7 @@ def test_exit_codes_and_crashes_are_reported_as_for_exec_d_ranks() -> None:
     assert "whoami.py" in crashed.stderr
 
 
+@pytest.mark.launch
 def test_the_environment_switch_turns_it_on() -> None:
     result = _launch(env={"DSLAUNCH_PRELOAD": "preload_plain"})
     assert result.returncode == 0, result.stderr
@@ -87,19 +93,23 @@ def _fell_back(result: subprocess.CompletedProcess[str], why: str) -> None:
     assert {v[0] for v in _ranks(result.stdout).values()} == {"False"}, result.stdout
 
 
+@pytest.mark.launch
 def test_a_thread_in_the_zygote_falls_back_to_exec() -> None:
     _fell_back(_launch("--preload", "preload_plain,preload_thread"), "runs 2 threads")
 
 
+@pytest.mark.launch
 def test_an_initialised_accelerator_falls_back_to_exec() -> None:
     """A fake torch whose cuda says it is initialised (no GPU here); the fd check (/dev/nvidia*) is not tripped."""
     _fell_back(_launch("--preload", "preload_fake_cuda"), "torch.cuda is initialised")
 
 
+@pytest.mark.launch
 def test_a_module_that_cannot_be_imported_falls_back_to_exec() -> None:
     _fell_back(_launch("--preload", "no_such_module_here"), "cannot import no_such_module_here")
 
 
+@pytest.mark.launch
 def test_an_import_time_variable_that_differs_between_ranks_execs_that_rank() -> None:
     result = _launch("--preload", "preload_plain", env={"DSLAUNCH_PRELOAD_ENV": "LOCAL_RANK"})
     assert result.returncode == 0, result.stderr
@@ -122,6 +132,7 @@ def test_env_difference_covers_the_built_in_list_and_extra_names() -> None:
     assert zygote.env_difference(extra, {**extra, "HF_HOME": "/x"}) == "HF_HOME"
 
 
+@pytest.mark.launch
 def test_no_python_ignores_it_with_a_warning() -> None:
     result = run_cli(["--nproc-per-node", "2", "--master-port", "0", "--preload", "json", "--no-python", "true"])
     assert result.returncode == 0, result.stderr
@@ -154,11 +165,12 @@ def test_bad_preload_names_are_refused(given: str | None, config: dict[str, obje
 
 
 def test_a_bad_name_on_the_command_line_exits_2() -> None:
-    result = run_cli(["--preload", "torch,2fast", "--dry-run", WHOAMI])
-    assert result.returncode == 2
-    assert "'2fast' is not a module name" in result.stderr
+    code, err = cli_error(["--preload", "torch,2fast", "--dry-run", WHOAMI])
+    assert code == 2
+    assert "'2fast' is not a module name" in err
 
 
+@pytest.mark.launch
 def test_a_killed_agent_takes_the_forked_ranks_with_it(tmp_path: Path) -> None:
     """The forked rank's parent-death signal is set once it is the agent's child: SIGKILL the agent, ranks go."""
     import psutil
@@ -190,6 +202,8 @@ def test_a_killed_agent_takes_the_forked_ranks_with_it(tmp_path: Path) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.torch_api
+@pytest.mark.launch
 @pytest.mark.torch
 def test_torch_ranks_forked_from_a_zygote_that_imported_torch() -> None:
     result = run_cli(

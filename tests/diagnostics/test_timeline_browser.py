@@ -19,6 +19,8 @@ from tests.diagnostics import synth
 from tests.diagnostics.browser import Chromium, Page, find_chromium
 from tests.helpers import run_cli
 
+pytestmark = [pytest.mark.launch, pytest.mark.cluster]
+
 SCRIPT = Path(__file__).parent / "scripts" / "timeline_ranks.py"
 ARTIFACTS = Path(os.environ.get("DSLAUNCH_TEST_ARTIFACTS") or Path(__file__).resolve().parents[1] / "artifacts")
 

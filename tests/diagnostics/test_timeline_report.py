@@ -19,6 +19,7 @@ from dslaunch.report import page, table, timeline
 from dslaunch.report.timeline import PhaseEvent, parse_line, parse_lines
 from tests.diagnostics import synth
 from tests.helpers import run_cli
+from tests.plans import cli_error, dry_run_output
 
 STEPS = Path(__file__).parent / "scripts" / "timer_steps.py"
 CLEAN = {"DSLAUNCH_LOG_LEVEL": "", "DSLAUNCH_RESTART_COUNT": ""}
@@ -34,6 +35,7 @@ def phase_records(log_dir: Path) -> list[dict[str, object]]:
 # ---- phase records from a real launch --------------------------------------------------------------------------
 
 
+@pytest.mark.launch
 def test_a_launch_with_a_log_dir_records_each_ranks_phases_at_the_default_level(tmp_path: Path) -> None:
     log_dir = tmp_path / "logs"
     proc = run_cli(["--nproc-per-node", "2", "--log-dir", str(log_dir), str(STEPS)], env=CLEAN)
@@ -51,6 +53,7 @@ def test_a_launch_with_a_log_dir_records_each_ranks_phases_at_the_default_level(
         assert next(r for r in mine if r["phase"] == "exit")["code"] == 0
 
 
+@pytest.mark.launch
 def test_no_log_dir_no_records_and_the_attempt_comes_from_the_restart_count(tmp_path: Path) -> None:
     proc = run_cli(["--nproc-per-node", "1", str(STEPS)], env=CLEAN, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr
@@ -67,6 +70,7 @@ def test_no_log_dir_no_records_and_the_attempt_comes_from_the_restart_count(tmp_
     assert {r["attempt"] for r in phase_records(log_dir) if r["phase"] == "exit"} == {0, 1}
 
 
+@pytest.mark.launch
 @pytest.mark.parametrize("preloaded", [False, True])
 def test_torch_imported_is_recorded_when_the_import_finishes_or_at_once_if_it_already_has(
     tmp_path: Path, preloaded: bool
@@ -94,6 +98,7 @@ def test_torch_imported_is_recorded_when_the_import_finishes_or_at_once_if_it_al
     assert (took < 0.2) if preloaded else (took >= 0.2), took
 
 
+@pytest.mark.launch
 def test_the_agent_takes_a_ranks_attempt_from_the_environment_it_spawned_it_with(tmp_path: Path) -> None:
     code = (
         "from dslaunch.logs import configure, phases\n"
@@ -246,6 +251,7 @@ def test_page_escapes_hosts() -> None:
 # ---- the CLI -------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.launch
 def test_report_prints_the_table_and_writes_the_page(tmp_path: Path) -> None:
     synth.write(tmp_path, synth.job(16))
     proc = run_cli(["--report", str(tmp_path)], env=CLEAN)
@@ -272,12 +278,12 @@ def test_report_prints_the_table_and_writes_the_page(tmp_path: Path) -> None:
 )
 def test_report_bad_log_dir_exits_2_with_one_line(tmp_path: Path, make: object, message: str) -> None:
     log_dir = make(tmp_path)  # type: ignore[operator]
-    proc = run_cli(["--report", str(log_dir)], env=CLEAN)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr and message in proc.stderr
-    assert "Error: Invalid value for '--report'" in proc.stderr
+    code, err = cli_error(["--report", str(log_dir)], env=CLEAN)
+    assert code == 2, err
+    assert message in err
+    assert "Error: Invalid value for '--report'" in err
 
 
 def test_report_is_not_read_from_the_environment(tmp_path: Path) -> None:
-    proc = run_cli(["--dry-run", "x.py"], env={**CLEAN, "DSLAUNCH_REPORT": str(tmp_path / "missing")})
-    assert proc.returncode == 0, proc.stderr
+    out = dry_run_output(["x.py"], env={**CLEAN, "DSLAUNCH_REPORT": str(tmp_path / "missing")})
+    assert out.startswith("dslaunch plan (dry run, nothing started)"), out

@@ -10,13 +10,13 @@ import pytest
 
 from dslaunch import wire
 from dslaunch.bootstrap import progress
-from dslaunch.plan import LaunchPlan, NodePlan, Program
+from dslaunch.plan import LaunchPlan
 from dslaunch.runners import hang
+from tests.plans import make_plan
 
 
 def _plan(timeout: float | None = 5.0) -> LaunchPlan:
-    nodes = (NodePlan("a", 0, ("0", "1"), (0, 1)), NodePlan("b", 1, ("0", "1"), (2, 3)))
-    return LaunchPlan("ssh", "r1", nodes, "a", 29500, Program("t.py"), hang_timeout=timeout)
+    return make_plan(hosts=("a", "b"), slots=("0", "1"), hang_timeout=timeout)
 
 
 AGENTS = (0, 1)  # the node ranks of the agents the launcher runs

@@ -10,7 +10,7 @@ import pytest
 
 from tests.hangs.watch import Job
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.launch]
 SCRIPT = str(Path(__file__).parent / "scripts" / "stuck.py")
 TIMEOUT = 5.0
 

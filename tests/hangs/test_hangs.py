@@ -14,6 +14,7 @@ import pytest
 
 from tests.hangs.watch import Job
 from tests.helpers import run_cli
+from tests.plans import cli_error
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "waiter.py")
 
@@ -22,6 +23,7 @@ def _stack_lines(text: str, rank: int, function: str) -> int:
     return len(re.findall(rf"^\[rank{rank}\]:   File \".*\", line \d+ in {function}$", text, re.M))
 
 
+@pytest.mark.launch
 def test_ctrl_backslash_prints_every_stack_once_and_the_job_goes_on(tmp_path: Path) -> None:
     """SIGQUIT to the launcher's whole process group (what Ctrl-\\ does: launcher and forked agents) prints each
     rank's stack once, with its prefix; the ranks then finish and the job exits 0."""
@@ -38,6 +40,7 @@ def test_ctrl_backslash_prints_every_stack_once_and_the_job_goes_on(tmp_path: Pa
         assert re.search(rf"^\[rank{rank}\]: (Current thread|Thread) 0x[0-9a-f]+", job.text, re.M), job.text
 
 
+@pytest.mark.launch
 def test_no_python_ranks_are_named_as_unable(tmp_path: Path) -> None:
     go = tmp_path / "go"
     loop = f"echo ready; while [ ! -e {go} ]; do sleep 0.05; done"
@@ -50,6 +53,7 @@ def test_no_python_ranks_are_named_as_unable(tmp_path: Path) -> None:
     assert job.wait(30) == 0, job.text
 
 
+@pytest.mark.launch
 @pytest.mark.parametrize("mode", ["print", "beat"])
 def test_output_and_heartbeats_are_progress(mode: str) -> None:
     """Ranks that write output (or only call dslaunch.heartbeat()) every 0.4 s outlive a 1.5 s --hang-timeout."""
@@ -58,6 +62,7 @@ def test_output_and_heartbeats_are_progress(mode: str) -> None:
     assert "hang" not in result.stderr, result.stderr
 
 
+@pytest.mark.launch
 def test_hang_names_the_rank_with_the_fewest_heartbeats_from_the_config(tmp_path: Path) -> None:
     """config hang_timeout; no progress at all: every stack is printed, the rank with the fewest heartbeats is
     named, and the job exits 124 soon after the timeout."""
@@ -92,11 +97,12 @@ def test_bad_hang_timeouts_stop_the_launch(args: list[str], config: object, tmp_
         path = tmp_path / "ds.json"
         path.write_text(json.dumps({"hang_timeout": config}))
         args = [*args, "--config", str(path)]
-    result = run_cli(["--dry-run", *args, "--nproc-per-node", "1", sys.executable])
-    assert result.returncode == 2, result.stderr
-    assert "hang" in result.stderr.lower(), result.stderr
+    code, err = cli_error(["--dry-run", *args, "--nproc-per-node", "1", sys.executable])
+    assert code == 2, err
+    assert "hang" in err.lower(), err
 
 
+@pytest.mark.launch
 def test_a_hang_is_a_failure_that_restarts_retry(tmp_path: Path) -> None:
     """Attempt 0 hangs after one heartbeat; with --max-restarts 1 the job is started again and ends 0."""
     script = tmp_path / "hang_once.py"

@@ -118,6 +118,7 @@ def test_comm_summary_counts_per_op(capsys: pytest.CaptureFixture[str]) -> None:
     assert not logs.comm_enabled() and not logs.timers_enabled()
 
 
+@pytest.mark.launch
 @pytest.mark.parametrize(("rank", "shown"), [("0", True), ("1", False)])
 def test_bad_log_ranks_outside_dslaunch_falls_back_to_rank_0(rank: str, shown: bool) -> None:
     # A rank from torchrun, srun or plain python reads DSLAUNCH_LOG_RANKS unchecked by the CLI.

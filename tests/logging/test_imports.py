@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.launch
+
 
 def modules_after(code: str) -> set[str]:
     probe = f"{code}\nimport sys, json\nprint(json.dumps(sorted(sys.modules)))"

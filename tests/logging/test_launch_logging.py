@@ -1,4 +1,5 @@
-"""Real launches (trivial non-torch ranks): the spec reaches every rank and shapes its output."""
+"""Real launches (trivial non-torch ranks): the spec reaches every rank and shapes its output; bad specs are
+refused in-process (tests/plans.py) and once by the real CLI."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import run_cli
+from tests.plans import cli_error, invoke
 
 EMIT = str(Path(__file__).parent / "scripts" / "emit.py")
 BASE = ["--nproc-per-node", "2", "--master-port", "0"]
@@ -35,6 +37,7 @@ def records(err: str, event: str) -> list[str]:
     return [line for line in err.splitlines() if f" {event}" in line or f'"{event}"' in line]
 
 
+@pytest.mark.launch
 def test_default_shows_warnings_only_from_every_rank() -> None:
     _, err = launch()
     assert len(records(err, "user-warning")) == 2
@@ -47,6 +50,7 @@ def test_default_shows_warnings_only_from_every_rank() -> None:
     )
 
 
+@pytest.mark.launch
 def test_user_info_shows_info_on_rank_zero_by_default() -> None:
     _, err = launch("--log-level", "user=info")
     info = records(err, "user-info")
@@ -54,11 +58,13 @@ def test_user_info_shows_info_on_rank_zero_by_default() -> None:
     assert not records(err, "user-debug")
 
 
+@pytest.mark.launch
 def test_log_ranks_all_shows_every_rank() -> None:
     _, err = launch("--log-level", "info", "--log-ranks", "all")
     assert sorted(line[:8] for line in records(err, "user-info")) == ["[rank0]:", "[rank1]:"]
 
 
+@pytest.mark.launch
 def test_comm_debug_shows_each_collective_and_the_summary() -> None:
     _, err = launch("--log-level", "comm=debug", "--log-ranks", "0-1")
     coll = records(err, "collective")
@@ -68,6 +74,7 @@ def test_comm_debug_shows_each_collective_and_the_summary() -> None:
     assert not records(err, "user-info")
 
 
+@pytest.mark.launch
 def test_timers_print_at_the_default_level_and_off_silences_them(tmp_path: Path) -> None:
     _, err = launch("--wall-clock-breakdown")
     timers = records(err, "wall clock breakdown")
@@ -81,6 +88,7 @@ def test_timers_print_at_the_default_level_and_off_silences_them(tmp_path: Path)
     assert len(records(err, "comm summary")) == 1  # rank 0 only: the summary is info
 
 
+@pytest.mark.launch
 def test_json_console_and_per_rank_files(tmp_path: Path) -> None:
     log_dir = tmp_path / "logs"
     _, err = launch("--log-format", "json", "--log-dir", str(log_dir), "--log-level", "debug", "--run-id", "logtest1")
@@ -115,6 +123,7 @@ def test_json_console_and_per_rank_files(tmp_path: Path) -> None:
     assert (log_dir / "launcher.jsonl").exists()
 
 
+@pytest.mark.launch
 def test_colour_follows_force_and_no_color() -> None:
     _, err = launch(env={"FORCE_COLOR": "1"}, nproc=1)
     assert "\x1b[33mW\x1b[0m" in records(err, "user-warning")[0]
@@ -122,12 +131,14 @@ def test_colour_follows_force_and_no_color() -> None:
     assert "\x1b[" not in err
 
 
+@pytest.mark.launch
 def test_users_root_logging_is_left_alone() -> None:
     proc = run_cli([*BASE, "--log-level", "info", EMIT, "--basic-config"], timeout=60, env=CLEAN)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("ROOT user-root-info") == 2
 
 
+@pytest.mark.launch
 def test_environment_spec_reaches_ranks_and_cli_wins() -> None:
     _, err = launch(env={"DSLAUNCH_LOG_LEVEL": "user=info"}, nproc=1)
     assert len(records(err, "user-info")) == 1
@@ -135,6 +146,7 @@ def test_environment_spec_reaches_ranks_and_cli_wins() -> None:
     assert not records(err, "user-info") and not records(err, "user-warning")
 
 
+@pytest.mark.launch
 def test_launcher_records_show_hosts_and_commands() -> None:
     _, err = launch("--log-level", "launcher=info,runner=debug")
     assert "nodes=['localhost:0,1']" in records(err, "hosts chosen")[0]
@@ -142,6 +154,7 @@ def test_launcher_records_show_hosts_and_commands() -> None:
     assert "DSLAUNCH_LOG_LEVEL" in records(err, "rank environment")[0]
 
 
+@pytest.mark.launch
 def test_agent_and_teardown_records(tmp_path: Path) -> None:
     script = tmp_path / "fail.py"
     script.write_text("import os, sys, time\nif os.environ['RANK'] == '1':\n    sys.exit(3)\ntime.sleep(30)\n")
@@ -195,26 +208,27 @@ def test_bad_input_exits_2_before_anything_starts(args: list[str], needles: list
     marker = tmp_path / "started"
     script = tmp_path / "s.py"
     script.write_text(f"open({str(marker)!r}, 'w')\n")
-    proc = run_cli([*args, str(script)], timeout=30, env=CLEAN)
-    assert proc.returncode == 2
-    assert "Traceback" not in proc.stderr
+    code, err = cli_error([*args, str(script)], env=CLEAN)
+    assert code == 2
     for needle in needles:
-        assert needle in proc.stderr
+        assert needle in err
     assert not marker.exists()
 
 
+@pytest.mark.launch
 def test_bad_env_spec_exits_2() -> None:
     proc = run_cli([EMIT], timeout=30, env={**CLEAN, "DSLAUNCH_LOG_LEVEL": "comm=shout"})
     assert proc.returncode == 2 and "DSLAUNCH_LOG_LEVEL" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_help_lists_modules_without_a_script() -> None:
-    proc = run_cli(["--log-level", "help"], timeout=30, env=CLEAN)
-    assert proc.returncode == 0
+    result = invoke(["--log-level", "help"], env=CLEAN)
+    assert result.exit_code == 0, result.output
     for module in ("launcher", "comm", "timers", "torch", "py:NAME"):
-        assert module in proc.stdout
+        assert module in result.stdout
 
 
+@pytest.mark.launch
 def test_rank_rejects_a_hand_set_bad_spec() -> None:
     import subprocess
     import sys
@@ -229,6 +243,7 @@ def test_rank_rejects_a_hand_set_bad_spec() -> None:
     assert proc.returncode == 2 and "DSLAUNCH_LOG_LEVEL" in proc.stderr and "emit-done" not in proc.stdout
 
 
+@pytest.mark.launch
 def test_forked_child_neither_duplicates_nor_breaks_file_lines(tmp_path: Path) -> None:
     script = tmp_path / "fork.py"
     script.write_text(
@@ -250,6 +265,7 @@ def test_forked_child_neither_duplicates_nor_breaks_file_lines(tmp_path: Path) -
     assert child["pid"] != recs[0]["pid"] and child["rank"] == 0
 
 
+@pytest.mark.launch
 def test_rank_without_the_bootstrap_still_logs_as_a_rank(tmp_path: Path) -> None:
     import sys
 
@@ -268,6 +284,7 @@ def test_rank_without_the_bootstrap_still_logs_as_a_rank(tmp_path: Path) -> None
     ) == ["0", "1"]
 
 
+@pytest.mark.launch
 def test_two_node_plan_spec_reaches_node_one(tmp_path: Path) -> None:
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("localhost slots=1\n127.0.0.1 slots=1\n")

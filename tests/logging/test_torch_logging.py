@@ -11,6 +11,8 @@ from tests.helpers import run_cli
 SCRIPT = str(Path(__file__).parent / "scripts" / "torch_ranks.py")
 
 
+@pytest.mark.launch
+@pytest.mark.torch_api
 @pytest.mark.torch
 def test_comm_debug_and_torch_output_go_through_the_pipeline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TORCH_LOGS", raising=False)  # set, torch keeps its own handlers (and "" crashes torch)

@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import run_cli
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.launch, pytest.mark.torch_api]
 SCRIPTS = Path(__file__).parent / "scripts"
 ENV = {"DSLAUNCH_PG_TIMEOUT": "30"}
 

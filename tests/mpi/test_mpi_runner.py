@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from dslaunch.plan import LaunchPlan, NodePlan, Program, RemoteSettings
+from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.runners import mpi
 from tests.helpers import DSLAUNCH, job_processes, wait_until_gone
+from tests.plans import make_plan
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "rank_report.py")
 ENV = {"CUDA_VISIBLE_DEVICES": "", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -33,14 +34,10 @@ def _need(flavour: mpi.Flavour) -> None:
 
 
 def _plan(hosts: list[str], launcher_args: Sequence[str] = (), remote: dict[str, Any] | None = None) -> LaunchPlan:
-    nodes = tuple(NodePlan(h, i, ("0",), (i,)) for i, h in enumerate(hosts))
-    return LaunchPlan(
+    return make_plan(
         launcher="openmpi",
-        run_id="r1",
-        nodes=nodes,
-        master_addr=hosts[0],
-        master_port=29500,
-        program=Program("train.py"),
+        hosts=hosts,
+        target="train.py",
         cwd="/work dir",
         launcher_args=tuple(launcher_args),
         remote=RemoteSettings(**(remote or {})),
@@ -168,6 +165,8 @@ def _reports(stdout: str) -> dict[int, dict[str, object]]:
     return {int(v["RANK"]): v for v in views}
 
 
+@pytest.mark.launch
+@pytest.mark.cluster
 @pytest.mark.parametrize("flavour", [mpi.OPENMPI, mpi.MPICH], ids=lambda f: f.name)
 def test_real_job_env_args_and_launcher_args(flavour: mpi.Flavour) -> None:
     _need(flavour)
@@ -188,6 +187,8 @@ def test_real_job_env_args_and_launcher_args(flavour: mpi.Flavour) -> None:
     assert not os.path.exists("pwned")
 
 
+@pytest.mark.launch
+@pytest.mark.cluster
 @pytest.mark.parametrize("flavour", [mpi.OPENMPI, mpi.MPICH], ids=lambda f: f.name)
 def test_failing_rank_exit_code_propagates(flavour: mpi.Flavour) -> None:
     """DeepSpeed's MPICH helper exits 0 whatever the script did; the rank's own code must come back."""
@@ -199,6 +200,8 @@ def test_failing_rank_exit_code_propagates(flavour: mpi.Flavour) -> None:
     assert "rank 1 (local_rank 1, node 0) on host localhost exited with code 7" in result.stderr
 
 
+@pytest.mark.launch
+@pytest.mark.cluster
 def test_rank_killed_by_signal_gives_128_plus_n() -> None:
     _need(mpi.OPENMPI)
     result = _launch("openmpi", SCRIPT, env={"FAIL_RANK": "0", "FAIL_SIGNAL": str(int(signal.SIGKILL))})
@@ -206,6 +209,8 @@ def test_rank_killed_by_signal_gives_128_plus_n() -> None:
     assert "killed by SIGKILL" in result.stderr
 
 
+@pytest.mark.launch
+@pytest.mark.cluster
 def test_sigterm_to_launcher_tears_everything_down() -> None:
     _need(mpi.OPENMPI)
     run_id = f"mpiterm{os.getpid()}"
@@ -231,6 +236,7 @@ def test_sigterm_to_launcher_tears_everything_down() -> None:
     assert wait_until_gone(run_id, 10) == []
 
 
+@pytest.mark.launch
 def test_missing_mpi_program_is_a_clear_error(tmp_path: Path) -> None:
     result = subprocess.run(
         [*DSLAUNCH, "--launcher", "mpich", SCRIPT],
@@ -244,6 +250,7 @@ def test_missing_mpi_program_is_a_clear_error(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.launch
 def test_dry_run_shows_the_mpirun_line_and_hostfile() -> None:
     result = subprocess.run(
         [*DSLAUNCH, "--launcher", "openmpi", "--dry-run", "--launcher-args", "--mca btl ^openib", SCRIPT],
@@ -257,6 +264,7 @@ def test_dry_run_shows_the_mpirun_line_and_hostfile() -> None:
     assert "{hostfile}: localhost slots=1" in result.stdout
 
 
+@pytest.mark.launch
 def test_agent_outside_mpi_says_what_is_missing() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI"))}
     result = subprocess.run(
@@ -280,6 +288,8 @@ def test_ssh_settings_reach_both_mpi_flavours() -> None:
     assert mpi.ssh_wrapper_text(_plan(["w0"])) is None
 
 
+@pytest.mark.launch
+@pytest.mark.cluster
 @pytest.mark.torch
 def test_torch_gloo_job_under_openmpi_with_local_rank_arg() -> None:
     """`deepspeed --launcher openmpi --num_gpus 2 script.py` as a DeepSpeed user writes it: real gloo ranks."""
@@ -291,6 +301,8 @@ def test_torch_gloo_job_under_openmpi_with_local_rank_arg() -> None:
     assert sums == ["0 0 1", "1 1 1"]
 
 
+@pytest.mark.launch
+@pytest.mark.cluster
 @pytest.mark.parametrize("flavour", [mpi.OPENMPI, mpi.MPICH], ids=lambda f: f.name)
 def test_killed_agent_is_a_lost_node_not_a_success(flavour: mpi.Flavour) -> None:
     """The agents' done events are merged: one agent that never reports must fail the job."""
@@ -337,6 +349,8 @@ def test_killed_agent_is_a_lost_node_not_a_success(flavour: mpi.Flavour) -> None
     assert wait_until_gone(run_id, 10) == []
 
 
+@pytest.mark.launch
+@pytest.mark.cluster
 @pytest.mark.parametrize("flavour", [mpi.OPENMPI, mpi.MPICH], ids=lambda f: f.name)
 def test_sigusr1_reaches_the_ranks(flavour: mpi.Flavour) -> None:
     _need(flavour)
@@ -360,6 +374,8 @@ def test_sigusr1_reaches_the_ranks(flavour: mpi.Flavour) -> None:
     assert "[rank0]: GOT" in out and proc.returncode == 0
 
 
+@pytest.mark.launch
+@pytest.mark.cluster
 @pytest.mark.parametrize("flavour", [mpi.OPENMPI, mpi.MPICH], ids=lambda f: f.name)
 def test_max_restarts_runs_mpirun_again(flavour: mpi.Flavour, tmp_path: Path) -> None:
     _need(flavour)
@@ -372,6 +388,8 @@ def test_max_restarts_runs_mpirun_again(flavour: mpi.Flavour, tmp_path: Path) ->
     assert "the job ran 2 times (--max-restarts 1)" in result.stderr
 
 
+@pytest.mark.launch
+@pytest.mark.cluster
 def test_hang_timeout_under_mpirun() -> None:
     """Every agent's idle report comes through mpirun's one stream; no stacks there (mpirun keeps SIGQUIT)."""
     _need(mpi.OPENMPI)

@@ -16,6 +16,8 @@ from testbeds.ssh_cluster import ADDRS, SshCluster
 from tests.helpers import DSLAUNCH, wait_until_gone
 from tests.mpi.test_mpi_runner import _need
 
+pytestmark = [pytest.mark.launch, pytest.mark.cluster]
+
 SCRIPT = str(Path(__file__).parent / "scripts" / "rank_report.py")
 FLAVOURS = [mpi.OPENMPI, mpi.MPICH]
 

@@ -19,6 +19,8 @@ import pytest
 from tests.helpers import DSLAUNCH, job_processes, wait_until_gone
 from tests.output.watch import Watch
 
+pytestmark = pytest.mark.launch
+
 SCRIPTS = Path(__file__).parent / "scripts"
 P0 = b"[rank0]: "
 RSS_BUDGET_MB = 64

@@ -13,6 +13,8 @@ from testbeds.ssh_cluster import SshCluster
 from tests.helpers import DSLAUNCH
 from tests.remote.launch import RUNNERS, base_args, clean_env, run
 
+pytestmark = [pytest.mark.launch, pytest.mark.cluster]
+
 SCRIPT = str(Path(__file__).parent / "scripts" / "long_and_forged.py")
 
 

@@ -32,10 +32,18 @@ def base_args(cluster: SshCluster, runner: str, hosts: list[str], slots: int = 2
     ]
 
 
+LAUNCHER_OWN = ("PDSH_", "DS_ENV_FILE", "DSLAUNCH_", "GLOO_")  # names of this shell a test must not pass on
+
+
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PDSH_", "DS_ENV_FILE", "DSLAUNCH_", "GLOO_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCHER_OWN)}
     env.update(extra or {})
     return env
+
+
+def clean_overlay(extra: dict[str, str] | None = None) -> dict[str, str | None]:
+    """``clean_env`` as an overlay for the in-process helpers of tests/plans.py (``None`` drops a name)."""
+    return {**{k: None for k in os.environ if k.startswith(LAUNCHER_OWN)}, **(extra or {})}
 
 
 def run(
@@ -76,6 +84,7 @@ __all__ = [
     "RUNNERS",
     "SCRIPT",
     "base_args",
+    "clean_overlay",
     "job_processes",
     "records",
     "run",

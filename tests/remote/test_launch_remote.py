@@ -24,6 +24,8 @@ from tests.remote.launch import (
     wait_until_gone,
 )
 
+pytestmark = [pytest.mark.launch, pytest.mark.cluster]
+
 PAYLOADS = [
     "$(touch pwned1)",
     "`touch pwned2`",

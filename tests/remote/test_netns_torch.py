@@ -10,7 +10,7 @@ import pytest
 from testbeds.netns_cluster import NetnsCluster
 from tests.remote.launch import run, wait_until_gone
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.launch, pytest.mark.cluster]
 SCRIPT = str(Path(__file__).parent / "scripts" / "torch_ranks.py")
 
 

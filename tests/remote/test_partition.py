@@ -14,6 +14,8 @@ import pytest
 from testbeds.netns_cluster import NetnsCluster
 from tests.remote.launch import RUNNERS, SCRIPT, start, wait_ready, wait_until_gone
 
+pytestmark = [pytest.mark.launch, pytest.mark.cluster]
+
 
 def _link(cluster: NetnsCluster, node: int, state: str) -> None:
     subprocess.run(["ip", "link", "set", f"{cluster.tag}h{node}", state], check=True, timeout=10)

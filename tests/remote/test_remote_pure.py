@@ -13,11 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dslaunch.errors import DslaunchError
-from dslaunch.plan import LaunchPlan, NodePlan, Program, RemoteSettings
+from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import envs, preflight
 from dslaunch.remote.command import agent_command
 from dslaunch.remote.sshconfig import resolve, valid_host
 from dslaunch.runners.pdsh import pdsh_argv, pdsh_env, pdsh_label, pdsh_labels
+from tests.plans import make_plan
 
 ENV_FILE_CASES = [
     ("A=1", {"A": "1"}),
@@ -169,14 +170,10 @@ def test_ssh_config_resolution(tmp_path: Path) -> None:
 
 
 def _plan(cwd: str, python: str = "/usr/bin/python3", run_id: str = "r1", nodes: int = 2) -> LaunchPlan:
-    node_plans = tuple(NodePlan(f"h{i}", i, ("0",), (i,)) for i in range(nodes))
-    return LaunchPlan(
-        "ssh",
-        run_id,
-        node_plans,
-        "h0",
-        29500,
-        Program("t.py", python=python),
+    return make_plan(
+        hosts=[f"h{i}" for i in range(nodes)],
+        python=python,
+        run_id=run_id,
         cwd=cwd,
         env=(("PYTHONPATH", "/lib $(x)"), ("SECRET_TOKEN", "never-in-command")),
     )
@@ -192,6 +189,7 @@ def test_agent_command_golden() -> None:
 _TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1, max_size=30)
 
 
+@pytest.mark.launch
 @settings(max_examples=40, deadline=None)
 @given(cwd_part=_TEXT, run_id=_TEXT)
 def test_agent_command_runs_nothing_but_the_agent(
@@ -281,6 +279,7 @@ def test_preflight_rows(status: int, output: str, master: bool, ok: bool, proble
     assert row.cells[-1] == ("ok" if ok else "FAIL")
 
 
+@pytest.mark.launch
 def test_preflight_probe_runs_here() -> None:
     out = subprocess.run(
         ["sh", "-c", preflight.probe_command(sys.executable, 0)], capture_output=True, text=True, timeout=30
@@ -299,6 +298,7 @@ def test_master_address_from_ssh_config(tmp_path: Path) -> None:
     assert resolve_address("other", str(config)) == "other"
 
 
+@pytest.mark.launch
 def test_reap_kills_only_the_named_run() -> None:
     mine = subprocess.Popen(["sleep", "60"], env={**os.environ, "DSLAUNCH_RUN_ID": "reap-me"})
     other = subprocess.Popen(["sleep", "60"], env={**os.environ, "DSLAUNCH_RUN_ID": "reap-me-not"})

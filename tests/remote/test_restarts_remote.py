@@ -10,6 +10,8 @@ import pytest
 from testbeds.ssh_cluster import SshCluster
 from tests.remote.launch import RUNNERS, base_args, run, wait_until_gone
 
+pytestmark = [pytest.mark.launch, pytest.mark.cluster]
+
 FLAKY = str(Path(__file__).parents[1] / "core" / "scripts" / "flaky.py")
 
 

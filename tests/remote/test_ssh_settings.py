@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from testbeds.ssh_cluster import SshCluster
-from tests.remote.launch import RUNNERS, SCRIPT, base_args, records, run, wait_until_gone
+from tests.plans import cli_error, dry_run_json, dry_run_output
+from tests.remote.launch import RUNNERS, SCRIPT, base_args, clean_overlay, records, run, wait_until_gone
 
 
 def _config_with(cluster: SshCluster, tmp_path: Path, known_hosts: Path, extra: str = "") -> Path:
@@ -21,6 +22,8 @@ def _config_with(cluster: SshCluster, tmp_path: Path, known_hosts: Path, extra: 
     return path
 
 
+@pytest.mark.launch
+@pytest.mark.cluster
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_unknown_host_key_is_refused_then_accepted_on_request(
     ssh_cluster: SshCluster, runner: str, tmp_path: Path
@@ -47,6 +50,8 @@ def test_unknown_host_key_is_refused_then_accepted_on_request(
         assert ssh.returncode == 0, ssh.stderr
 
 
+@pytest.mark.launch
+@pytest.mark.cluster
 def test_changed_host_key_is_always_refused(ssh_cluster: SshCluster, tmp_path: Path) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True)
     kind, key = (tmp_path / "other.pub").read_text().split()[:2]
@@ -60,6 +65,8 @@ def test_changed_host_key_is_always_refused(ssh_cluster: SshCluster, tmp_path: P
     assert "does NOT match known_hosts" in done.stderr, done.stderr
 
 
+@pytest.mark.launch
+@pytest.mark.cluster
 def test_proxy_jump_and_ssh_port_override(ssh_cluster: SshCluster, tmp_path: Path) -> None:
     extra = "Host behind\n    HostName 127.0.0.4\n    ProxyJump node1\n"
     config = _config_with(ssh_cluster, tmp_path, ssh_cluster.known_hosts, extra)
@@ -75,6 +82,8 @@ def test_proxy_jump_and_ssh_port_override(ssh_cluster: SshCluster, tmp_path: Pat
     assert wrong.returncode == 255 and "cannot connect" in wrong.stderr
 
 
+@pytest.mark.launch
+@pytest.mark.cluster
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_unreachable_host_stops_launch_and_names_it(ssh_cluster: SshCluster, runner: str, tmp_path: Path) -> None:
     extra = "Host ghost\n    HostName 127.0.0.9\n"
@@ -90,6 +99,8 @@ def test_unreachable_host_stops_launch_and_names_it(ssh_cluster: SshCluster, run
     assert wait_until_gone(run_id, 5) == []
 
 
+@pytest.mark.launch
+@pytest.mark.cluster
 def test_wrong_key_is_an_authentication_error(ssh_cluster: SshCluster, tmp_path: Path) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "wrong")], check=True)
     config = _config_with(ssh_cluster, tmp_path, ssh_cluster.known_hosts)
@@ -101,6 +112,7 @@ def test_wrong_key_is_an_authentication_error(ssh_cluster: SshCluster, tmp_path:
     assert "authentication failed for root@127.0.0.2" in done.stderr and str(tmp_path / "wrong") in done.stderr
 
 
+@pytest.mark.launch
 def test_manual_node_rank_never_opens_ssh(tmp_path: Path) -> None:
     hostfile = tmp_path / "hosts"
     hostfile.write_text("nowhere-a slots=2\nnowhere-b slots=2\n")
@@ -125,12 +137,20 @@ def test_manual_node_rank_never_opens_ssh(tmp_path: Path) -> None:
     recs = records(done.stdout)
     assert [(r["rank"], r["world"], r["node"]) for r in recs] == [(2, 4, 1), (3, 4, 1)]
     assert all(r["conn"] == "" and r["master"] == "127.0.0.1" for r in recs)
-    bad = run(["--hostfile", str(hostfile), "--node-rank", "2", SCRIPT, "echo"], cwd=tmp_path)
-    assert bad.returncode == 2 and "valid node ranks are 0..1" in bad.stderr and "Traceback" not in bad.stderr
-    bad_port = run(["--hostfile", str(hostfile), "--node-rank", "0", "--master-port", "0", SCRIPT], cwd=tmp_path)
-    assert bad_port.returncode == 2 and "fixed --master-port" in bad_port.stderr
+    code, err = cli_error(
+        ["--hostfile", str(hostfile), "--node-rank", "2", SCRIPT, "echo"], env=clean_overlay(), cwd=tmp_path
+    )
+    assert code == 2 and "valid node ranks are 0..1" in err
+    code, err = cli_error(
+        ["--hostfile", str(hostfile), "--node-rank", "0", "--master-port", "0", SCRIPT],
+        env=clean_overlay(),
+        cwd=tmp_path,
+    )
+    assert code == 2 and "fixed --master-port" in err
 
 
+@pytest.mark.launch
+@pytest.mark.cluster
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_preflight_table(ssh_cluster: SshCluster, runner: str, tmp_path: Path) -> None:
     args = base_args(ssh_cluster, runner, ["node1", "node2"], slots=1)
@@ -151,6 +171,8 @@ def test_preflight_table(ssh_cluster: SshCluster, runner: str, tmp_path: Path) -
     assert ghost.split()[1] == "NO" and ghost.endswith("FAIL")
 
 
+@pytest.mark.launch
+@pytest.mark.cluster
 def test_dry_run_masks_secrets_and_shows_commands(ssh_cluster: SshCluster, tmp_path: Path) -> None:
     args = base_args(ssh_cluster, "pdsh", ["node1", "node2"], slots=1)
     done = run(
@@ -175,41 +197,20 @@ def test_dry_run_masks_secrets_and_shows_commands(ssh_cluster: SshCluster, tmp_p
     assert data["env"]["HF_TOKEN"] == "****"
     assert data["master_addr"] == "127.0.0.2"
     assert "pdsh -S -R ssh" in data["commands"][0] and "--node-rank %n" in data["commands"][0]
-    for runner in RUNNERS:
+    for runner in RUNNERS:  # in-process from here (tests/plans.py)
         args = base_args(ssh_cluster, runner, ["node1", "node2"], slots=1)
-        text = run(
-            [
-                *args,
-                "--export",
-                "HF_TOKEN=hf-secret-value",
-                "--remote-python",
-                "/opt/py 3/bin/python",
-                "--remote-cwd",
-                "/srv/job",
-                "--dry-run",
-                SCRIPT,
-            ],
-            cwd=tmp_path,
+        remote = ["--remote-python", "/opt/py 3/bin/python", "--remote-cwd", "/srv/job"]
+        text = dry_run_output(
+            [*args, "--export", "HF_TOKEN=hf-secret-value", *remote, SCRIPT], env=clean_overlay(), cwd=tmp_path
         )
-        assert text.returncode == 0 and "hf-secret-value" not in text.stdout and "dslaunch.agent" in text.stdout
-        as_json = run(
-            [
-                *args,
-                "--remote-python",
-                "/opt/py 3/bin/python",
-                "--remote-cwd",
-                "/srv/job",
-                "--dry-run",
-                "--json",
-                SCRIPT,
-            ],
-            cwd=tmp_path,
-        )
-        command = json.loads(as_json.stdout)["commands"][0]
+        assert "hf-secret-value" not in text and "dslaunch.agent" in text
+        command = dry_run_json([*args, *remote, SCRIPT], env=clean_overlay(), cwd=tmp_path)["commands"][0]
         remote = shlex.split(command.partition("  # ")[0])[-1] if runner == "pdsh" else command
         assert "cd /srv/job && exec env" in remote and "'/opt/py 3/bin/python' -u -m dslaunch.agent" in remote
 
 
+@pytest.mark.launch
+@pytest.mark.cluster
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -224,11 +225,12 @@ def test_dry_run_masks_secrets_and_shows_commands(ssh_cluster: SshCluster, tmp_p
 def test_bad_remote_input_exits_2(ssh_cluster: SshCluster, tmp_path: Path, args: list[str], message: str) -> None:
     (tmp_path / "bad.env").write_text("OK=1\nthis line is wrong\n")
     base = base_args(ssh_cluster, "ssh", ["node1"], slots=1)
-    done = run([*base, *args, "--dry-run", SCRIPT], cwd=tmp_path)
-    assert done.returncode == 2, done.stderr
-    assert message in done.stderr and "Traceback" not in done.stderr
+    code, err = cli_error([*base, *args, "--dry-run", SCRIPT], env=clean_overlay(), cwd=tmp_path)
+    assert code == 2, err
+    assert message in err
 
 
+@pytest.mark.launch
 def test_bad_host_name_is_refused(tmp_path: Path) -> None:
     hostfile = tmp_path / "hosts"
     hostfile.write_text("node1 slots=1\n-oProxyCommand=touch${IFS}pwned slots=1\n")

@@ -1,14 +1,18 @@
-"""The Slurm option area on fake SLURM_* environments: dry-run plans, srun lines, bad input (exit 2)."""
+"""The Slurm option area on fake SLURM_* environments: dry-run plans, srun lines, bad input (exit 2).
+
+In-process (tests/plans.py) but for one real dry run and one real refusal."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 
 import pytest
 
 from dslaunch.slurm import layout
+from tests.plans import cli_error, dry_run_json
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "show_env.py")
 # Node names that resolve without Slurm, so no scontrol is asked for addresses.
@@ -26,28 +30,29 @@ STEP = {
 }
 
 
-def _env(extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RANK"))}
-    return {**env, **extra}
+def _env(extra: dict[str, str]) -> dict[str, str | None]:
+    """Only ``extra`` of Slurm's (and no RANK*) names: ``None`` drops a name from the environment."""
+    gone: dict[str, str | None] = {k: None for k in os.environ if k.startswith(("SLURM_", "RANK"))}
+    return {**gone, **extra}
 
 
-def _cli(args: list[str], extra: dict[str, str]):  # type: ignore[no-untyped-def]
-    env = _env(extra)
-    import subprocess
-
+def _cli(args: list[str], extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in {**os.environ, **_env(extra)}.items() if v is not None}
     return subprocess.run(
         [sys.executable, "-m", "dslaunch", *args], capture_output=True, text=True, timeout=60, env=env
     )
 
 
 def _plan(args: list[str], extra: dict[str, str]) -> dict:  # type: ignore[type-arg]
-    res = _cli(["--dry-run", "--json", *args, SCRIPT, "a b"], extra)
-    assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)  # type: ignore[no-any-return]
+    return dry_run_json([*args, SCRIPT, "a b"], env=_env(extra))  # type: ignore[no-any-return]
 
 
+@pytest.mark.launch
 def test_allocation_srun_line() -> None:
-    plan = _plan(["--nproc-per-node", "2", "--run-id", "r1"], ALLOC)
+    """The real CLI: the golden srun line of an allocation."""
+    res = _cli(["--dry-run", "--json", "--nproc-per-node", "2", "--run-id", "r1", SCRIPT, "a b"], ALLOC)
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
     assert plan["launcher"] == "slurm" and plan["world_size"] == 6
     assert [n["host"] for n in plan["nodes"]] == ["localhost", "127.0.0.2", "127.0.0.3"]
     assert plan["master_addr"] == "localhost"
@@ -132,16 +137,18 @@ def test_step_rank_mode_plan() -> None:
     ],
 )
 def test_bad_input_exits_2_with_a_clear_message(args: list[str], extra: dict[str, str], words: list[str]) -> None:
-    res = _cli([*args, SCRIPT], extra)
-    assert res.returncode == 2, res.stdout + res.stderr
-    assert "Traceback" not in res.stderr
+    code, err = cli_error([*args, SCRIPT], env=_env(extra))
+    assert code == 2, err
     for word in words:
-        assert word in res.stderr
+        assert word in err
 
 
+@pytest.mark.launch
 def test_missing_script_in_a_step_is_a_usage_error() -> None:
+    """The real CLI in a fake step: one line, exit 2."""
     res = _cli(["/nonexistent/train.py"], STEP)
     assert res.returncode == 2 and "does not exist" in res.stderr
+    assert "Traceback" not in res.stderr
 
 
 def test_node_mode_defaults_to_the_gpus_slurm_gave_the_task() -> None:

@@ -18,6 +18,8 @@ import pytest
 
 from tests.helpers import wait_for_file, wait_until_gone
 
+pytestmark = [pytest.mark.launch, pytest.mark.cluster]
+
 ROOT = Path(__file__).parents[2]
 SCRIPT = str(Path(__file__).parent / "scripts" / "show_env.py")
 DSLAUNCH = [sys.executable, "-m", "dslaunch"]

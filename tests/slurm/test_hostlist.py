@@ -46,6 +46,8 @@ _ranges = st.lists(
 _names = st.tuples(st.sampled_from(["n", "gpu", "rack-a"]), _ranges).map(lambda t: f"{t[0]}[{','.join(t[1])}]")
 
 
+@pytest.mark.launch
+@pytest.mark.cluster
 @settings(max_examples=25, deadline=None)
 @given(st.lists(_names | st.sampled_from(["login1", "cpu", "x-y"]), min_size=1, max_size=3))
 def test_expand_matches_scontrol(slurm_env: dict[str, str], names: list[str]) -> None:

@@ -12,6 +12,8 @@ import pytest
 from tests.helpers import wait_until_gone
 from tests.slurm.test_cluster import ROOT, _run
 
+pytestmark = [pytest.mark.launch, pytest.mark.cluster]
+
 FLAKY = str(ROOT / "tests" / "core" / "scripts" / "flaky.py")
 DSLAUNCH = [sys.executable, "-m", "dslaunch"]
 

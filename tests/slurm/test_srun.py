@@ -9,21 +9,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dslaunch import wire
-from dslaunch.plan import LaunchPlan, Program
+from dslaunch.plan import LaunchPlan
 from dslaunch.runners.slurm import SlurmRunner
 from dslaunch.runners.slurm_task import _with_local_gpus
 from dslaunch.slurm import layout, srun
 from dslaunch.slurm.step import node_rank_of
+from tests.plans import make_plan
 
 
 def _plan(args: tuple[str, ...] = (), launcher_args: tuple[str, ...] = ()) -> LaunchPlan:
-    return LaunchPlan(
+    return make_plan(
         launcher="slurm",
         run_id="r7",
         nodes=layout.rank_nodes(("gpu01", "gpu02"), ("0", "1")),
-        master_addr="gpu01",
         master_port=0,
-        program=Program("train.py", args, python="/venv/bin/python"),
+        target="train.py",
+        args=args,
+        python="/venv/bin/python",
         env=(("DSLAUNCH_LOG_LEVEL", "info"),),
         launcher_args=launcher_args,
     )

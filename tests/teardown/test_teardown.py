@@ -20,6 +20,8 @@ import pytest
 from dslaunch.bootstrap.teardown import exit_status
 from tests.helpers import run_cli
 
+pytestmark = pytest.mark.launch
+
 SCRIPT = str(Path(__file__).parent / "scripts" / "ending.py")
 FAST = {"DSLAUNCH_PG_TIMEOUT": "60", "CUDA_VISIBLE_DEVICES": ""}
 SENTINEL = re.compile(r"gloo workers at finalisation: (\d+)")
@@ -37,6 +39,7 @@ def test_exit_status_matches_python(code: object, status: int) -> None:
     assert out.returncode == status
 
 
+@pytest.mark.torch_api
 @pytest.mark.torch
 @pytest.mark.parametrize(
     "mode, finalises",
@@ -65,6 +68,7 @@ def test_finished_job_ends_clean(tmp_path: Path, mode: str, finalises: bool | No
             assert (tmp_path / f"rank{rank}.txt").read_text() == "unclosed file flushed\n"
 
 
+@pytest.mark.torch_api
 @pytest.mark.torch
 def test_world_of_one_under_dslaunch(tmp_path: Path) -> None:
     result = _launch(tmp_path, "engine", 1)
@@ -73,6 +77,7 @@ def test_world_of_one_under_dslaunch(tmp_path: Path) -> None:
     assert SENTINEL.findall(result.stdout) == ["0"]
 
 
+@pytest.mark.torch_api
 @pytest.mark.torch
 @pytest.mark.parametrize(
     "mode, code, cause",

@@ -22,6 +22,8 @@ import pytest
 
 from tests.helpers import DSLAUNCH, wait_for_file
 
+pytestmark = [pytest.mark.launch, pytest.mark.cluster]
+
 SCRIPT = str(Path(__file__).parent / "scripts" / "hold_secret.py")
 ROOT = Path(__file__).resolve().parents[2]
 RUNNERS = ["local", "ssh", "pdsh", "slurm", "openmpi", "mpich"]

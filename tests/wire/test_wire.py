@@ -11,21 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dslaunch import wire
-from dslaunch.plan import LaunchPlan, NodePlan, Program
+from dslaunch.plan import LaunchPlan
 from dslaunch.remote import stage
-from tests.helpers import run_cli
+from tests.plans import cli_error, make_plan
 
 
 def _plan(env: tuple[tuple[str, str], ...] = ()) -> LaunchPlan:
-    return LaunchPlan(
-        launcher="pdsh",
-        run_id="r1",
-        nodes=(NodePlan(host="h0", node_rank=0, slots=("0",), ranks=(0,)),),
-        master_addr="h0",
-        master_port=29500,
-        program=Program(target="t.py", args=("a b",), module=False, no_python=False, python="/usr/bin/python3"),
-        env=env,
-    )
+    return make_plan(launcher="pdsh", args=("a b",), python="/usr/bin/python3", env=env)
 
 
 def test_plan_round_trips_and_a_bad_one_is_a_clear_error() -> None:
@@ -128,10 +120,11 @@ def test_staged_plan_paths_are_per_node_and_quoted() -> None:
 
 @pytest.mark.parametrize("run_id", ["../x", "a b", "a;b", ".hidden", "", "x" * 65, "é"])
 def test_run_id_is_a_plain_word(run_id: str) -> None:
-    result = run_cli(["--run-id", run_id, "--dry-run", "x.py"], env={"DSLAUNCH_RUN_ID": ""})
-    assert result.returncode == 2 and "--run-id" in result.stderr and "Traceback" not in result.stderr
+    code, err = cli_error(["--run-id", run_id, "--dry-run", "x.py"], env={"DSLAUNCH_RUN_ID": ""})
+    assert code == 2 and "--run-id" in err
 
 
+@pytest.mark.launch
 def test_agent_refuses_a_plan_it_cannot_read(tmp_path: Path) -> None:
     import subprocess
     import sys
