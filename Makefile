@@ -9,6 +9,9 @@ NEWEST_STAMP := $(NEWEST)/.dslaunch-installed
 
 # pytest keeps its rewritten test modules in __pycache__ only where bytecode may be written: ~3 s of the fast tier.
 PYTEST_ENV := env -u PYTHONDONTWRITEBYTECODE
+# Three test workers on two cores: most tests wait on processes (ssh handshakes, teardown grace, rendezvous), and
+# the tests of one shared test bed (Slurm, network namespaces) stay on one worker (tests/conftest.py).
+WORKERS ?= -n 3 --dist loadgroup
 # The pure tier: no test that starts a process (tests/conftest.py fails one that does); seconds, not minutes.
 FAST := not launch and not cluster and not torch
 
@@ -45,8 +48,8 @@ lint: install
 
 # The whole suite on the lowest torch, then on the newest only the tests of torch's own API (-m torch_api).
 test: install install-newest
-	$(PY) -m pytest -q --durations=15
-	$(NEWEST_PY) -m pytest -q -m torch_api
+	$(PY) -m pytest -q $(WORKERS) --durations=15
+	$(NEWEST_PY) -m pytest -q $(WORKERS) -m torch_api
 
 test-fast: install
 	$(PYTEST_ENV) $(PY) -m pytest -q -m "$(FAST)"

@@ -168,3 +168,15 @@ def _no_job_outlives_its_test() -> Iterator[None]:
             pass
     if left:
         pytest.fail("processes of a job outlived the test:\n" + "\n".join(f"  {p}: {w}" for p, w in left.items()))
+
+
+# Under pytest-xdist (`make test` runs `-n 3 --dist loadgroup`): the tests of one session-wide test bed run on one
+# worker, so each bed starts once; everything else spreads over the workers.
+SHARED_BEDS = {"slurm_cluster": "slurm", "slurm_env": "slurm", "netns_cluster": "netns"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        group = next((SHARED_BEDS[f] for f in getattr(item, "fixturenames", ()) if f in SHARED_BEDS), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
