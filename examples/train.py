@@ -34,7 +34,7 @@ def main() -> None:
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module")
     engine = dslaunch.engine()
     torch.manual_seed(0)  # same initial weights everywhere; TP/FSDP then keep only their shard
-    model = MLP(args.dim, 4 * args.dim)
+    model = MLP(args.dim, 4 * args.dim).to(engine.device)
     if engine.size("tp") > 1:
         parallelize_module(model, engine.submesh("tp"), {"up": ColwiseParallel(), "down": RowwiseParallel()})
     if engine.size("dp") > 1:
@@ -43,11 +43,12 @@ def main() -> None:
 
     # Each data-parallel rank draws its own batches; ranks of one tp group share them.
     data = torch.Generator().manual_seed(1 + engine.coordinate["dp"])
-    target = torch.randn(args.dim, args.dim, generator=torch.Generator().manual_seed(7)) / args.dim**0.5
+    target = torch.randn(args.dim, args.dim, generator=torch.Generator().manual_seed(7)).to(engine.device)
+    target /= args.dim**0.5
     losses: list[float] = []
     expected = engine.world_size * (engine.world_size - 1) / 2
     for step in range(1, args.steps + 1):
-        x = torch.randn(args.batch, args.dim, generator=data)
+        x = torch.randn(args.batch, args.dim, generator=data).to(engine.device)  # drawn on the CPU: same on any device
         with engine.timers("forward"):
             loss = torch.nn.functional.mse_loss(model(x), x @ target)
         with engine.timers("backward"):
@@ -59,7 +60,7 @@ def main() -> None:
             mean = engine.comm.all_reduce(loss.detach().clone(), axis="dp", op="avg").item()
         losses.append(mean)
         # A launcher sanity check each step: the sum of all ranks over the whole world.
-        total = engine.comm.all_reduce(torch.tensor([float(engine.rank)]), axis="world").item()
+        total = engine.comm.all_reduce(torch.tensor([float(engine.rank)], device=engine.device), axis="world").item()
         if total != expected:
             raise SystemExit(f"rank {engine.rank}: all_reduce gave {total}, expected {expected}")
         times = engine.timers.step(step)
