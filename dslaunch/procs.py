@@ -8,6 +8,7 @@ rank double-forks stays among the agent's descendants.
 from __future__ import annotations
 
 import os
+import signal
 
 
 def _ancestors(pid: int, proc: str) -> set[int]:
@@ -66,3 +67,15 @@ def descendants(pid: int, proc: str = "/proc") -> list[int]:
             found += children
             todo += children
     return found
+
+
+def kill_job(run_id: str, node_rank: int | None = None, proc: str = "/proc") -> list[int]:
+    """SIGKILL every process of the job here (of its node ``node_rank`` when given), as ``job_pids`` finds them, in
+    one scan of ``/proc``; the pids signalled."""
+    pids = job_pids(run_id, node_rank, proc)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return pids

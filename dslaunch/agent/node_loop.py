@@ -27,7 +27,16 @@ from dslaunch import _prctl, procs, wire
 from dslaunch.agent import node_state as ns
 from dslaunch.agent import ranks as rankspec
 from dslaunch.agent.error_record import ErrorRecord, keep_tail, read_error_file, tail_lines
-from dslaunch.agent.node_io import drain, enlarge_pipe, kill, killpg, pidfd_of, rank_preexec, same_file
+from dslaunch.agent.node_io import (
+    drain,
+    enlarge_pipe,
+    fs_clock_offset,
+    kill,
+    killpg,
+    pidfd_of,
+    rank_preexec,
+    same_file,
+)
 from dslaunch.agent.progress import ProgressWatch
 from dslaunch.agent.relay import READ_SIZE, LineRelay
 from dslaunch.agent.sink import Sink
@@ -124,6 +133,7 @@ class NodeLoop:
         self.by_rank: dict[int, _Rank] = {}
         self.streams: dict[int, _Stream] = {}
         self.sel = selectors.DefaultSelector()
+        self._round: ns.DeathWindow | None = None  # while the ranks the last wait found ended are reaped
         self.state = ns.NodeState(
             node_rank,
             self.node.host,
@@ -143,6 +153,7 @@ class NodeLoop:
         )  # one writer for `2>&1`, so stdout and stderr lines never interleave mid-line
         self.sinks = [self.out_sink] if self.err_sink is self.out_sink else [self.out_sink, self.err_sink]
         self.progress: ProgressWatch | None = None
+        self.fs_clock_offset = 0.0  # of the error files' folder (node_io.fs_clock_offset)
 
     # ---- spawning -------------------------------------------------------
     def start(self, error_dir: str) -> None:
@@ -153,6 +164,7 @@ class NodeLoop:
         if log_dir:
             private_dir(log_dir)
         self.progress = progress = ProgressWatch(self.plan, self.node.node_rank, error_dir)
+        self.fs_clock_offset = fs_clock_offset(log_dir or error_dir)
         zygote = None
         if self.plan.preload:  # --preload: fork the ranks from one process that imported the modules (zygote.py)
             from dslaunch.agent.zygote import for_node
@@ -261,8 +273,12 @@ class NodeLoop:
             code = self._settle(now)
             if code is not None:
                 return code
-            for key, _ in self.sel.select(self._timeout(now)):
+            alive_at = time.time()
+            ready = self.sel.select(self._timeout(now))
+            self._round = ns.DeathWindow(alive_at, time.time())  # for a rank whose exit is in `ready`
+            for key, _ in ready:
                 self._dispatch(key)
+            self._round = None
             for r in self.ranks:
                 if r.pidfd is None and not r.reaped:
                     self._reap(r, block=False)
@@ -415,11 +431,10 @@ class NodeLoop:
         tail: tuple[str, ...] = ()
         if returncode:  # its last stderr lines may still be in the pipe: they belong in the summary
             self._read_last_stderr(r)
-            record, tail = read_error_file(r.error_file), tail_lines(r.tail)
+            record, tail = read_error_file(r.error_file, self.fs_clock_offset), tail_lines(r.tail)
+        now, wall = time.monotonic(), time.time()
         self._apply(
-            self.state.on_rank_exit(
-                r.rank, returncode, record, stderr_tail=tail, now=time.monotonic(), wall=time.time()
-            )
+            self.state.on_rank_exit(r.rank, returncode, record, stderr_tail=tail, now=now, wall=wall, died=self._round)
         )
 
     def _read_last_stderr(self, r: _Rank) -> None:
@@ -482,8 +497,7 @@ class NodeLoop:
                 if log is not None:
                     log.close()
         self._kill_descendants()
-        for pid in procs.job_pids(self.plan.run_id, self.node.node_rank):
-            kill(pid)
+        procs.kill_job(self.plan.run_id, self.node.node_rank)
 
     def _kill_descendants(self) -> None:
         ranks = {r.pid for r in self.ranks}

@@ -25,6 +25,8 @@ KILL_REPEAT = 0.05  # past the deadline: SIGKILL again this often until every ra
 TEARDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 FORWARD_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 STACKS = signal.SIGQUIT  # print every rank's stack (agent/progress.py)
+CLOCK_SLACK = 0.02  # a file's ctime comes from the kernel's coarse clock: up to a tick behind time.time()
+WRITE_SLACK = 0.1  # a rank's failure time may precede the change of its error file by this much at most
 
 
 # ---- actions: what the shell is to do, in the order given ----------------------------------------------------
@@ -108,6 +110,33 @@ class RankId:
     pid: int
 
 
+def claimed_failure_time(record: ErrorRecord, signalled_at: float | None) -> float | None:
+    """When the rank failed on its own, as its record claims it and as far as the kernel vouches for the claim; None:
+    no claim that counts.
+
+    The agent's own observation wins over what a rank writes: a claim counts only if the file was last changed
+    (``written_at``, its ctime, which ``os.utime`` cannot set back) before our stop signal (``signalled_at``;
+    None: not signalled), since what a rank writes once it is told to stop is no evidence of an earlier failure;
+    and it is kept between ``WRITE_SLACK`` before that change and the change itself, so no rank dates its failure
+    earlier than its file.
+    """
+    claimed, written = record.failed_at, record.written_at
+    if claimed is None or written is None:
+        return None
+    if signalled_at is not None and written >= signalled_at - CLOCK_SLACK:
+        return None
+    return min(max(claimed, written - WRITE_SLACK), written + CLOCK_SLACK)
+
+
+@dataclass(frozen=True)
+class DeathWindow:
+    """What the agent saw itself: the rank was alive at ``after`` (wall time) and had ended by ``before`` (the
+    wait that reported its end returned then)."""
+
+    after: float
+    before: float
+
+
 def rank_exit(
     who: RankId,
     returncode: int,
@@ -115,21 +144,28 @@ def rank_exit(
     *,
     signalled_at: float | None,
     wall: float,
+    died: DeathWindow | None = None,
     stderr_tail: tuple[str, ...] = (),
 ) -> wire.RankExit:
     """The exit event of a rank that ended with ``returncode`` (a Popen one), ``wall`` being the time now.
 
-    A rank whose error record says it failed before our stop signal (``signalled_at``; None: not
-    signalled) failed on its own, even if the signal ended it during its at-exit teardown: it is a
-    root-cause candidate, at the time and with the code it failed with, not how it ended.
+    A rank whose error record shows it failed before our stop signal (``claimed_failure_time``) failed on its
+    own, even if the signal ended it during its at-exit teardown: it is a root-cause candidate, at the time and
+    with the code it failed with, not how it ended. So is a rank that had ended before we signalled it (``died``:
+    its end was reported by a wait that returned before the signal); without a record that dates its failure,
+    it failed at the earliest time the agent saw it could have (``died.after``): a rank that ends at once
+    (``os._exit``, a crash) makes its peers fail a moment later, and they must not be named instead.
     """
     code, signame = wire.exit_code_of(returncode)
     if not code:
         record = ErrorRecord()
-    failed_at = record.failed_at
+    if signalled_at is not None and died is not None and signalled_at >= died.before:
+        signalled_at = None  # our signal came after its end
+    failed_at = claimed_failure_time(record, signalled_at)
     signalled = signalled_at is not None
-    on_its_own = failed_at is not None and (signalled_at is None or failed_at < signalled_at)
-    if on_its_own and signalled and record.code:
+    if failed_at is None and not signalled and died is not None:
+        failed_at = died.after
+    if failed_at is not None and signalled and record.code:
         code, signame = record.code, None
     return wire.RankExit(
         rank=who.rank,
@@ -139,8 +175,8 @@ def rank_exit(
         pid=who.pid,
         code=code,
         signal=signame,
-        ts=failed_at if on_its_own and failed_at is not None else wall,
-        by_agent=signalled and not on_its_own,
+        ts=wall if failed_at is None else failed_at,
+        by_agent=signalled and failed_at is None,
         error=record.error,
         stderr_tail=stderr_tail if code else (),
     )
@@ -221,16 +257,21 @@ class NodeState:
         *,
         now: float,
         wall: float,
+        died: DeathWindow | None = None,
         stderr_tail: tuple[str, ...] = (),
     ) -> tuple[Action, ...]:
         r = self.ranks[rank]
         r.returncode = returncode
         self.last_read = now
-        result = rank_exit(r.who, returncode, record, signalled_at=r.signalled_at, wall=wall, stderr_tail=stderr_tail)
-        if result.failed and not result.by_agent and self.root_cause is None:
-            self.root_cause = result
-            return (Exited(result), *self._teardown(signal.SIGTERM, now, wall))
-        return (Exited(result),)
+        result = rank_exit(
+            r.who, returncode, record, signalled_at=r.signalled_at, wall=wall, died=died, stderr_tail=stderr_tail
+        )
+        if not result.failed or result.by_agent:
+            return (Exited(result),)
+        earlier = self.root_cause
+        if earlier is None or result.ts < earlier.ts:
+            self.root_cause = result  # the earliest failure, not the first reaped
+        return (Exited(result), *self._teardown(signal.SIGTERM, now, wall)) if earlier is None else (Exited(result),)
 
     def on_read(self, now: float) -> None:
         """Output (or a pipe's end) was read."""

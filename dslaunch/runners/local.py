@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-from dslaunch import _prctl, wire
+from dslaunch import _prctl, procs, wire
 from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan
 from dslaunch.remote.common import START_FAILED
@@ -93,17 +93,28 @@ class _ForkedAgent:
 
 
 class LocalAgent:
-    """A local node agent: stop requests go in on its stdin, events come out on their own pipe."""
+    """A local node agent: stop requests go in on its stdin, events come out on their own pipe.
+
+    An agent that ends without its ``Done`` (SIGKILL, the OOM killer, a crash) did not sweep its node: its ranks
+    die with it (parent-death signal), but not what they double-forked, so the launcher sweeps this machine for
+    the node's processes once it sees the agent gone, as the remote reaper does (docs/teardown.md).
+    """
 
     def __init__(self, plan: LaunchPlan, node_rank: int) -> None:
         self.node_rank = node_rank
         self.host = plan.node(node_rank).host
+        self.run_id = plan.run_id
         self.proc = _ForkedAgent(plan, node_rank)
         self._stopped = False
+        self._done = False  # the agent sent Done: it has swept its node itself
+        self._swept = False
 
     def lines(self) -> Iterator[str]:
         for raw in self.proc.events:
-            yield raw.decode("utf-8", "replace")
+            line = raw.decode("utf-8", "replace")
+            if not self._done and isinstance(wire.decode(line), wire.Done):
+                self._done = True
+            yield line
 
     def stop(self) -> None:
         if self._stopped:
@@ -122,14 +133,18 @@ class LocalAgent:
             pass
 
     def kill(self) -> None:
-        # The ranks' parent-death signal takes them down with the agent.
+        # The ranks' parent-death signal takes them down with the agent; wait() sweeps up what they left.
         try:
             self.proc.send_signal(signal.SIGKILL)
         except ProcessLookupError:
             pass
 
     def wait(self, timeout: float | None) -> int | None:
-        return self.proc.wait(timeout)
+        status = self.proc.wait(timeout)
+        if status is not None and not self._done and not self._swept:
+            self._swept = True
+            procs.kill_job(self.run_id, self.node_rank)
+        return status
 
 
 class LocalRunner:

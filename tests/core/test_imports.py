@@ -181,6 +181,7 @@ LEAVES: dict[str, tuple[str, ...]] = {
     "dslaunch.userfiles": (),  # capped reads of the files a user names
     "dslaunch.private": (),  # owner-only folders and files for the logs
     "dslaunch.nesting": (),  # a rank's own dslaunch: forget what its parent job set
+    "dslaunch.error_bounds": (),  # head-and-tail caps on a failure's text, for the bootstrap and the agent
     "dslaunch.mesh": (),  # mesh spec and layout (pure); bootstrap.mesh_build adds torch
     "dslaunch.logs.spec": (),
     # Slurm's pure side: environment, hostlists, task layout, srun lines (runners put it to work)

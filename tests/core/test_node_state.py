@@ -18,6 +18,7 @@ from dslaunch.agent.node_state import (
     STALL,
     AbandonStalledReaders,
     Action,
+    DeathWindow,
     Emit,
     Exited,
     Finish,
@@ -34,6 +35,11 @@ TERM, INT, HUP, KILL = signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGK
 GRACE = 5.0  # the plan's shutdown_timeout in these tests
 WHO = RankId(rank=3, local_rank=1, node_rank=0, host="h", pid=42)
 NONE = ErrorRecord()
+
+
+def _honest(error: str | None, failed_at: float | None, code: int | None) -> ErrorRecord:
+    """A record as the bootstrap writes it: its file changed a moment after the failure."""
+    return ErrorRecord(error, failed_at, code, written_at=None if failed_at is None else failed_at + 0.001)
 
 
 @dataclass(frozen=True)
@@ -75,16 +81,16 @@ WALL = 500.0
     ("returncode", "signalled_at", "record", "expected"),
     [
         pytest.param(0, None, NONE, (0, None, WALL, False), id="clean exit"),
-        pytest.param(0, 400.0, ErrorRecord("tb", 300.0, 1), (0, None, WALL, True), id="clean after our signal"),
+        pytest.param(0, 400.0, _honest("tb", 300.0, 1), (0, None, WALL, True), id="clean after our signal"),
         pytest.param(1, None, NONE, (1, None, WALL, False), id="failed, no record: now"),
-        pytest.param(1, None, ErrorRecord("tb", 300.0, 1), (1, None, 300.0, False), id="failed: its time"),
-        pytest.param(2, None, ErrorRecord("tb", 300.0, 7), (2, None, 300.0, False), id="unsignalled: how it ended"),
+        pytest.param(1, None, _honest("tb", 300.0, 1), (1, None, 300.0, False), id="failed: its time"),
+        pytest.param(2, None, _honest("tb", 300.0, 7), (2, None, 300.0, False), id="unsignalled: how it ended"),
         pytest.param(-15, 400.0, NONE, (143, "SIGTERM", WALL, True), id="our SIGTERM"),
         pytest.param(1, 400.0, NONE, (1, None, WALL, True), id="failed after our signal, no record"),
-        pytest.param(-15, 400.0, ErrorRecord("tb", 450.0, 1), (143, "SIGTERM", WALL, True), id="failed after signal"),
-        pytest.param(-15, 400.0, ErrorRecord("tb", 300.0, 3), (3, None, 300.0, False), id="failed before signal"),
-        pytest.param(-9, 400.0, ErrorRecord("tb", 300.0, None), (137, "SIGKILL", 300.0, False), id="before, no code"),
-        pytest.param(-15, 400.0, ErrorRecord(None, None, 3), (143, "SIGTERM", WALL, True), id="code without time"),
+        pytest.param(-15, 400.0, _honest("tb", 450.0, 1), (143, "SIGTERM", WALL, True), id="failed after signal"),
+        pytest.param(-15, 400.0, _honest("tb", 300.0, 3), (3, None, 300.0, False), id="failed before signal"),
+        pytest.param(-9, 400.0, _honest("tb", 300.0, None), (137, "SIGKILL", 300.0, False), id="before, no code"),
+        pytest.param(-15, 400.0, _honest(None, None, 3), (143, "SIGTERM", WALL, True), id="code without time"),
     ],
 )
 def test_rank_exit(
@@ -100,7 +106,7 @@ def test_rank_exit(
 # ---- the node: root cause and teardown --------------------------------------------------------------------------
 def test_the_first_rank_to_fail_is_the_root_cause_and_the_others_get_sigterm_once() -> None:
     state = _node()
-    actions = _exit(state, 1, 3, ErrorRecord("tb", 1000.5, 3))
+    actions = _exit(state, 1, 3, _honest("tb", 1000.5, 3))
     assert actions == (Exited(_exits(actions)[0]), Stopping(TERM), Signal((0, 2), TERM))
     assert state.root_cause == _exits(actions)[0] and state.root_cause.code == 3
     assert state.stop_deadline == 1.0 + GRACE
@@ -113,21 +119,44 @@ def test_the_first_rank_to_fail_is_the_root_cause_and_the_others_get_sigterm_onc
 
 def test_a_signalled_rank_that_failed_before_the_signal_keeps_its_time_and_code_but_not_the_root_cause() -> None:
     state = _node()
-    _exit(state, 0, 1, ErrorRecord("first", 1000.9, 1), t=1.0)  # signalled_at = wall 1001.0
-    (second,) = _exits(_exit(state, 1, -15, ErrorRecord("second", 1000.95, 5), t=1.1))
+    _exit(state, 0, 1, _honest("first", 1000.9, 1), t=1.0)  # signalled_at = wall 1001.0
+    (second,) = _exits(_exit(state, 1, -15, _honest("second", 1000.95, 5), t=1.1))
     assert (second.code, second.signal, second.ts, second.by_agent) == (5, None, 1000.95, False)
     assert state.root_cause is not None and state.root_cause.rank == 0  # not replaced
-    (third,) = _exits(_exit(state, 2, 1, ErrorRecord("late", 1001.05, 1), t=1.2))
+    (third,) = _exits(_exit(state, 2, 1, _honest("late", 1001.05, 1), t=1.2))
     assert third.by_agent  # it failed after our signal: the teardown's doing
 
 
-def test_a_second_failure_on_its_own_neither_replaces_the_root_cause_nor_signals_again() -> None:
+def test_a_second_failure_on_its_own_signals_no_one_again_and_is_the_root_cause_only_if_earlier() -> None:
     state = _node()
-    _exit(state, 0, 2)  # signals ranks 1 and 2 at wall time 1001.0
-    actions = _exit(state, 1, 7, ErrorRecord("tb", 1000.5, 7), t=1.5)  # it failed before that, on its own
+    _exit(state, 0, 2)  # rank 0 fails at wall time 1001.0 (no record) and signals ranks 1 and 2
+    actions = _exit(state, 1, 7, _honest("tb", 1000.5, 7), t=1.5)  # it failed before rank 0, on its own
     assert _exits(actions)[0].code == 7 and not _exits(actions)[0].by_agent
-    assert state.root_cause is not None and state.root_cause.rank == 0
-    assert _signals(actions) == [] and state.exit_code() == 2
+    assert state.root_cause is not None and state.root_cause.rank == 1  # the first to fail, not the first reaped
+    assert _signals(actions) == [] and state.exit_code() == 7
+
+    state = _node()
+    _exit(state, 0, 2, _honest("tb", 1000.9, 2))
+    _exit(state, 1, 7, _honest("tb", 1000.95, 7), t=1.5)  # on its own too, but later
+    assert state.root_cause is not None and state.root_cause.rank == 0 and state.exit_code() == 2
+
+
+def test_a_rank_reported_ended_by_the_same_wait_as_the_root_cause_is_not_the_teardowns_doing() -> None:
+    """Rank 1 ends at once (os._exit(7), no record); rank 0, its peer, fails a moment later from the lost
+    connection and is reaped first from the same wait: rank 1 failed first, at the earliest time it can have."""
+    state = _node()
+    window = DeathWindow(after=1000.2, before=1000.9)  # the wait began at .2 and returned at .9 with both
+    first = state.on_rank_exit(0, 1, _honest("gloo", 1000.6, 1), now=1.0, wall=1001.0, died=window)
+    assert _signals(first) == [Signal((1, 2), TERM)]  # rank 1 counts as signalled at 1001.0, after its end
+    second = state.on_rank_exit(1, 7, NONE, now=1.1, wall=1001.1, died=window)
+    (result,) = _exits(second)
+    assert not result.by_agent and result.code == 7 and result.ts == 1000.2
+    assert state.root_cause is not None and state.root_cause.rank == 1 and state.exit_code() == 7
+
+    late = _node()  # a rank whose end a later wait reported was signalled before it ended: the teardown's doing
+    late.on_rank_exit(0, 1, NONE, now=1.0, wall=1001.0, died=window)
+    (stopped,) = _exits(late.on_rank_exit(1, 7, NONE, now=1.5, wall=1001.5, died=DeathWindow(1001.2, 1001.4)))
+    assert stopped.by_agent and late.root_cause is not None and late.root_cause.rank == 0
 
 
 @pytest.mark.parametrize(
@@ -197,7 +226,7 @@ def test_exit_code(steps: list[tuple[str, int, int]], code: int) -> None:
         if what == "stop":
             state.on_signal(number, now=t, wall=1000.0 + t)
         else:  # each failed half a second before it exited
-            _exit(state, number, returncode, ErrorRecord("tb", 1000.0 + t - 0.5, None), t=t)
+            _exit(state, number, returncode, _honest("tb", 1000.0 + t - 0.5, None), t=t)
     assert state.exit_code() == code
 
 
@@ -291,8 +320,10 @@ TORCH = {"message": {"message": "RuntimeError: x", "extraInfo": {"py_callstack":
     ("text", "expected"),
     [
         pytest.param(json.dumps({"traceback": "tb", "ts": 12.5, "code": 3}), ErrorRecord("tb", 12.5, 3), id="ours"),
-        pytest.param(json.dumps({"traceback": "", "ts": 12, "code": 2}), ErrorRecord("", 12.0, 2), id="int ts"),
-        pytest.param(json.dumps(TORCH), ErrorRecord("Traceback..."), id="torch @record"),
+        pytest.param(
+            json.dumps({"traceback": "", "ts": 12, "code": 2}), ErrorRecord(None, 12.0, 2), id="int ts, no text"
+        ),
+        pytest.param(json.dumps(TORCH), ErrorRecord("Traceback...", 1.0), id="torch @record"),
         pytest.param(json.dumps({"message": {"extraInfo": "x"}}), NONE, id="torch, no callstack"),
         pytest.param(json.dumps({"message": "plain", "traceback": "t"}), ErrorRecord("t"), id="our message"),
         pytest.param("{not json", NONE, id="garbage"),
