@@ -12,7 +12,8 @@ from typing import Any, Literal
 
 # 2: typed runner options (remote, slurm, launcher_args, bind_cores, manual_node) replaced the option bag.
 # 3: restarts, hang_timeout, preload.
-PLAN_VERSION = 3
+# 4: elastic (candidate hosts, MIN:MAX).
+PLAN_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,32 @@ class Restarts:
 
 
 @dataclass(frozen=True)
+class Candidate:
+    """A host the job may run on, with its slots."""
+
+    host: str
+    slots: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Elastic:
+    """The hosts an attempt may use (docs/elastic.md): ``candidates`` in hostfile order, the active ones first.
+
+    Empty ``candidates``: every attempt runs on ``plan.nodes`` as they are. Otherwise each attempt runs on the
+    first ``nnodes_max`` healthy candidates, and not at all below ``nnodes_min`` (``dslaunch.elastic``).
+    """
+
+    candidates: tuple[Candidate, ...] = ()
+    nnodes_min: int = 0
+    nnodes_max: int = 0
+    fixed_addr: bool = False  # --master-addr was given: it stays whichever hosts are used
+
+    @property
+    def spares(self) -> tuple[str, ...]:
+        return tuple(c.host for c in self.candidates[self.nnodes_max :])
+
+
+@dataclass(frozen=True)
 class LaunchPlan:
     launcher: str
     run_id: str
@@ -94,6 +121,7 @@ class LaunchPlan:
     restarts: Restarts = Restarts()
     hang_timeout: float | None = None  # --hang-timeout: no rank made progress this long is a hang (None: off)
     preload: tuple[str, ...] = ()  # --preload: modules each node's zygote imports before forking ranks
+    elastic: Elastic = Elastic()  # --nnodes MIN:MAX and spare hosts (empty: a fixed set of nodes)
 
     @property
     def world_size(self) -> int:
@@ -110,7 +138,8 @@ class LaunchPlan:
         return replace(self, restarts=replace(self.restarts, count=count))
 
     def summary(self) -> dict[str, Any]:
-        """The dry-run view: stable keys, rank order."""
+        """The dry-run view: stable keys, rank order; an elastic plan adds its node range and spares."""
+        elastic = {"nnodes": [self.elastic.nnodes_min, self.elastic.nnodes_max], "spares": list(self.elastic.spares)}
         return {
             "launcher": self.launcher,
             "world_size": self.world_size,
@@ -131,6 +160,7 @@ class LaunchPlan:
             "max_restarts": self.restarts.max_restarts,
             "restart_delay": self.restarts.delay,
             "hang_timeout": self.hang_timeout,
+            **(elastic if self.elastic.candidates else {}),
         }
 
     def to_json(self) -> str:
@@ -151,6 +181,7 @@ class LaunchPlan:
         env = tuple((k, v) for k, v in data.pop("env"))
         slurm = data.pop("slurm")
         bind = data.pop("bind_cores")
+        elastic = data.pop("elastic")
         return LaunchPlan(
             nodes=nodes,
             program=program,
@@ -161,6 +192,12 @@ class LaunchPlan:
             bind_cores=None if bind is None else tuple(bind),
             restarts=Restarts(**data.pop("restarts")),
             preload=tuple(data.pop("preload")),
+            elastic=Elastic(
+                candidates=tuple(Candidate(c["host"], tuple(c["slots"])) for c in elastic["candidates"]),
+                nnodes_min=elastic["nnodes_min"],
+                nnodes_max=elastic["nnodes_max"],
+                fixed_addr=elastic["fixed_addr"],
+            ),
             **data,
         )
 

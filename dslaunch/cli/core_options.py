@@ -124,9 +124,10 @@ PARAMS: list[click.Parameter] = [
         ["--nnodes", "nnodes"],
         type=NodesType(),
         envvar=pet("nnodes"),
-        metavar="N",
-        help="torchrun's one launcher per node, without a hostfile (e.g. a Kubernetes pod each): this node is "
-        "--node-rank of N, with --nproc-per-node ranks on every node, and the rendezvous at --master-addr.",
+        metavar="N|MIN:MAX",
+        help="With a hostfile: run on at least MIN and at most MAX of its healthy hosts, the rest are spares that "
+        "replace failed nodes (docs/elastic.md). Without one, torchrun's one launcher per node (e.g. a Kubernetes "
+        "pod each): this node is --node-rank of N, with the rendezvous at --master-addr.",
     ),
     click.Option(
         ["--preload"],
@@ -162,8 +163,9 @@ class CoreChoices:
     config: Mapping[str, Any]
     dry_run: bool
     json: bool
-    nnodes: int | None = None
+    nnodes: int | None = None  # one launcher per node: N (a single count, no hostfile)
     preload: tuple[str, ...] = ()
+    nnodes_range: tuple[int, int] | None = None  # --nnodes as given: (MIN, MAX), N is (N, N)
 
 
 def parse(values: Mapping[str, Any]) -> CoreChoices:
@@ -215,9 +217,32 @@ def parse(values: Mapping[str, Any]) -> CoreChoices:
         config=config,
         dry_run=values["dry_run"],
         json=values["as_json"],
-        nnodes=values.get("nnodes"),
+        nnodes=_pod_count(values.get("nnodes"), pool),
         preload=preload_modules(values.get("preload"), config),
+        nnodes_range=_node_range(values, pool),
     )
+
+
+def _pod_count(given: tuple[int, int] | None, pool: hostfile.ResourcePool | None) -> int | None:
+    """--nnodes N without a hostfile: torchrun's one launcher per node (a range there is refused in decide)."""
+    if given is None or pool is not None:
+        return None
+    return given[0] if given[0] == given[1] else None
+
+
+def _node_range(values: Mapping[str, Any], pool: hostfile.ResourcePool | None) -> tuple[int, int] | None:
+    """--nnodes MIN:MAX, or DeepSpeed's --min/--max_elastic_nodes (which only mean something with a hostfile)."""
+    given: tuple[int, int] | None = values.get("nnodes")
+    ds_range: tuple[int, int | None] | None = values.get("ds_elastic_range")
+    if ds_range is None or pool is None:
+        return given
+    low, high = ds_range
+    high = len(pool) if high is None else high
+    if given is not None and given != (low, high):
+        raise DslaunchError("--min/--max_elastic_nodes and --nnodes disagree: give only --nnodes MIN:MAX")
+    if low > high:
+        raise DslaunchError(f"--min_elastic_nodes {low} is above --max_elastic_nodes {high}: give MIN <= MAX")
+    return low, high
 
 
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")

@@ -24,10 +24,11 @@ from dslaunch.cli.remote_options import RemoteChoices
 from dslaunch.config import unknown_key_warnings
 from dslaunch.errors import DslaunchError
 from dslaunch.masking import is_secret_name
-from dslaunch.plan import LaunchPlan, NodePlan, Program, Restarts, SlurmSettings, assign_ranks
+from dslaunch.plan import Candidate, Elastic, LaunchPlan, NodePlan, Program, Restarts, SlurmSettings, assign_ranks
 
 REMOTE_LAUNCHERS = ("pdsh", "ssh")  # what auto picks for remote hosts (and --force-multi), first found
 LAUNCHER_ARGS_USERS = ("openmpi", "mpich", "slurm")  # the runners that read plan.launcher_args
+ELASTIC_LAUNCHERS = ("ssh", "pdsh")  # the runners that start each node on its own: spares and MIN:MAX
 
 
 @dataclass(frozen=True)
@@ -54,13 +55,21 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
     warnings = list(unknown_key_warnings(core.config))
     slurm_kind = slurm_hosts.context(core.launcher, core.pool is not None, environ)
     slurm = slurm_hosts.hosts(slurm_kind, core, c.parity.launcher_args, environ) if slurm_kind else None
-    nodes = slurm.nodes if slurm else _pod_nodes(c, environ) if (core.nnodes or 1) > 1 else _nodes(core, environ)
+    _check_node_range(c, slurm is not None)
+    elastic = Elastic()
+    if slurm:
+        nodes = slurm.nodes
+    elif (core.nnodes or 1) > 1:
+        nodes = _pod_nodes(c, environ)
+    else:
+        nodes, elastic = _nodes(core, environ)
     launcher = pick_launcher(
         core.launcher, nodes, slurm=slurm is not None, node_rank=c.remote.node_rank, force_multi=c.parity.force_multi
     )
+    elastic = _elastic_for(launcher, elastic)
     remote = launcher != "node" and (core.launcher in REMOTE_LAUNCHERS or any(n.host not in LOCAL_NAMES for n in nodes))
     if remote:
-        remote_options.check_hosts([n.host for n in nodes])
+        remote_options.check_hosts([c.host for c in elastic.candidates] or [n.host for n in nodes])
     ssh_config = remote_options.ssh_config_path(c.remote.ssh_config) if remote else None
     master_addr = pick_address(core.master_addr, launcher, nodes, remote=remote, ssh_config=ssh_config, environ=environ)
     master_port = slurm.port if slurm else core.master_port
@@ -69,17 +78,7 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
         warnings += mesh_options.check(c.mesh, nodes)
         env["DSLAUNCH_MESH"] = c.mesh.spec.text()
     _check(c, launcher, nodes, master_port)
-    if slurm and slurm.settings.mode == "rank" and c.restarts.max_restarts:
-        raise DslaunchError(
-            "in Slurm's rank mode each srun task becomes its rank, so no dslaunch is left to restart it: "
-            "use node mode (one task per node), or run dslaunch outside srun",
-            option="--max-restarts",
-        )
-    if c.parity.launcher_args and launcher not in LAUNCHER_ARGS_USERS:
-        warnings.append(
-            f"dslaunch: warning: --launcher-args is only used by the {', '.join(LAUNCHER_ARGS_USERS)} "
-            f"launchers; ignored with --launcher {launcher}"
-        )
+    warnings += _launcher_checks(c, launcher, slurm_mode=slurm.settings.mode if slurm else None)
     program, preload = _program(c, warnings)
     plans_alone = launcher == "node" or (slurm is not None and slurm.settings.mode != "srun")
     shared = run_ids.shared_id(master_addr, master_port, nodes, core.program, environ) if plans_alone else None
@@ -102,8 +101,25 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
         restarts=c.restarts,
         hang_timeout=core.hang_timeout,
         preload=preload,
+        elastic=replace(elastic, fixed_addr=bool(core.master_addr)) if elastic.candidates else elastic,
     )
     return Decision(plan, frozenset(secrets), tuple(warnings))
+
+
+def _launcher_checks(c: Choices, launcher: str, *, slurm_mode: str | None) -> list[str]:
+    """What the chosen launcher refuses (a user error) or ignores (a warning)."""
+    if slurm_mode == "rank" and c.restarts.max_restarts:
+        raise DslaunchError(
+            "in Slurm's rank mode each srun task becomes its rank, so no dslaunch is left to restart it: "
+            "use node mode (one task per node), or run dslaunch outside srun",
+            option="--max-restarts",
+        )
+    if c.parity.launcher_args and launcher not in LAUNCHER_ARGS_USERS:
+        return [
+            f"dslaunch: warning: --launcher-args is only used by the {', '.join(LAUNCHER_ARGS_USERS)} "
+            f"launchers; ignored with --launcher {launcher}"
+        ]
+    return []
 
 
 def _program(c: Choices, warnings: list[str]) -> tuple[Program, tuple[str, ...]]:
@@ -119,14 +135,84 @@ def _program(c: Choices, warnings: list[str]) -> tuple[Program, tuple[str, ...]]
     return program, preload
 
 
-def _nodes(core: CoreChoices, environ: Mapping[str, str]) -> tuple[NodePlan, ...]:
+def _nodes(core: CoreChoices, environ: Mapping[str, str]) -> tuple[tuple[NodePlan, ...], Elastic]:
+    """The nodes of attempt 0 and, with a node range (or --num-nodes below the hostfile), the candidates."""
+    wanted = _node_count(core)
     try:
-        nodes = assign_ranks(resource_pool(core, environ))
+        pool = resource_pool(core if wanted is None else replace(core, num_nodes=None), environ)
     except hostfile.FilterError as exc:
         raise DslaunchError(exc.message) from None
-    if not nodes:
+    candidates = tuple(Candidate(host, tuple(slots)) for host, slots in pool.items() if slots)
+    if not candidates:
         raise DslaunchError("no slots left to run on after --include/--exclude")
-    return nodes
+    if wanted is None:
+        return assign_ranks(pool), Elastic()
+    low, high = wanted
+    if len(candidates) < low:
+        what = f"--nnodes {low}:{high}" if core.num_nodes is None else f"--num-nodes {low}"
+        raise DslaunchError(
+            f"{what} asks for at least {low} node(s) but the hostfile has {len(candidates)}: "
+            f"{', '.join(c.host for c in candidates)}",
+            option="--nnodes" if core.num_nodes is None else "--num-nodes",
+        )
+    active = {c.host: c.slots for c in candidates[:high]}
+    if low == high == len(candidates) and core.nnodes_range is None:
+        return assign_ranks(active), Elastic()  # --num-nodes of every host: as without it
+    return assign_ranks(active), Elastic(candidates, low, min(high, len(candidates)))
+
+
+def _node_count(core: CoreChoices) -> tuple[int, int] | None:
+    """(MIN, MAX) of a hostfile job: --nnodes MIN:MAX, or --num-nodes N (N:N, the hosts after N are spares)."""
+    if core.pool is None:
+        return None
+    if core.nnodes_range is not None:
+        if core.num_nodes is not None:
+            raise DslaunchError("give either --nnodes MIN:MAX or --num-nodes N, not both", option="--nnodes")
+        return core.nnodes_range
+    if core.num_nodes is None or core.include or core.exclude:
+        return None  # hostfile.select refuses --num-nodes with filters, as before
+    return core.num_nodes, core.num_nodes
+
+
+def _check_node_range(c: Choices, slurm: bool) -> None:
+    """--nnodes MIN:MAX needs one launcher and a hostfile; refused with --node-rank and in Slurm (for now)."""
+    given = c.core.nnodes_range
+    if given is None or (given[0] == given[1] and c.core.pool is None):
+        return  # --nnodes N alone: torchrun's one launcher per node (_pod_nodes)
+    text = f"{given[0]}:{given[1]}"
+    if c.remote.node_rank is not None:
+        raise DslaunchError(
+            f"--nnodes {text} with --node-rank: one launcher per node has no elastic node range or spares yet; "
+            "run one dslaunch with -H HOSTFILE --nnodes MIN:MAX (it starts every node over ssh/pdsh), "
+            "or give --nnodes N --node-rank R with a fixed N",
+            option="--nnodes",
+        )
+    if slurm:
+        raise DslaunchError(
+            f"--nnodes {text} in a Slurm allocation is not supported yet: the step uses the allocation's nodes "
+            "(use salloc -N / srun --exclude), or run dslaunch with -H HOSTFILE --launcher ssh or pdsh",
+            option="--nnodes",
+        )
+    if c.core.pool is None:
+        raise DslaunchError(
+            f"--nnodes {text}: dslaunch has no elastic node range without a hostfile: give -H HOSTFILE listing "
+            "the candidate hosts (one dslaunch starts them all), or --nnodes N --node-rank R",
+            option="--nnodes",
+        )
+
+
+def _elastic_for(launcher: str, elastic: Elastic) -> Elastic:
+    """Spares and node ranges need a runner that starts each node on its own (ssh, pdsh)."""
+    if not elastic.candidates or launcher in ELASTIC_LAUNCHERS:
+        return elastic
+    if elastic.nnodes_min == elastic.nnodes_max:
+        return Elastic()  # --num-nodes N: the hosts after N stay unused, as before
+    raise DslaunchError(
+        f"--nnodes {elastic.nnodes_min}:{elastic.nnodes_max} needs --launcher ssh or pdsh: {launcher} starts "
+        "every node from one host list that dslaunch cannot change between attempts; "
+        "use --launcher ssh or pdsh, or a fixed --num-nodes N",
+        option="--nnodes",
+    )
 
 
 def _pod_nodes(c: Choices, environ: Mapping[str, str]) -> tuple[NodePlan, ...]:

@@ -57,7 +57,8 @@ def _pid_path(_value: bool) -> str:
     return f"/tmp/{os.getpid()}.deepspeed"  # DeepSpeed's name, so scripts that look for it find it
 
 
-_ELASTIC = "elastic training was removed in DeepSpeed 0.19.8 and dslaunch has none: a failing rank stops the job"
+_NODES = "with a hostfile: at least MIN, at most MAX of its hosts, the rest spares (docs/elastic.md)"
+_ELASTIC = "elastic training was removed in DeepSpeed 0.19.8: for nodes that may fail use --nnodes MIN:MAX"
 
 TABLE: tuple[DsFlag, ...] = (
     DsFlag(
@@ -160,8 +161,8 @@ TABLE: tuple[DsFlag, ...] = (
         note="the autotuner is part of DeepSpeed: run it with `deepspeed --autotuning ...`",
     ),
     DsFlag(("--elastic_training",), "ds_elastic_training", "", is_flag=True, note=_ELASTIC),
-    DsFlag(("--min_elastic_nodes",), "ds_min_elastic_nodes", "", type=click.INT, note=_ELASTIC),
-    DsFlag(("--max_elastic_nodes",), "ds_max_elastic_nodes", "", type=click.INT, note=_ELASTIC),
+    DsFlag(("--min_elastic_nodes",), "ds_min_elastic_nodes", "--nnodes MIN:MAX", type=click.INT, note=_NODES),
+    DsFlag(("--max_elastic_nodes",), "ds_max_elastic_nodes", "--nnodes MIN:MAX", type=click.INT, note=_NODES),
 )
 
 # DeepSpeed flags whose spelling is also the v1 one: the v1 option accepts them as they are.
@@ -292,6 +293,7 @@ def translate(values: dict[str, Any]) -> None:
         click.echo(f"dslaunch: {message(flag)}", err=True)
         if flag.target is not None:
             _apply(flag, values, applied)
+    values["ds_elastic_range"] = _elastic_range(values)
     if str(values.get("launcher", "")).lower() in _NO_V1_LAUNCHERS:
         raise DslaunchError(
             f"DeepSpeed's {values['launcher']!r} launcher has no dslaunch equivalent: "
@@ -300,6 +302,18 @@ def translate(values: dict[str, Any]) -> None:
         )
     if _used(_BY_DEST["ds_no_ssh"], values) and values.get("node_rank") is None:
         raise DslaunchError("--no_ssh needs --node_rank N (in dslaunch: --node-rank N): the rank of this node")
+
+
+def _elastic_range(values: dict[str, Any]) -> tuple[int, int | None] | None:
+    """DeepSpeed's --min/--max_elastic_nodes (-1: unset) as (MIN, MAX or None: every host of the hostfile)."""
+    low, high = values.get("ds_min_elastic_nodes"), values.get("ds_max_elastic_nodes")
+    low, high = (None if v is None or v == -1 else v for v in (low, high))
+    if low is None and high is None:
+        return None
+    for name, v in (("--min_elastic_nodes", low), ("--max_elastic_nodes", high)):
+        if v is not None and v < 1:
+            raise DslaunchError(f"{name} {v}: give a node count from 1 (or -1 for unset)")
+    return (low or 1), high
 
 
 _BY_DEST = {f.dest: f for f in TABLE}

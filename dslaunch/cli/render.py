@@ -30,9 +30,23 @@ def plan_text(plan: LaunchPlan, commands: list[str], secrets: AbstractSet[str] =
         lines.append(
             f"    node {n.node_rank:<3} {n.host:<{width}}  slots {','.join(n.slots):<12} ranks {_ranges(n.ranks)}"
         )
+    lines += _elastic_lines(plan)
     if plan.env:
         lines.append("  rank environment:")
         lines += [f"    {k}={mask_value(k, v, secrets)}" for k, v in plan.env]
     lines.append("  commands:")
     lines += [f"    {mask(c, secrets)}" for c in commands]
     return "\n".join(lines)
+
+
+def _elastic_lines(plan: LaunchPlan) -> list[str]:
+    """Which hosts are active and which are spares (docs/elastic.md)."""
+    e = plan.elastic
+    if not e.candidates:
+        return []
+    count = f"{e.nnodes_min}" if e.nnodes_min == e.nnodes_max else f"{e.nnodes_min} to {e.nnodes_max}"
+    return [
+        f"  node count   {count} node(s): every host probed at launch; a failed node is left out of later attempts",
+        f"  active       {', '.join(n.host for n in plan.nodes)}",
+        f"  spares       {', '.join(e.spares) or 'none'}",
+    ]

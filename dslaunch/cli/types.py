@@ -95,19 +95,21 @@ def pet(name: str, torchrun: str | None = None) -> list[str]:
 
 
 class NodesType(click.ParamType):  # type: ignore[type-arg]
-    """torchrun's ``--nnodes``: ``N``, or ``N:N`` (an elastic ``MIN:MAX`` range only when both agree)."""
+    """torchrun's ``--nnodes``: ``N`` or ``MIN:MAX``, as ``(MIN, MAX)`` (``N`` is ``(N, N)``)."""
 
-    name = "N"
+    name = "N|MIN:MAX"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[int, int]:
+        if isinstance(value, tuple):
             return value
+        if isinstance(value, int):
+            return value, value
         low, sep, high = str(value).strip().partition(":")
         first, last = ascii_int(low), ascii_int(high) if sep else ascii_int(low)
         if first is None or last is None or first < 1:
-            self.fail(f"{value!r} is not a node count N (or N:N)", param, ctx)
-        if first != last:
-            self.fail(f"{value!r}: dslaunch has no elastic node range: give one count, e.g. {last}", param, ctx)
-        if first > MAX_WORLD_SIZE:
-            self.fail(f"{first} is more than {MAX_WORLD_SIZE} nodes", param, ctx)
-        return first
+            self.fail(f"{value!r} is not a node count: give N or MIN:MAX, whole numbers from 1", param, ctx)
+        if first > last:
+            self.fail(f"{value!r}: MIN is above MAX: give MIN:MAX with MIN <= MAX, e.g. {last}:{first}", param, ctx)
+        if last > MAX_WORLD_SIZE:
+            self.fail(f"{last} is more than {MAX_WORLD_SIZE} nodes", param, ctx)
+        return first, last

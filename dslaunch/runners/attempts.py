@@ -4,6 +4,9 @@ Every runner tears the whole job down on every node before it returns, so an
 attempt is always a fresh start of every rank with the same plan (same run id,
 a new attempt number in ``TORCHELASTIC_RESTART_COUNT``). A signal to dslaunch
 ends the job, whether it comes during an attempt or during the delay.
+
+A plan with candidate hosts (``--nnodes MIN:MAX``, spares) runs each attempt on the hosts
+:class:`HostPool` chooses: probed first, the ones an earlier attempt blamed left out (docs/elastic.md).
 """
 
 from __future__ import annotations
@@ -11,12 +14,14 @@ from __future__ import annotations
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from dslaunch import elastic
+from dslaunch.mesh import MeshConfigError
 from dslaunch.plan import LaunchPlan
-from dslaunch.runners.result import JobResult
+from dslaunch.runners.result import JobResult, stopped
 
 if TYPE_CHECKING:
     from dslaunch.runners import Runner
@@ -24,14 +29,93 @@ if TYPE_CHECKING:
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def run_attempts(runner: Runner, plan: LaunchPlan) -> int:
+START_FAILED = 255  # as every runner's start failure (remote.common.START_FAILED)
+Probe = Callable[[LaunchPlan, list[str]], dict[str, str]]  # (plan, hosts) -> the hosts that failed, with why
+
+
+class HostPool:
+    """Which hosts each attempt of an elastic plan runs on: the hosts left out so far, and the probes."""
+
+    def __init__(self, plan: LaunchPlan, probe: Probe | None = None) -> None:
+        self.plan = plan
+        self.probe = probe
+        self.quarantine: dict[str, str] = {}  # host -> why, in the order blamed
+        self.previous: tuple[str, ...] = ()  # the hosts of the last attempt started
+        self.announced: set[str] = set()
+
+    def blame(self, blamed: tuple[tuple[str, str], ...]) -> None:
+        for host, why in blamed:
+            self.quarantine.setdefault(host, why)
+
+    def next_plan(self, count: int) -> LaunchPlan | JobResult:
+        """Attempt ``count``'s plan, or (printed, never retried) why it cannot start."""
+        plan = self.plan
+        if not plan.elastic.candidates:
+            return plan.attempt(count)
+        self._probe_new(count)
+        hosts = elastic.choose_hosts(plan.elastic, self.quarantine)
+        news = [h for h in self.quarantine if h not in self.announced]
+        self.announced.update(news)
+        if not elastic.enough(plan.elastic, hosts):
+            _say(elastic.shortfall(plan.elastic, self.quarantine, hosts))
+            return stopped(START_FAILED, f"not started: {len(hosts)} usable host(s), {plan.elastic.nnodes_min} needed")
+        if news:
+            _say(elastic.left_out_line(self.quarantine, news))
+        try:
+            laid = elastic.layout(plan, hosts, self._master_addr(hosts))
+        except MeshConfigError as exc:
+            _say(f"dslaunch: cannot start: {exc.message}")
+            return stopped(START_FAILED, "not started: the mesh does not fit the hosts left")
+        if count and hosts != self.previous:
+            _say(f"dslaunch: attempt {count + 1} runs on {', '.join(hosts)} ({laid.world_size} ranks)")
+        self.previous = hosts
+        return laid.attempt(count)
+
+    def _probe_new(self, count: int) -> None:
+        """Attempt 0 probes every candidate; a later one each host it takes that the last attempt did not use."""
+        if self.probe is None:
+            from dslaunch.runners.preflight import probe_hosts
+
+            self.probe = probe_hosts
+        probed: set[str] = set()
+        while True:
+            if count == 0:
+                wanted = [c.host for c in self.plan.elastic.candidates if c.host not in self.quarantine]
+            else:
+                wanted = [h for h in elastic.choose_hosts(self.plan.elastic, self.quarantine) if h not in self.previous]
+            wanted = [h for h in wanted if h not in probed]
+            if not wanted:
+                return
+            probed.update(wanted)
+            for host, why in self.probe(self.plan, wanted).items():
+                self.quarantine.setdefault(host, why)
+
+    def _master_addr(self, hosts: tuple[str, ...]) -> str:
+        plan = self.plan
+        if plan.elastic.fixed_addr or hosts[0] == plan.nodes[0].host:
+            return plan.master_addr
+        from dslaunch.remote.sshconfig import resolve_address
+
+        return resolve_address(hosts[0], plan.remote.ssh_config)
+
+
+def run_attempts(runner: Runner, plan: LaunchPlan, pool: HostPool | None = None) -> int:
     """Run ``plan`` up to ``1 + max_restarts`` times; the exit code is the last attempt's."""
+    pool = pool or HostPool(plan)
     results: list[JobResult] = []
+    used: list[tuple[str, ...]] = []
     limit = plan.restarts.max_restarts
     while True:
         count = len(results)
-        result = runner.run(plan.attempt(count))
+        attempt = pool.next_plan(count)
+        hosts: tuple[str, ...]
+        if isinstance(attempt, JobResult):
+            result, hosts = attempt, ()
+        else:
+            result, hosts = runner.run(attempt), tuple(n.host for n in attempt.nodes)
+            pool.blame(result.blamed)
         results.append(result)
+        used.append(hosts)
         if not result.failed or not result.retry or count >= limit:
             break
         with _stop_signals_caught() as caught:  # before the notice: a Ctrl-C right after it must be ours
@@ -44,16 +128,20 @@ def run_attempts(runner: Runner, plan: LaunchPlan) -> int:
             _say(f"dslaunch: received {signal.Signals(signum).name} while waiting to restart; not restarting")
             return 128 + signum
     if len(results) > 1:
-        _say(attempts_summary(results, limit))
+        _say(attempts_summary(results, limit, used if plan.elastic.candidates else None))
     return results[-1].code
 
 
-def attempts_summary(results: list[JobResult], limit: int) -> str:
-    """One line per attempt, with its cause: what the user reads after a job that was restarted."""
+def attempts_summary(results: list[JobResult], limit: int, hosts: list[tuple[str, ...]] | None = None) -> str:
+    """One line per attempt, with its cause (and, for an elastic plan, its hosts): what the user reads after a
+    job that was restarted."""
     lines = [f"dslaunch: the job ran {len(results)} times (--max-restarts {limit}):"]
     for number, result in enumerate(results, 1):
         what = "succeeded" if not result.failed else result.cause or "failed"
-        lines.append(f"  attempt {number}: exit {result.code}: {what}")
+        where = (
+            "" if hosts is None else f" on {', '.join(hosts[number - 1])}" if hosts[number - 1] else " (not started)"
+        )
+        lines.append(f"  attempt {number}{where}: exit {result.code}: {what}")
     return "\n".join(lines)
 
 

@@ -37,7 +37,7 @@ from dslaunch.runners.job_state import (
     StopAll,
 )
 from dslaunch.runners.result import JobResult
-from dslaunch.runners.summary import cause_line, format_summary
+from dslaunch.runners.summary import blamed_hosts, cause_line, format_summary
 
 STALL = 0.5  # while stopping (and for the summary), a reader that takes nothing this long is given up on
 POLL = 0.05  # how often the loop looks at signals and the time while no event comes
@@ -154,7 +154,7 @@ def report(outcome: Outcome, plan: LaunchPlan) -> JobResult:
 
         file_record("launcher", "job failed", summary=summary, code=outcome.code)
         write_within(2, (summary + "\n").encode(), STALL)
-    return JobResult(outcome.code, cause_line(outcome), retry=outcome.signal is None)
+    return JobResult(outcome.code, cause_line(outcome), retry=outcome.signal is None, blamed=blamed_hosts(outcome))
 
 
 def supervise_and_report(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> JobResult:

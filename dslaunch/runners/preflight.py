@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
-from dslaunch.plan import LaunchPlan
+from dslaunch.plan import LaunchPlan, assign_ranks
 from dslaunch.remote.preflight import evaluate, local_expected, parse_probe, probe_command, render
 
 
@@ -70,10 +71,7 @@ def _results_pdsh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None,
     return results
 
 
-def run_preflight(plan: LaunchPlan) -> tuple[int, str]:
-    """Probe every host of ``plan`` through its launcher: (exit code: 0 all usable, else 1; the report)."""
-    expected = local_expected(plan.master_port)
-    command = probe_command(plan.program.python, plan.master_port)
+def _results(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, str, str]]:
     if plan.launcher == "ssh":
         results = _results_ssh(plan, command)
     elif plan.launcher == "pdsh":
@@ -82,6 +80,30 @@ def run_preflight(plan: LaunchPlan) -> tuple[int, str]:
         with ThreadPoolExecutor(max_workers=8) as pool:
             outs = list(pool.map(lambda _n: _run_local(command, 60), plan.nodes))
         results = {n.node_rank: r for n, r in zip(plan.nodes, outs)}
+    return results
+
+
+def run_preflight(plan: LaunchPlan) -> tuple[int, str]:
+    """Probe every host of ``plan`` through its launcher: (exit code: 0 all usable, else 1; the report)."""
+    expected = local_expected(plan.master_port)
+    results = _results(plan, probe_command(plan.program.python, plan.master_port))
     rows = [evaluate(n.host, n.nproc, n.node_rank == 0, expected, results[n.node_rank]) for n in plan.nodes]
     report = f"dslaunch preflight via {plan.launcher}: {len(rows)} host(s)\n{render(rows)}"
     return (0 if all(r.ok for r in rows) else 1), report
+
+
+def probe_hosts(plan: LaunchPlan, hosts: list[str]) -> dict[str, str]:
+    """Probe ``hosts`` (candidates of ``plan``) in parallel as --preflight does: reachable, same python,
+    dslaunch and torch as this launcher, GPUs for the slots. The hosts that fail, with why (docs/elastic.md)."""
+    if not hosts:
+        return {}
+    slots = {c.host: c.slots for c in plan.elastic.candidates}
+    probe_plan = replace(plan, nodes=assign_ranks({h: slots[h] for h in hosts}))
+    expected = local_expected(0)
+    results = _results(probe_plan, probe_command(plan.program.python, 0))
+    failures: dict[str, str] = {}
+    for node in probe_plan.nodes:
+        row = evaluate(node.host, node.nproc, False, expected, results[node.node_rank])
+        if not row.ok:
+            failures[node.host] = "; ".join(p.removeprefix(f"{node.host}: ") for p in row.problems)
+    return failures

@@ -16,13 +16,15 @@ from dslaunch.remote.command import reap_command
 from dslaunch.runners.result import JobResult
 
 START_FAILED = common.START_FAILED
+ALL_HOSTS = "(all)"  # a start failure that is no host's fault (pdsh cannot run, say)
 
 
 def report_start_failures(failures: dict[str, str]) -> JobResult:
     for host, why in failures.items():
         common.write_err(f"dslaunch: cannot start the node agent on {host}: {why}\n".encode())
     common.write_err(b"dslaunch: nothing was started (or what was started has been stopped)\n")
-    return JobResult(START_FAILED, f"cannot start the node agent on {', '.join(failures)}")
+    blamed = tuple((host, why) for host, why in failures.items() if host != ALL_HOSTS)
+    return JobResult(START_FAILED, f"cannot start the node agent on {', '.join(failures)}", blamed=blamed)
 
 
 class RemoteRunner:

@@ -10,6 +10,9 @@ class JobResult:
     code: int
     cause: str = ""  # one line: what ended a failed attempt (for the restarts summary)
     retry: bool = True  # False when dslaunch itself was told to stop, or the job cannot start as planned
+    # Hosts that failed as nodes (cannot connect, agent cannot start, agent or connection lost), with why:
+    # left out of every later attempt (docs/elastic.md). A rank's own failure blames no host.
+    blamed: tuple[tuple[str, str], ...] = ()
 
     @property
     def failed(self) -> bool:

@@ -34,6 +34,16 @@ def cause_line(outcome: Outcome) -> str:
     return f"a node agent failed with exit code {outcome.code}"
 
 
+def blamed_hosts(outcome: Outcome) -> tuple[tuple[str, str], ...]:
+    """The host that failed as a node (its agent or connection lost), with why; a rank's failure blames none."""
+    if outcome.lost_node is None or outcome.root_cause is not None or outcome.signal is not None:
+        return ()
+    _node_rank, host, status = outcome.lost_node
+    signame = wire.exit_code_of(status)[1] if status else None
+    how = f"killed by {signame}" if signame else f"status {status}"
+    return ((host, f"its node agent or connection was lost ({how})"),)
+
+
 def format_summary(outcome: Outcome, plan: LaunchPlan) -> str | None:
     """A short, human summary of a failed run for stderr; None on success."""
     if outcome.code == 0:
