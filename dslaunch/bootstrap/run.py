@@ -7,7 +7,7 @@ import os
 import runpy
 import sys
 
-from dslaunch.bootstrap import progress, teardown
+from dslaunch.bootstrap import open_files, progress, teardown
 from dslaunch.bootstrap.errorfile import user_traceback, write_error_file
 from dslaunch.logs import phases
 
@@ -15,6 +15,7 @@ _SKIP = ("runpy.py", os.path.join("dslaunch", "bootstrap", "run.py"), "<frozen r
 
 
 def main(argv: list[str]) -> None:
+    open_files.freeze_startup()  # a forked rank's preloaded modules: out of the collector's sight (open_files.py)
     phases.begin()
     module = bool(argv) and argv[0] == "-m"
     if module:
@@ -27,9 +28,7 @@ def main(argv: list[str]) -> None:
     _setup_logging()
     phases.rank_started()
     teardown.install()
-    code = _run(target, args, module)
-    teardown.set_exit_code(code)
-    raise SystemExit(code)
+    teardown.end_rank(_run(target, args, module))  # no return: atexit, flushes, then os._exit (docs/teardown.md)
 
 
 def _run(target: str, args: list[str], module: bool) -> object:

@@ -14,19 +14,29 @@ ProcessGroupGloo destructor joins its workers, which drains their queues. If use
 objects still hold a group (a module-level model, Megatron-style globals), its workers
 stay; the rank then ends with ``os._exit`` after flushing its open files, skipping only
 the finalisation in which those threads would abort.
+
+:func:`end_rank` is how every bootstrap rank ends (docs/teardown.md, "A rank's end"): it runs what the
+interpreter's exit runs before finalisation (non-daemon threads joined, every atexit handler, this one last),
+saves open files, then ``os._exit``: tearing down torch's modules would cost about a second a rank, for nothing.
 """
 
 from __future__ import annotations
 
 import atexit
 import gc
-import io
 import os
 import sys
+import threading
+import traceback
+from collections.abc import Callable
+from typing import NoReturn
+
+from dslaunch.bootstrap import open_files
 
 GLOO_WORKER = "pt_gloo_runloop"  # thread name ProcessGroupGloo gives its workers
+FINALIZE_ENV = "DSLAUNCH_RANK_FINALIZE"  # "1": ranks end with full finalisation (leak checkers, debuggers)
 
-_state: dict[str, object] = {"installed": False, "code": 0}
+_state: dict[str, object] = {"installed": False, "code": 0, "collected": False}
 
 
 def install() -> None:
@@ -87,28 +97,53 @@ def shutdown_distributed(destroy_adopted: bool) -> list[int]:
         print(f"dslaunch: destroying process groups at exit failed: {exc}", file=sys.stderr)
     engine_module.release()
     gc.collect()
+    _state["collected"] = True
     return gloo_workers()
 
 
 def _finish_at_exit() -> None:
     left = shutdown_distributed(destroy_adopted=True)
     if left:
-        _flush_open_files()
+        open_files.save()
         os._exit(int(_state["code"]))  # type: ignore[call-overload]
 
 
-def _flush_open_files() -> None:
-    """What finalisation would have flushed: stdio and every open buffered file."""
-    for stream in (sys.stdout, sys.stderr):
+def end_rank(code: object) -> NoReturn:
+    """End the process as ``raise SystemExit(code)`` would, without finalising the interpreter (unless
+    ``DSLAUNCH_RANK_FINALIZE=1``): what finalisation runs first and what it flushes happen here, in its order."""
+    set_exit_code(code)
+    if os.environ.get(FINALIZE_ENV) == "1":
+        raise SystemExit(code)
+    status = int(_state["code"])  # type: ignore[call-overload]
+    try:
+        if not (code is None or isinstance(code, int)):
+            _guarded(lambda: print(code, file=sys.stderr))  # SystemExit("message"): Python prints it, exits 1
+        _guarded(_join_threads)
+        _guarded(atexit._run_exitfuncs)  # the script's, logging's, multiprocessing's, weakref.finalize's; ours last
+        if not _state["collected"]:
+            _guarded(gc.collect)  # cyclic garbage: its __del__ and its files' close run, as at finalisation
+        if not open_files.save() and status == 0:
+            status = 120  # as Python, when stdout cannot be flushed at exit
+    finally:  # a Ctrl-C at any point still ends the rank here, with its status
+        os._exit(status)
+
+
+def _join_threads() -> None:
+    """Wait for non-daemon threads and run ``threading``'s exit hooks (concurrent.futures), as finalisation does
+    first."""
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
+
+
+def _guarded(step: Callable[[], object]) -> None:
+    """Run one step of the end; an exception in it (a Ctrl-C while joining threads) is reported, as finalisation
+    reports it, and the next step still runs."""
+    try:
+        step()
+    except BaseException:  # noqa: BLE001
         try:
-            if stream is not None:
-                stream.flush()
-        except (OSError, ValueError):
+            traceback.print_exc()
+            sys.stderr.flush()
+        except BaseException:  # noqa: BLE001 - stderr itself is gone
             pass
-    for obj in gc.get_objects():
-        if issubclass(type(obj), io.IOBase):  # type(), not isinstance: some objects warn on __class__
-            try:
-                if not obj.closed:
-                    obj.flush()
-            except (OSError, ValueError):
-                pass
