@@ -501,7 +501,8 @@ class NodeLoop:
 
     def _kill_descendants(self) -> None:
         ranks = {r.pid for r in self.ranks}
-        found = [pid for pid in procs.descendants(os.getpid()) if pid not in ranks]
+        waiters = [w for r in self.ranks if (w := getattr(r.proc, "waiter", None))]  # warm ranks' (zygote_warm.py)
+        found = [pid for root in (os.getpid(), *waiters) for pid in procs.descendants(root) if pid not in ranks]
         for pid in found:
             kill(pid)
         for pid in found:  # adopted orphans are ours to reap; others are their parents' (also killed)

@@ -45,6 +45,11 @@ IMPORT_ENV_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "LD_", "PYT
 EXTRA_ENV_VAR = "DSLAUNCH_PRELOAD_ENV"
 _BOOTSTRAP = ("-u", "-m", "dslaunch.bootstrap")  # what rank_argv puts after the interpreter
 _MAX_MESSAGE = 1 << 20
+WARM_PID_VAR = "DSLAUNCH_ZYGOTE_PID"  # set in the ranks of a warm zygote (zygote_warm.py)
+_zygote_pid = 0
+# node rank -> the launcher's warm zygote for it (None: it could not start one, and said why), kept for the whole
+# job (zygote_warm.py); a node agent forked by the launcher finds its node's zygote here (for_node).
+WARM: dict[int, Zygote | None] = {}
 _ACCELERATOR_DEVICES = ("/dev/nvidia", "/dev/kfd", "/dev/dri/", "/dev/accel", "/dev/neuron", "/dev/davinci")
 
 
@@ -78,12 +83,19 @@ def env_difference(zygote_env: Mapping[str, str], rank_env: Mapping[str, str]) -
 
 
 class ForkedRank:
-    """What the node loop needs of a ``Popen`` for a rank that the zygote forked (and the agent adopted)."""
+    """What the node loop needs of a ``Popen`` for a rank that the zygote forked (and the agent adopted).
 
-    def __init__(self, pid: int, stdout: IO[bytes], stderr: IO[bytes]) -> None:
+    A rank of a warm zygote (``status`` given) is not the agent's child but its waiter's, which writes the rank's
+    exit code on the ``status`` pipe (zygote_warm.py)."""
+
+    def __init__(
+        self, pid: int, stdout: IO[bytes], stderr: IO[bytes], status: int | None = None, waiter: int | None = None
+    ) -> None:
         self.pid = pid
         self.stdout = stdout
         self.stderr = stderr
+        self.status = status
+        self.waiter = waiter
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
@@ -95,7 +107,11 @@ class ForkedRank:
         return code
 
     def _wait(self, flags: int) -> int | None:
-        if self.returncode is None:
+        if self.returncode is None and self.status is not None:
+            from dslaunch.agent.waiter import read_status
+
+            self.returncode = read_status(self.status, block=flags == 0)
+        elif self.returncode is None:
             try:
                 pid, status = os.waitpid(self.pid, flags)
             except ChildProcessError:  # reaped elsewhere: as Popen, which then reports 0
@@ -112,6 +128,7 @@ class Zygote:
     sock: socket.socket
     env: dict[str, str]
     label: str  # "--preload torch on HOST", for warnings
+    warm: bool = False  # started by the launcher for every attempt of the job (zygote_warm.py)
 
     def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None, rank: int) -> ForkedRank | None:
         """Fork one rank from the zygote; None (after a one-line warning) when it must be exec'd instead."""
@@ -129,24 +146,28 @@ class Zygote:
             return None
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        null = os.open(os.devnull, os.O_RDONLY)
+        status_r, status_w = os.pipe() if self.warm else (-1, -1)
+        ours, theirs = [out_r, err_r, status_r], [os.open(os.devnull, os.O_RDONLY), out_w, err_w, status_w]
         request = {"argv": list(argv[4:]), "env": dict(env), "cwd": cwd or "", "agent": os.getpid()}
         try:
-            socket.send_fds(self.sock, [json.dumps(request).encode()], [null, out_w, err_w])
-            reply = json.loads(self.sock.recv(_MAX_MESSAGE) or b"{}")
+            reply = exchange(self.sock, request, [fd for fd in theirs if fd >= 0])
         except (OSError, ValueError) as exc:
             reply = {"fallback": f"the preloaded process is gone ({exc})"}
         finally:
-            for fd in (null, out_w, err_w):
-                os.close(fd)
-        pid = reply.get("pid") if isinstance(reply, dict) else None
+            for fd in theirs:
+                if fd >= 0:
+                    os.close(fd)
+        pid = reply.get("pid")
         if not isinstance(pid, int):
-            for fd in (out_r, err_r):
-                os.close(fd)
-            why = reply.get("fallback") if isinstance(reply, dict) else None
-            self._fallback(str(why or "the preloaded process is gone"), rank=None)
+            for fd in ours:
+                if fd >= 0:
+                    os.close(fd)
+            self._fallback(str(reply.get("fallback") or "the preloaded process is gone"), rank=None)
             return None
-        return ForkedRank(pid, open(out_r, "rb", buffering=0), open(err_r, "rb", buffering=0))
+        out, err = open(out_r, "rb", buffering=0), open(err_r, "rb", buffering=0)
+        if not self.warm:
+            return ForkedRank(pid, out, err)
+        return ForkedRank(pid, out, err, status_r, reply.get("waiter"))
 
     def _fallback(self, why: str, rank: int | None) -> None:
         whom = "this node's ranks" if rank is None else f"rank {rank}"
@@ -155,10 +176,14 @@ class Zygote:
             self.close()
 
     def close(self) -> None:
-        """End the zygote (its ranks are on their own): EOF makes it exit at once."""
+        """End the zygote (its ranks are on their own): EOF makes it exit at once. An agent's copy of a warm
+        zygote only lets go of it: the launcher ends it, with the job (zygote_warm.py)."""
         if self.proc is None:
             return
         self.sock.close()
+        if self.warm and os.getpid() != self.proc_owner():
+            self.proc = None
+            return
         try:
             self.proc.wait(timeout=5)
         except Exception:  # noqa: BLE001 - a zygote that does not go is killed
@@ -166,23 +191,55 @@ class Zygote:
             self.proc.wait()
         self.proc = None
 
+    def proc_owner(self) -> int:
+        """The pid of the process that started the zygote (its parent)."""
+        return int(getattr(self.proc, "owner", -1))
 
-def start(modules: Sequence[str], python: str, env: Mapping[str, str], cwd: str | None, host: str) -> Zygote | None:
+
+def exchange(sock: socket.socket, request: dict[str, Any], fds: Sequence[int] = ()) -> dict[str, Any]:
+    """Send one request (with ``fds``), return its reply; a reply to an earlier request (of an agent killed
+    while it waited: a warm zygote outlives its agents) is skipped."""
+    global _requests
+    _requests += 1
+    request = {**request, "id": f"{os.getpid()}:{_requests}"}
+    socket.send_fds(sock, [json.dumps(request).encode()], list(fds))
+    while True:
+        reply = json.loads(sock.recv(_MAX_MESSAGE) or b'{"id": null}')
+        if not isinstance(reply, dict):
+            return {}
+        if reply.get("id") in (request["id"], None):
+            return reply
+
+
+_requests = 0
+
+
+def start(
+    modules: Sequence[str],
+    python: str,
+    env: Mapping[str, str],
+    cwd: str | None,
+    host: str,
+    *,
+    warm: bool = False,
+) -> Zygote | None:
     """Start this node's zygote and wait until it has imported ``modules``; None (after a warning) if it cannot serve.
 
-    The caller is a child subreaper (the forked ranks become its children)."""
+    The caller is a child subreaper (the forked ranks become its children), or, ``warm``, the launcher: then each
+    rank's waiter is its parent (zygote_warm.py)."""
     import subprocess
 
     label = f"--preload {','.join(modules)} on {host}"
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     for s in (ours, theirs):
         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _MAX_MESSAGE)
-    zygote = Zygote(None, ours, dict(env), label)
+    zygote = Zygote(None, ours, dict(env), label, warm)
     _prctl.load()
+    args = [str(theirs.fileno()), str(os.getpid()), ",".join(modules), *(["warm"] if warm else [])]
     try:
         proc = subprocess.Popen(
-            [python, *_BOOTSTRAP[:2], __name__, str(theirs.fileno()), str(os.getpid()), ",".join(modules)],
-            env=dict(env),
+            [python, *_BOOTSTRAP[:2], __name__, *args],
+            env=_process_env(env, warm),
             cwd=cwd or None,
             stdin=subprocess.DEVNULL,
             stdout=2,  # fd 1 may carry the agent's events: what the imports print goes to stderr
@@ -195,6 +252,7 @@ def start(modules: Sequence[str], python: str, env: Mapping[str, str], cwd: str 
         zygote._fallback(f"cannot start the preloaded process: {exc}", rank=None)
         return None
     theirs.close()
+    proc.owner = os.getpid()  # type: ignore[attr-defined]
     zygote.proc = proc
     try:
         reply = json.loads(ours.recv(_MAX_MESSAGE) or b"{}")
@@ -207,12 +265,20 @@ def start(modules: Sequence[str], python: str, env: Mapping[str, str], cwd: str 
     return zygote
 
 
+def _process_env(env: Mapping[str, str], warm: bool) -> dict[str, str]:
+    """The zygote's own environment: a warm one is no process of any one attempt's node, so it lacks
+    ``NODE_RANK``, which each attempt's end sweeps by (procs.kill_job); the launcher ends it, with the job."""
+    return {k: v for k, v in env.items() if not (warm and k == "NODE_RANK")}
+
+
 def for_node(plan: LaunchPlan, node: NodePlan, base: Mapping[str, str], error_dir: str) -> Zygote | None:
     """This node's zygote when the plan preloads and it can serve; else None (with a warning when it was asked)."""
     from dslaunch.agent import ranks
 
     if not plan.preload or plan.program.no_python:  # the CLI warned about --no-python
         return None
+    if node.node_rank in WARM:  # the launcher keeps one for the whole job (None: it could not start one)
+        return WARM[node.node_rank]
     label = f"--preload {','.join(plan.preload)} on {node.host}"
     why = None
     if plan.bind_cores is not None:
@@ -263,11 +329,12 @@ class _Request:
     argv: list[str]
     env: dict[str, str]
     cwd: str
-    fds: list[int]
+    fds: list[int]  # stdin, stdout, stderr, and (warm) the exit-status pipe
     agent: int
+    id: object = None
 
 
-def serve(sock: socket.socket, agent: int, modules: Sequence[str]) -> _Request | None:
+def serve(sock: socket.socket, modules: Sequence[str], warm: bool = False) -> _Request | None:
     """Import, check, then fork ranks until the agent closes the socket. Returns only in a forked rank."""
     import importlib
 
@@ -280,78 +347,101 @@ def serve(sock: socket.socket, agent: int, modules: Sequence[str]) -> _Request |
     for name in _OURS + (_ENGINE if "torch" in sys.modules else ()):
         importlib.import_module(name)
     _prctl.load()  # each rank sets its parent-death signal: resolve prctl once, here
+    if warm:
+        from dslaunch.agent import waiter
 
+        waiter.prepare_zygote()
     why = fork_blocker()
     if why is not None:
         _send(sock, fallback=why)
         return None
     _send(sock, ready=True)
     while True:
-        msg, fds, _flags, _addr = socket.recv_fds(sock, _MAX_MESSAGE, 3)
+        msg, fds, _flags, _addr = socket.recv_fds(sock, _MAX_MESSAGE, 4)
         if not msg:
             return None
-        why = fork_blocker()
-        if why is not None or len(fds) != 3:
-            for fd in fds:
-                os.close(fd)
-            _send(sock, fallback=why or "the agent sent a bad request")
-            continue
-        data = json.loads(msg)
-        request = _Request(data["argv"], data["env"], data["cwd"], fds, data["agent"])
-        pid = _fork_rank(sock, request)
-        if pid == 0:
+        request = _answer(sock, json.loads(msg), fds, warm)
+        if request is not None:
             return request
+
+
+def _answer(sock: socket.socket, data: dict[str, Any], fds: list[int], warm: bool) -> _Request | None:
+    """One request: a check (warm: may this zygote serve another attempt?) or a rank to fork."""
+    why = fork_blocker()
+    if data.get("check") or why is not None or len(fds) != (4 if warm else 3):
         for fd in fds:
             os.close(fd)
-        _send(sock, **({"pid": pid} if pid > 0 else {"fallback": "fork failed"}))
+        if data.get("check") and why is None:
+            _send(sock, id=data.get("id"), ok=True)
+        else:
+            _send(sock, id=data.get("id"), fallback=why or "the agent sent a bad request")
+        return None
+    request = _Request(data["argv"], data["env"], data["cwd"], fds, data["agent"], data.get("id"))
+    pid, waiter = _fork_rank(sock, request, warm)
+    if pid == 0:
+        return request
+    for fd in fds:
+        os.close(fd)
+    reply = {"pid": pid, "waiter": waiter} if pid > 0 else {"fallback": "fork failed"}
+    _send(sock, id=request.id, **reply)
+    return None
 
 
-def _fork_rank(sock: socket.socket, request: _Request) -> int:
-    """Double-fork: the rank's pid here, 0 in the rank, -1 on failure."""
+def _fork_rank(sock: socket.socket, request: _Request, warm: bool) -> tuple[int, int]:
+    """Double-fork: (the rank's pid, the intermediate's) here, 0 in the rank, -1 on failure. The intermediate
+    exits at once (the rank becomes the agent's child), or, warm, stays as the rank's waiter (zygote_warm.py)."""
     r, w = os.pipe()
     try:
         middle = os.fork()
     except OSError:
         os.close(r)
         os.close(w)
-        return -1
-    if middle == 0:  # the intermediate: fork the rank, tell its pid, leave it to the subreaper
+        return -1, -1
+    if middle == 0:  # the intermediate: fork the rank, tell its pid, leave it to the subreaper (or wait for it)
         os.close(r)
         me = os.getpid()
+        if warm:
+            from dslaunch.agent import waiter
+
+            waiter.become_waiter()
         try:
             pid = os.fork()
         except OSError:
             os._exit(1)
         if pid == 0:
             os.close(w)
-            _become_rank(sock, request, middle_pid=me)
-            return 0
+            _become_rank(sock, request, middle_pid=me, warm=warm)
+            return 0, 0
         os.write(w, str(pid).encode())
+        os.close(w)
+        if warm:
+            waiter.wait_as_waiter(pid, request.agent, request.fds, sock)
         os._exit(0)
     os.close(w)
     data = b""
     while chunk := os.read(r, 64):
         data += chunk
     os.close(r)
-    os.waitpid(middle, 0)  # once it is reaped, the rank is the agent's child
-    return int(data) if data else -1
+    if not warm:
+        os.waitpid(middle, 0)  # once it is reaped, the rank is the agent's child
+    return (int(data) if data else -1), middle
 
 
-def _become_rank(sock: socket.socket, request: _Request, middle_pid: int) -> None:
+def _become_rank(sock: socket.socket, request: _Request, middle_pid: int, warm: bool = False) -> None:
     """In the forked rank: what Popen and _rank_preexec give an exec'd rank."""
     import time
 
     sock.close()
     os.setsid()
     deadline = time.monotonic() + 30
-    while os.getppid() == middle_pid:  # the intermediate exits at once; the parent-death signal waits for that
+    while not warm and os.getppid() == middle_pid:  # the intermediate exits; the parent-death signal waits for that
         if time.monotonic() > deadline:
             os._exit(1)
         time.sleep(0.0002)
     _prctl.set_parent_death_signal(signal.SIGKILL)
-    if os.getppid() != request.agent:
-        os._exit(1)  # the agent is gone: as a rank whose parent died
-    for target, fd in enumerate(request.fds):
+    if os.getppid() != (middle_pid if warm else request.agent):
+        os._exit(1)  # the agent (warm: the waiter) is gone: as a rank whose parent died
+    for target, fd in enumerate(request.fds[:3]):
         os.dup2(fd, target)
     for fd in request.fds:
         if fd > 2:
@@ -360,18 +450,27 @@ def _become_rank(sock: socket.socket, request: _Request, middle_pid: int) -> Non
         os.chdir(request.cwd)
     os.environ.clear()
     os.environ.update(request.env)
+    if warm:  # which zygote forked it: the same one in every attempt, unless it was replaced
+        os.environ[WARM_PID_VAR] = str(_zygote_pid)
     random = sys.modules.get("numpy.random")
     if random is not None:  # numpy seeded its global generator at import: each rank gets its own, as when exec'd
         random.seed()
 
 
 def main(argv: list[str]) -> int:
-    fd, agent, modules = int(argv[0]), int(argv[1]), [m for m in argv[2].split(",") if m]
+    fd, owner, modules = int(argv[0]), int(argv[1]), [m for m in argv[2].split(",") if m]
+    warm = argv[3:] == ["warm"]
+    global _zygote_pid
+    _zygote_pid = os.getpid()
     sock = socket.socket(fileno=fd)
-    if os.getppid() != agent:  # the agent died before our parent-death signal was set
+    if os.getppid() != owner:  # the agent (warm: the launcher) died before our parent-death signal was set
         return 1
-    request = serve(sock, agent, modules)
+    request = serve(sock, modules, warm)
     if request is None:
+        if warm:
+            from dslaunch.agent import waiter
+
+            waiter.outlive_waiters()
         os._exit(0)  # skip tearing down what was imported: the agent does not wait for it
     from dslaunch.bootstrap.run import main as bootstrap
 

@@ -158,8 +158,11 @@ class LocalRunner:
             plan = plan.with_port(port_on_this_machine(plan.master_addr))
         else:
             check_port_free(plan.master_addr, plan.master_port)
+        from dslaunch.agent import zygote_warm
+
         handles = []
         _prctl.load()
+        zygote_warm.prepare(plan)  # --preload with restarts: one zygote per node for the whole job
         try:
             for node in plan.nodes:
                 handles.append(LocalAgent(plan, node.node_rank))
