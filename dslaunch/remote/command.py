@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Mapping
 
 from dslaunch.plan import LaunchPlan
+from dslaunch.remote.stage import unstage_command
 
 # Exported variables the agent process itself needs (to import dslaunch, say), not only its ranks.
 AGENT_ENV_NAMES = ("PYTHONPATH",)
@@ -52,4 +53,6 @@ def reap_command(plan: LaunchPlan, venv_script: str | None = None, *, agent_sign
     options = ["--agent-signal", agent_signal] if agent_signal else []
     argv = [plan.program.python, "-m", "dslaunch.remote.reap", *options, plan.run_id]
     prefix = f". {shlex.quote(venv_script)} && " if venv_script else ""
+    if not agent_signal:  # the staged plan files first, in shell: the python may be what failed there
+        prefix = f"{unstage_command(plan.run_id)}; {prefix}"
     return prefix + "exec " + shlex.join(argv)

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import shlex
-import sys
-import threading
 from collections.abc import Iterable
 
 from dslaunch.limits import ascii_int
 from dslaunch.plan import RemoteSettings
 
-_err_lock = threading.Lock()
 START_FAILED = 255  # a job that could not start, every runner (ssh itself exits 255 when it cannot connect)
 KEEPALIVE_COUNT = 3  # unanswered keepalives before a node counts as lost (a network partition)
 
@@ -21,9 +18,17 @@ def keepalive_interval(settings: RemoteSettings) -> int:
 
 
 def write_err(data: bytes) -> None:
-    with _err_lock:
-        sys.stderr.buffer.write(data)
-        sys.stderr.buffer.flush()
+    """To our stderr, never waiting for its reader (``remote/lanes.py``): :func:`flush_err` waits."""
+    from dslaunch.remote.lanes import ERR
+
+    ERR.write(data)
+
+
+def flush_err() -> None:
+    """Until what ``write_err`` took is out, or our stderr took nothing for half a second."""
+    from dslaunch.remote.lanes import ERR, ERR_STALL
+
+    ERR.flush(ERR_STALL)
 
 
 def relay_lines(lines: Iterable[bytes]) -> None:

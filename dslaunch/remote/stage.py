@@ -4,8 +4,12 @@ pdsh cannot carry stdin, and its command line (like every ssh command line) is r
 any user of either machine, so the plan, which holds the job's exported secrets, goes ahead
 over OpenSSH: one ``ssh HOST 'umask 077 && mkdir -p DIR && cat > FILE'`` per host, in
 parallel, the plan on its stdin. The agent reads the file and deletes it
-(:func:`dslaunch.wire.plan_from_file`); the run-id reaper deletes one that was never read.
-Staging also finds an unreachable host in ssh's connect time, not pdsh's minute.
+(:func:`dslaunch.wire.plan_from_file`). A file nobody read (the agent could not start there)
+goes with the job's reaper, which removes it in shell before it runs any python (the python
+may be what is broken). A launcher killed between staging and its agents' start leaves its
+files behind: each staging sweeps the files there older than ``STALE_AFTER``, which no agent
+can still be on its way to. Staging also finds an unreachable host in ssh's connect time, not
+pdsh's minute.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dslaunch import wire
 from dslaunch.plan import LaunchPlan
 
 PLAN_DIR = ".cache/dslaunch/plans"  # relative to the remote home, where ssh commands start
+STALE_AFTER = 600  # seconds: a plan file this old was left by a launcher that died before its agents came
 
 
 def plan_path(run_id: str, node_rank: int | str) -> str:
@@ -28,6 +33,21 @@ def plan_path(run_id: str, node_rank: int | str) -> str:
 
 def upload_command(run_id: str, node_rank: int) -> str:
     return f"umask 077 && mkdir -p {PLAN_DIR} && cat > {shlex.quote(plan_path(run_id, node_rank))}"
+
+
+def stage_command(run_id: str, node_rank: int) -> str:
+    """The upload, then the sweep of stale plan files there (which never fails the staging)."""
+    return f"{upload_command(run_id, node_rank)} && {{ {sweep_command()} 2>/dev/null; true; }}"
+
+
+def sweep_command() -> str:
+    minutes = STALE_AFTER // 60
+    return f"find {PLAN_DIR} -maxdepth 1 -type f -name '*.plan' -mmin +{minutes} -exec rm -f {{}} +"
+
+
+def unstage_command(run_id: str) -> str:
+    """Remove this job's plan files on a host, in shell: nothing there needs to work but ``rm``."""
+    return f"rm -f -- {shlex.quote(f'{PLAN_DIR}/{run_id}.')}*.plan"
 
 
 def ssh_argv(host: str, ssh_options: Sequence[str], command: str) -> list[str]:
@@ -43,7 +63,7 @@ def stage_plan(
     def one(node_rank: int, host: str) -> tuple[str, str | None]:
         try:
             done = subprocess.run(
-                ssh_argv(host, ssh_options, upload_command(plan.run_id, node_rank)),
+                ssh_argv(host, ssh_options, stage_command(plan.run_id, node_rank)),
                 input=payload,
                 capture_output=True,
                 env=dict(env),

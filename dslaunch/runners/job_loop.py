@@ -4,9 +4,9 @@ Each runner wraps its transport (a local subprocess, an ssh channel, ...) in an 
 :func:`supervise` relays the agents' output, feeds their events, stream ends and dslaunch's signals to a
 :class:`JobState` and carries out what it decides, until every stream has closed.
 
-One thread per handle reads its lines: events go to the main loop, output to a bounded sink on our stdout
-(local agents write output themselves and send only events). A full sink blocks that reader thread, never the
-main loop.
+One thread per handle reads its lines: events go to the main loop, output into that handle's lane
+(``remote/lanes.py``) and on into a bounded sink on our stdout (local agents write output themselves and send only
+events). A full sink holds up the lane, never the reader thread: an event never waits behind output.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Protocol
 from dslaunch import wire
 from dslaunch.agent.sink import Sink, write_within
 from dslaunch.plan import LaunchPlan
+from dslaunch.remote import lanes
 from dslaunch.runners.job_state import (
     FORWARDED,
     KILL_GRACE,
@@ -70,8 +71,9 @@ def supervise(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> Outcome:
     inbox: Inbox = queue.Queue()
     caught: list[int] = []
     sys.stdout.flush()
-    out = Sink(1)
-    threads = [threading.Thread(target=_pump, args=(i, h, inbox, out), daemon=True) for i, h in enumerate(handles)]
+    out = Sink(1, budget=lanes.SINK_BUDGET)
+    held = [lanes.OutputLane(out, i) for i in range(len(handles))]
+    threads = [threading.Thread(target=_pump, args=(i, h, inbox, held[i]), daemon=True) for i, h in enumerate(handles)]
     previous = {
         s: signal.signal(s, lambda signum, _f: caught.append(signum)) for s in (*STOP_SIGNALS, *FORWARDED, STACKS)
     }
@@ -79,22 +81,34 @@ def supervise(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> Outcome:
         out.start()
         for t in threads:
             t.start()
-        return _drive(plan, handles, inbox, caught, out)
+        outcome = _drive(plan, handles, inbox, caught, out)
+        lanes.flush(held, out, STALL if outcome.code else None)
+        lanes.ERR.flush(STALL if outcome.code else None)
+        _say_dropped(held, handles)
+        return outcome
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
 
 
-def _pump(index: int, handle: AgentHandle, inbox: Inbox, out: Sink) -> None:
+def _pump(index: int, handle: AgentHandle, inbox: Inbox, lane: lanes.OutputLane) -> None:
     try:
         for line in handle.lines():
             event = wire.decode(line)
             if event is None:
-                out.put_wait(index, line.encode("utf-8", "replace"))
+                lane.put(line)
             else:
                 inbox.put((index, event))
     finally:
+        lane.close()
         inbox.put((index, None))
+
+
+def _say_dropped(held: Sequence[lanes.OutputLane], handles: Sequence[AgentHandle]) -> None:
+    for lane, h in zip(held, handles):
+        if lane.dropped:
+            text = f"dslaunch: {lane.dropped} bytes of output from {h.host} were dropped: our stdout was not read"
+            write_within(2, (text + "\n").encode(), STALL)
 
 
 def _drive(plan: LaunchPlan, handles: Sequence[AgentHandle], inbox: Inbox, caught: list[int], out: Sink) -> Outcome:
@@ -118,9 +132,7 @@ def _drive(plan: LaunchPlan, handles: Sequence[AgentHandle], inbox: Inbox, caugh
         if h.wait(plan.shutdown_timeout + KILL_GRACE) is None:
             h.kill()
             h.wait(5.0)
-    outcome = state.outcome()
-    out.wait_idle(STALL if state.stopping or outcome.code else None)
-    return outcome
+    return state.outcome()
 
 
 def _execute(actions: Sequence[Action], handles: Sequence[AgentHandle]) -> None:

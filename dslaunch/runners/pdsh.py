@@ -208,7 +208,11 @@ class PdshRunner(RemoteRunner):
         plan, why = self.with_free_port(plan, settings)
         if why:
             return report_start_failures({plan.nodes[0].host: why})
-        failed = stage.stage_plan(plan, self._ssh_options, env, settings.fanout, settings.connect_timeout + 20)
+        try:
+            failed = stage.stage_plan(plan, self._ssh_options, env, settings.fanout, settings.connect_timeout + 20)
+        except BaseException:  # Ctrl-C while staging: what was staged goes (a SIGKILL leaves it to the sweep)
+            self.reap(plan, settings, [n.host for n in plan.nodes])
+            raise
         if failed:
             self.reap(plan, settings, [n.host for n in plan.nodes if n.host not in failed])
             return report_start_failures(failed)
@@ -227,7 +231,7 @@ class PdshRunner(RemoteRunner):
                 proc.kill()
             proc.wait()
             tell.close()
-        self.reap(plan, settings, [n.host for n in plan.nodes if pdsh_label(n.host) not in demux.reported])
+            self.reap(plan, settings, [n.host for n in plan.nodes if pdsh_label(n.host) not in demux.reported])
         return result
 
 

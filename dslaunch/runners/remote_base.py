@@ -23,6 +23,7 @@ def report_start_failures(failures: dict[str, str]) -> JobResult:
     for host, why in failures.items():
         common.write_err(f"dslaunch: cannot start the node agent on {host}: {why}\n".encode())
     common.write_err(b"dslaunch: nothing was started (or what was started has been stopped)\n")
+    common.flush_err()
     blamed = tuple((host, why) for host, why in failures.items() if host != ALL_HOSTS)
     return JobResult(START_FAILED, f"cannot start the node agent on {', '.join(failures)}", blamed=blamed)
 

@@ -22,6 +22,10 @@ from dslaunch.runners.job_loop import supervise_and_report
 from dslaunch.runners.remote_base import RemoteRunner, report_start_failures
 from dslaunch.runners.result import JobResult
 
+# Bytes per read of a channel: paramiko moves what is left in its buffer (up to the 2 MiB window) down after each
+# read, so small reads of a full buffer cost more than the bytes they return; much larger ones cost memory.
+RECV = 256 << 10
+
 
 class SshAgent:
     def __init__(self, node_rank: int, host: str, conn: Any, command: str, *, plan_b64: str, keepalive: int) -> None:
@@ -59,7 +63,7 @@ class SshAgent:
                 return
 
     def lines(self) -> Iterator[str]:
-        for text in wire.split_events(iter(lambda: self.channel.recv(1 << 16), b"")):
+        for text in wire.split_events(iter(lambda: self.channel.recv(RECV), b"")):
             if text.startswith(wire.MARKER) and isinstance(wire.decode(text), wire.Done):
                 self.reported = True
             yield text
