@@ -474,7 +474,7 @@ def main(argv: list[str]) -> int:
         os._exit(0)  # skip tearing down what was imported: the agent does not wait for it
     from dslaunch.bootstrap.run import main as bootstrap
 
-    bootstrap(request.argv)  # raises SystemExit, which ends this rank as it ends an exec'd one
+    bootstrap(request.argv)  # never returns: the bootstrap ends the rank with os._exit, as an exec'd one
     return 0
 
 
