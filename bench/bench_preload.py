@@ -18,7 +18,6 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root
-from bench.docblock import write_block
+from bench.docblock import free_port, write_block
 
 BIN = Path(sys.executable).parent
 RANK = """\
@@ -52,14 +51,8 @@ os._exit(0)
 LAUNCHERS = ("dslaunch", "dslaunch --preload torch", "torchrun", "deepspeed")
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def command(launcher: str, n: int, script: Path) -> list[str]:
-    port = str(_port())
+    port = str(free_port())
     if launcher.startswith("dslaunch"):
         extra = ["--preload", "torch"] if "preload" in launcher else []
         return [str(BIN / "dslaunch"), "--nproc-per-node", str(n), "--master-port", port, *extra, str(script)]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root
-from bench.docblock import write_block
+from bench.docblock import free_port, write_block
 
 BIN = Path(sys.executable).parent
 RANK = """\
@@ -40,16 +39,10 @@ BARE_IMPORT = 'python -c "import torch"'
 LAUNCHERS = (PRELOAD, FINALISING, "torchrun")
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def command(launcher: str, n: int, script: Path) -> list[str]:
     if launcher == BARE_IMPORT:
         return [sys.executable, "-c", "import torch"]
-    port = str(_port())
+    port = str(free_port())
     if launcher.startswith("dslaunch"):
         return [
             str(BIN / "dslaunch"),

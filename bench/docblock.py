@@ -15,3 +15,12 @@ def write_block(path: Path, name: str, table: str) -> None:
     else:
         text = text + ("\n" if text else "") + block + "\n"
     path.write_text(text)
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, for one launch's rendezvous."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
