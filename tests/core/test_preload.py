@@ -54,7 +54,10 @@ def test_forked_ranks_get_what_exec_d_ranks_get() -> None:
 
 @pytest.mark.launch
 def test_log_dir_and_error_files_work_for_forked_ranks(tmp_path: Path) -> None:
-    result = _launch("--preload", "preload_plain", "--log-dir", str(tmp_path), env={"EXIT_RANK_1": "99"})
+    printed = str(tmp_path / "rank0-printed")  # else rank 1's failure may stop rank 0 before it prints
+    result = _launch(
+        "--preload", "preload_plain", "--log-dir", str(tmp_path), env={"EXIT_RANK_1": "99", "RANK0_PRINTED": printed}
+    )
     assert result.returncode == 1, result.stderr
     assert "forked=True" in (tmp_path / "rank0.stdout.log").read_text()
     assert "RuntimeError: rank 1 fails" in (tmp_path / "rank1.stderr.log").read_text()

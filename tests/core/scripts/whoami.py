@@ -12,6 +12,15 @@ print(
     f" main={sys.modules['__main__'].__file__ == os.path.abspath(__file__)} pid={os.getpid()} ppid={os.getppid()}",
     flush=True,
 )
+printed = os.environ.get("RANK0_PRINTED")  # a file: rank 0 makes it once it printed; the others wait for it
+if printed and os.environ["RANK"] == "0":
+    open(printed, "w").close()
+elif printed:
+    import time
+
+    deadline = time.monotonic() + 30
+    while not os.path.exists(printed) and time.monotonic() < deadline:
+        time.sleep(0.01)
 code = int(os.environ.get("EXIT_RANK_" + os.environ["RANK"], "0"))
 if code == 99:
     raise RuntimeError(f"rank {os.environ['RANK']} fails")
