@@ -34,6 +34,7 @@ def _weights(launcher: list[str], stage: int) -> str:
     return found[0][1]
 
 
+@pytest.mark.timeout(900)  # three DeepSpeed jobs, and on a new torch the op's JIT build first (minutes under load)
 def test_zero_0_and_2_train_as_under_torchrun() -> None:
     pytest.importorskip("deepspeed")
     torchrun = [str(Path(sys.executable).with_name("torchrun")), "--nproc-per-node", "2"]
