@@ -49,7 +49,7 @@ lint: install
 # The whole suite on the lowest torch, then on the newest only the tests of torch's own API (-m torch_api).
 test: install install-newest
 	$(PY) -m pytest -q $(WORKERS) --durations=15
-	$(NEWEST_PY) -m pytest -q $(WORKERS) -m torch_api
+	$(NEWEST_PY) -m pytest -q $(WORKERS) --durations=10 -m torch_api
 
 test-fast: install
 	$(PYTEST_ENV) $(PY) -m pytest -q -m "$(FAST)"

@@ -40,7 +40,8 @@ def test_exit_status_matches_python(code: object, status: int) -> None:
     assert out.returncode == status
 
 
-@pytest.mark.torch_api
+# Not torch_api: these run the opt-out path (DSLAUNCH_RANK_FINALIZE=1); test_rank_end.py runs the same scripts on
+# the default path, on the newest torch too.
 @pytest.mark.torch
 @pytest.mark.parametrize(
     "mode, finalises",
