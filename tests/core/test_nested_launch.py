@@ -20,14 +20,14 @@ from tests.helpers import run_cli
 from tests.plans import cli_error, plan_of
 
 SCRIPTS = Path(__file__).parent / "scripts"
-OUTER = "outer-nest"
+OUTER = f"outer-nest-{os.getpid()}"  # per test process: two workers' jobs never share a run id
 
 
 @pytest.mark.launch
 def test_a_rank_runs_its_own_jobs_and_its_sibling_survives(tmp_path: Path) -> None:
     cases = {
         "plain": [{}],
-        "user_run_id": [{"DSLAUNCH_RUN_ID": "chosen-inner", "DSLAUNCH_LOG_COLOR": "never"}],
+        "user_run_id": [{"DSLAUNCH_RUN_ID": f"chosen-inner-{os.getpid()}", "DSLAUNCH_LOG_COLOR": "never"}],
         "outer_run_id": [{}, "--run-id", OUTER],
     }
     env = {"OUT_DIR": str(tmp_path), "NESTED_CASES": json.dumps(cases), "INNER_SCRIPT": str(SCRIPTS / "env_to_file.py")}
@@ -48,7 +48,7 @@ def test_a_rank_runs_its_own_jobs_and_its_sibling_survives(tmp_path: Path) -> No
 
     chosen = json.loads((tmp_path / "user_run_id.json").read_text())
     assert results["user_run_id"]["code"] == 0, results["user_run_id"]
-    assert chosen["DSLAUNCH_RUN_ID"] == "chosen-inner"  # set by the rank itself: honoured
+    assert chosen["DSLAUNCH_RUN_ID"] == f"chosen-inner-{os.getpid()}"  # set by the rank itself: honoured
 
     assert results["outer_run_id"]["code"] == 2
     assert f"'{OUTER}' is the run id of a job this launcher runs in" in results["outer_run_id"]["stderr"]
