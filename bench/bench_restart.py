@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -82,13 +83,24 @@ def restart_time(launcher: str, n: int, script: Path, out: Path) -> float | str:
     env.pop("DSLAUNCH_PRELOAD", None)
     if launcher == "torchrun":
         env["BENCH_TORCHRUN"] = "1"
+    # Its own session: a launcher that hangs is killed with everything it started (torchrun's ranks outlive it).
+    proc = subprocess.Popen(
+        command(launcher, n, script), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
     try:
-        proc = subprocess.run(command(launcher, n, script), env=env, capture_output=True, timeout=120, check=False)
+        _, stderr = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
         return "hung until the 120 s time-out"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # what the launcher left behind, if anything
+        except ProcessLookupError:
+            pass
     ready = [out / f"ready{r}" for r in range(n)]
     if not (out / "failed").exists() or not all(p.exists() for p in ready):
-        return _why(proc.returncode, proc.stderr.decode(errors="replace"))
+        return _why(proc.returncode, stderr.decode(errors="replace"))
     failed = float((out / "failed").read_text())
     return max(float(p.read_text()) for p in ready) - failed
 
