@@ -68,9 +68,12 @@ def added(env: dict[str, str], base: dict[str, str]) -> set[str]:
     return {k for k in env if k not in base}
 
 
+RUN_ID = f"envtable{os.getpid()}"  # per test process: jobs of two workers never share a run id (or a sweep)
+
+
 def dslaunch_ranks(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> list[dict[str, str]]:
     base = {**bare_env(), "OUT_DIR": str(tmp_path), **(env or {})}
-    args = ["--nproc-per-node", "2", "--master-port", "0", "--run-id", "envtable", *extra, str(DUMP)]
+    args = ["--nproc-per-node", "2", "--master-port", "0", "--run-id", RUN_ID, *extra, str(DUMP)]
     result = subprocess.run(
         [sys.executable, "-m", "dslaunch", *args], env=base, capture_output=True, text=True, timeout=60
     )
@@ -83,7 +86,7 @@ def test_table_lists_what_dslaunch_sets_and_the_contract_values(tmp_path: Path) 
     seen = dslaunch_ranks(tmp_path)
     for rank, env in enumerate(seen):
         assert added(env, {**base, "OUT_DIR": ""}) == set_in_plain_run("dslaunch")
-        assert env["TORCHELASTIC_RUN_ID"] == env["DSLAUNCH_RUN_ID"] == "envtable"
+        assert env["TORCHELASTIC_RUN_ID"] == env["DSLAUNCH_RUN_ID"] == RUN_ID
         assert env["TORCHELASTIC_ERROR_FILE"] == env["DSLAUNCH_ERROR_FILE"]
         assert env["TORCHELASTIC_ERROR_FILE"].endswith(f"rank{rank}.error.json")
         assert env["TORCHELASTIC_USE_AGENT_STORE"] == "False"
@@ -102,7 +105,7 @@ def test_user_value_of_a_default_wins_and_run_facts_do_not(tmp_path: Path, name:
     seen = dslaunch_ranks(tmp_path, "--export", "TORCHELASTIC_RUN_ID=stale", env={name: "3"})
     assert {e[name] for e in seen} == {"3"}
     assert {e.get("TORCH_NCCL_ASYNC_ERROR_HANDLING") for e in seen} == {torch_value}  # torch prefers TORCH_*
-    assert {e["TORCHELASTIC_RUN_ID"] for e in seen} == {"envtable"}
+    assert {e["TORCHELASTIC_RUN_ID"] for e in seen} == {RUN_ID}
 
 
 @pytest.mark.torch_api
