@@ -1,7 +1,9 @@
-"""A private 2-node Slurm cluster on one host, for tests.
+"""A private Slurm cluster on one host, for tests.
 
-Two slurmd (n1, n2, both 127.0.0.1, MULTIPLE_SLURMD) plus slurmctld and a
+Three slurmd (n1, n2, n3, all 127.0.0.1, MULTIPLE_SLURMD) plus slurmctld and a
 munged on a private socket; free ports; all state under a fresh directory.
+The default partition ``debug`` has n1 and n2 (tests that name the hosts they
+get rely on it); ``wide`` has all three, for spares (``salloc -p wide -N3``).
 Daemons are stopped by their recorded PIDs only.
 """
 
@@ -16,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+NODES = ("n1", "n2", "n3")
 DAEMONS = ("slurmctld", "slurmd", "munged", "mungekey", "srun", "salloc", "sinfo", "scancel")
 
 
@@ -74,7 +77,9 @@ MinJobAge=30
 KillWait=3
 NodeName=n1 NodeHostname=localhost NodeAddr=127.0.0.1 Port={n1_port} CPUs=4 State=UNKNOWN
 NodeName=n2 NodeHostname=localhost NodeAddr=127.0.0.1 Port={n2_port} CPUs=4 State=UNKNOWN
+NodeName=n3 NodeHostname=localhost NodeAddr=127.0.0.1 Port={n3_port} CPUs=4 State=UNKNOWN
 PartitionName=debug Nodes=n[1-2] Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+PartitionName=wide Nodes=n[1-3] MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 """
 
 
@@ -127,6 +132,7 @@ def start(base: Path, timeout: float = 30.0) -> Cluster:
         slurm / "state",
         slurm / "spool" / "n1",
         slurm / "spool" / "n2",
+        slurm / "spool" / "n3",
         slurm / "log",
         slurm / "run",
     ):
@@ -166,13 +172,13 @@ def _start(cluster: Cluster, munge: Path, slurm: Path, timeout: float) -> None:
         munge / "munged.out",
     )
     _wait((munge / "munge.socket.2").exists, 10, "munged socket")
-    ctld, slurmd_port, n1, n2 = _free_ports(4)
+    ctld, slurmd_port, n1, n2, n3 = _free_ports(5)
     cluster.conf.write_text(
-        _CONF.format(base=cluster.base, ctld_port=ctld, slurmd_port=slurmd_port, n1_port=n1, n2_port=n2)
+        _CONF.format(base=cluster.base, ctld_port=ctld, slurmd_port=slurmd_port, n1_port=n1, n2_port=n2, n3_port=n3)
     )
     env = {**os.environ, **cluster.env}
     _spawn(cluster, [_tool("slurmctld"), "-D", "-f", str(cluster.conf)], slurm / "log" / "slurmctld.out", env)
-    for node in ("n1", "n2"):
+    for node in NODES:
         _spawn(
             cluster,
             [_tool("slurmd"), "-D", "-N", node, "-f", str(cluster.conf)],
@@ -182,11 +188,12 @@ def _start(cluster: Cluster, munge: Path, slurm: Path, timeout: float) -> None:
 
     def idle() -> bool:
         res = subprocess.run(
-            [_tool("sinfo"), "-h", "-N", "-o", "%T"], capture_output=True, text=True, env=env, timeout=10
+            [_tool("sinfo"), "-h", "-N", "-o", "%N %T"], capture_output=True, text=True, env=env, timeout=10
         )
-        return res.stdout.split().count("idle") == 2
+        states = dict(line.split() for line in res.stdout.splitlines() if len(line.split()) == 2)
+        return all(states.get(node) == "idle" for node in NODES)
 
-    _wait(idle, timeout, "two idle slurm nodes")
+    _wait(idle, timeout, f"{len(NODES)} idle slurm nodes")
 
 
 def _wait(check, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]

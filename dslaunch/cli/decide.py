@@ -28,7 +28,7 @@ from dslaunch.plan import Candidate, Elastic, LaunchPlan, NodePlan, Program, Res
 
 REMOTE_LAUNCHERS = ("pdsh", "ssh")  # what auto picks for remote hosts (and --force-multi), first found
 LAUNCHER_ARGS_USERS = ("openmpi", "mpich", "slurm")  # the runners that read plan.launcher_args
-ELASTIC_LAUNCHERS = ("ssh", "pdsh")  # the runners that start each node on its own: spares and MIN:MAX
+ELASTIC_LAUNCHERS = ("ssh", "pdsh", "slurm")  # the runners that choose each attempt's nodes: spares and MIN:MAX
 
 
 @dataclass(frozen=True)
@@ -55,10 +55,10 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
     warnings = list(unknown_key_warnings(core.config))
     slurm_kind = slurm_hosts.context(core.launcher, core.pool is not None, environ)
     slurm = slurm_hosts.hosts(slurm_kind, core, c.parity.launcher_args, environ) if slurm_kind else None
-    _check_node_range(c, slurm is not None)
+    _check_node_range(c, slurm.settings.mode if slurm else None)
     elastic = Elastic()
     if slurm:
-        nodes = slurm.nodes
+        nodes, elastic = slurm.nodes, slurm.elastic
     elif (core.nnodes or 1) > 1:
         nodes = _pod_nodes(c, environ)
     else:
@@ -174,8 +174,8 @@ def _node_count(core: CoreChoices) -> tuple[int, int] | None:
     return core.num_nodes, core.num_nodes
 
 
-def _check_node_range(c: Choices, slurm: bool) -> None:
-    """--nnodes MIN:MAX needs one launcher and a hostfile; refused with --node-rank and in Slurm (for now)."""
+def _check_node_range(c: Choices, slurm_mode: str | None) -> None:
+    """--nnodes MIN:MAX needs one launcher and a hostfile (or an allocation); refused with --node-rank and in a step."""
     given = c.core.nnodes_range
     if given is None or (given[0] == given[1] and c.core.pool is None):
         return  # --nnodes N alone: torchrun's one launcher per node (_pod_nodes)
@@ -187,13 +187,13 @@ def _check_node_range(c: Choices, slurm: bool) -> None:
             "or give --nnodes N --node-rank R with a fixed N",
             option="--nnodes",
         )
-    if slurm:
+    if slurm_mode not in (None, "srun"):
         raise DslaunchError(
-            f"--nnodes {text} in a Slurm allocation is not supported yet: the step uses the allocation's nodes "
-            "(use salloc -N / srun --exclude), or run dslaunch with -H HOSTFILE --launcher ssh or pdsh",
+            f"--nnodes {text} inside an srun step: Slurm has already chosen the step's nodes; run dslaunch "
+            "from the allocation (salloc/sbatch, no srun) to use a node range and spares",
             option="--nnodes",
         )
-    if c.core.pool is None:
+    if c.core.pool is None and slurm_mode is None:
         raise DslaunchError(
             f"--nnodes {text}: dslaunch has no elastic node range without a hostfile: give -H HOSTFILE listing "
             "the candidate hosts (one dslaunch starts them all), or --nnodes N --node-rank R",
@@ -208,7 +208,7 @@ def _elastic_for(launcher: str, elastic: Elastic) -> Elastic:
     if elastic.nnodes_min == elastic.nnodes_max:
         return Elastic()  # --num-nodes N: the hosts after N stay unused, as before
     raise DslaunchError(
-        f"--nnodes {elastic.nnodes_min}:{elastic.nnodes_max} needs --launcher ssh or pdsh: {launcher} starts "
+        f"--nnodes {elastic.nnodes_min}:{elastic.nnodes_max} needs --launcher ssh, pdsh or slurm: {launcher} starts "
         "every node from one host list that dslaunch cannot change between attempts; "
         "use --launcher ssh or pdsh, or a fixed --num-nodes N",
         option="--nnodes",

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from dslaunch.binding import usable_cores
 from dslaunch.cli.core_options import NO_GPU, CoreChoices
 from dslaunch.errors import DslaunchError
-from dslaunch.plan import NodePlan, SlurmSettings
+from dslaunch.plan import Candidate, Elastic, NodePlan, SlurmSettings
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,7 @@ class SlurmHosts:
     nodes: tuple[NodePlan, ...]
     settings: SlurmSettings
     port: int  # 0: each step derives it from the job and step id
+    elastic: Elastic = field(default_factory=Elastic)  # allocation mode, --nnodes MIN:MAX or --num-nodes N
 
 
 def context(launcher: str, hostfile_given: bool, env: Mapping[str, str]) -> str | None:
@@ -92,20 +93,19 @@ def _allocation(core: CoreChoices, launcher_args: tuple[str, ...], env: Mapping[
         if unknown:
             raise DslaunchError(f"{name}: {', '.join(unknown)} not in this allocation ({', '.join(all_hosts)})")
     chosen = [h for h in all_hosts if (not include or h in include) and h not in exclude]
-    if core.num_nodes:
-        if core.num_nodes > len(chosen):
-            raise DslaunchError(
-                f"--num-nodes {core.num_nodes} but only {len(chosen)} node(s) are left: {', '.join(chosen)}"
-            )
-        chosen = chosen[: core.num_nodes]
     if not chosen:
         raise DslaunchError("no nodes of the allocation are left after --include/--exclude")
+    low, high = _node_range(core, chosen)
     nproc = core.nproc
     gpus = 0 if nproc == "cpu" else _gpus_per_node(env)
     if nproc == "gpu" and not gpus:
         raise DslaunchError(NO_GPU, option="--nproc-per-node")
     count = nproc if isinstance(nproc, int) else gpus or (_cpus_per_node(env) if nproc in ("cpu", "auto") else 1)
-    nodes = layout.rank_nodes(tuple(chosen), tuple(str(k) for k in range(count)))
+    slots = tuple(str(k) for k in range(count))
+    nodes = layout.rank_nodes(tuple(chosen[:high]), slots)
+    elastic = Elastic()
+    if (low, high) != (len(chosen), len(chosen)):
+        elastic = Elastic(tuple(Candidate(h, slots) for h in chosen), low, high)
     owned = srun.owned_option(launcher_args)
     if owned:
         raise DslaunchError(
@@ -113,8 +113,32 @@ def _allocation(core: CoreChoices, launcher_args: tuple[str, ...], env: Mapping[
             option="--launcher-args",
         )
     return SlurmHosts(
-        nodes, SlurmSettings(mode="srun", exclude=tuple(exclude)), core.master_port if core.port_given else 0
+        nodes, SlurmSettings(mode="srun", exclude=tuple(exclude)), core.master_port if core.port_given else 0, elastic
     )
+
+
+def _node_range(core: CoreChoices, chosen: list[str]) -> tuple[int, int]:
+    """(MIN, MAX) nodes of the allocation's ``chosen`` ones: --nnodes MIN:MAX, --num-nodes N (N:N), else all.
+
+    The nodes after MAX are spares: one replaces a node that fails as a node (docs/elastic.md).
+    """
+    if core.nnodes_range is not None and core.num_nodes is not None:
+        raise DslaunchError("give either --nnodes MIN:MAX or --num-nodes N, not both", option="--nnodes")
+    if core.nnodes_range is not None:
+        low, high = core.nnodes_range
+        what, option = f"--nnodes {low}:{high}", "--nnodes"
+    elif core.num_nodes:
+        low = high = core.num_nodes
+        what, option = f"--num-nodes {low}", "--num-nodes"
+    else:
+        return len(chosen), len(chosen)
+    if low > len(chosen):
+        raise DslaunchError(
+            f"{what} asks for at least {low} node(s) but only {len(chosen)} of the allocation are left: "
+            f"{', '.join(chosen)}",
+            option=option,
+        )
+    return low, min(high, len(chosen))
 
 
 def _hosts_of(spec: str, hint: str) -> list[str]:

@@ -94,6 +94,12 @@ class HostPool:
         plan = self.plan
         if plan.elastic.fixed_addr or hosts[0] == plan.nodes[0].host:
             return plan.master_addr
+        if plan.launcher == "slurm":
+            import os
+
+            from dslaunch.slurm.address import node_address
+
+            return node_address(hosts[0], os.environ)
         from dslaunch.remote.sshconfig import resolve_address
 
         return resolve_address(hosts[0], plan.remote.ssh_config)
@@ -101,7 +107,7 @@ class HostPool:
 
 def run_attempts(runner: Runner, plan: LaunchPlan, pool: HostPool | None = None) -> int:
     """Run ``plan`` up to ``1 + max_restarts`` times; the exit code is the last attempt's."""
-    pool = pool or HostPool(plan)
+    pool = pool or HostPool(plan, getattr(runner, "probe", None))
     results: list[JobResult] = []
     used: list[tuple[str, ...]] = []
     limit = plan.restarts.max_restarts

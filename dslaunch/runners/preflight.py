@@ -71,11 +71,35 @@ def _results_pdsh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None,
     return results
 
 
+def _results_slurm(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, str, str]]:
+    """One srun task on each node of ``plan`` (inside the allocation); its output names the node it ran on."""
+    from dslaunch.slurm.srun import probe_argv, probe_outputs
+
+    hosts = [n.host for n in plan.nodes]
+    try:
+        done = subprocess.run(
+            probe_argv(hosts, command, plan.run_id),
+            capture_output=True,
+            text=True,
+            timeout=plan.remote.connect_timeout + 60,
+            stdin=subprocess.DEVNULL,
+        )
+        outs, why = probe_outputs(done.stdout), (done.stderr.strip().splitlines() or [f"srun exit {done.returncode}"])
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        outs, why = {}, [f"srun: {exc}"]
+    return {
+        n.node_rank: (0, outs[n.host], "") if n.host in outs else (None, "", f"no answer through srun ({why[-1]})")
+        for n in plan.nodes
+    }
+
+
 def _results(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, str, str]]:
     if plan.launcher == "ssh":
         results = _results_ssh(plan, command)
     elif plan.launcher == "pdsh":
         results = _results_pdsh(plan, command)
+    elif plan.launcher == "slurm":
+        results = _results_slurm(plan, command)
     else:
         with ThreadPoolExecutor(max_workers=8) as pool:
             outs = list(pool.map(lambda _n: _run_local(command, 60), plan.nodes))

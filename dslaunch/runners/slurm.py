@@ -20,8 +20,10 @@ from dslaunch.plan import LaunchPlan
 from dslaunch.remote.common import START_FAILED
 from dslaunch.runners import slurm_step
 from dslaunch.runners.result import JobResult, stopped
-from dslaunch.slurm import srun, step
+from dslaunch.runners.srun_relay import SrunErrors
+from dslaunch.slurm import srun, step, step_errors
 
+_STDERR_WAIT = 5.0  # after srun ended, for the rest of its stderr to be passed on
 _RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
 
 
@@ -51,6 +53,12 @@ class SlurmRunner:
 
         return ["this srun task becomes its rank: " + shlex.join(rank_argv(plan, 0))]
 
+    def probe(self, plan: LaunchPlan, hosts: list[str]) -> dict[str, str]:
+        """Spares and node ranges: the hosts of the allocation that fail --preflight's checks, through srun."""
+        from dslaunch.runners.preflight import probe_hosts
+
+        return probe_hosts(plan, hosts)
+
     def run(self, plan: LaunchPlan) -> JobResult:
         mode = plan.slurm.mode
         if mode == "node":
@@ -74,12 +82,15 @@ def _run_srun(argv: list[str], plan: LaunchPlan, env: dict[str, str]) -> JobResu
     caught: list[int] = []
     previous = {s: signal.signal(s, lambda signum, _f: caught.append(signum)) for s in _RELAYED}
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     except OSError as exc:
         for s, h in previous.items():
             signal.signal(s, h)
         print(f"dslaunch: cannot run srun: {exc}", file=sys.stderr)
         return JobResult(START_FAILED, f"cannot run srun: {exc}")
+    assert proc.stderr is not None
+    errors = SrunErrors(os.dup(proc.stderr.fileno()))
+    proc.stderr.close()
     stop = _Stop()
     try:
         while True:
@@ -96,10 +107,16 @@ def _run_srun(argv: list[str], plan: LaunchPlan, env: dict[str, str]) -> JobResu
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+    lost = step_errors.lost_nodes(errors.lines(_STDERR_WAIT))
     if stop.signal is not None:
         return stopped(128 + stop.signal, f"dslaunch received {signal.Signals(stop.signal).name}")
     code = 128 - code if code < 0 else code
-    return JobResult(code, f"the srun step ended with exit {code}" if code else "")
+    if not code:
+        return JobResult(0, "")
+    cause = f"the srun step ended with exit {code}"
+    if lost:
+        cause += "; lost " + ", ".join(f"{host} ({why})" for host, why in lost)
+    return JobResult(code, cause, blamed=lost)
 
 
 @dataclass

@@ -16,11 +16,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import FrameType
+from typing import Any
 
 from dslaunch import wire
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.job_loop import report, supervise
+from dslaunch.runners.job_state import Outcome, lost_node_code
 from dslaunch.runners.local import LocalAgent
 from dslaunch.runners.result import JobResult
 from dslaunch.slurm import layout
@@ -54,12 +57,13 @@ class _Peers:
 _peers = _Peers()
 
 
-def run_node(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> JobResult:
+def run_node(plan: LaunchPlan, env: Mapping[str, str] | None = None, *, last: bool = False) -> JobResult:
     """Be the node agent for this task's node for one attempt; return how it ended.
 
     With restarts, every task runs its own attempts: a failing node tells the others at once
     (``scancel --signal=URG``), each stops its ranks, and each starts the next attempt once no
     such signal has come for ``SETTLE`` seconds, so a late one cannot stop the new attempt.
+    ``last``: this process exits after this attempt (srun mode's task), so a SIGTERM after it stays harmless.
     """
     env = os.environ if env is None else env
     plan = resolve_port(plan, env)
@@ -73,6 +77,8 @@ def run_node(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> JobResul
     started = time.monotonic()
     _peers.told = False
     stacks = signal.signal(STACKS_REQUEST, _ask_for_stacks)
+    late = _LateTerm(signal.getsignal(signal.SIGTERM))  # a SIGTERM once supervise() has returned: see _after
+    signal.signal(signal.SIGTERM, late)
     try:
         _peers.current = StepAgent(plan, node_rank, on_failure=lambda: _tell_once(plan, env))
         outcome = supervise(plan, [_peers.current])
@@ -81,6 +87,41 @@ def run_node(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> JobResul
         _peers.current = None
         if not _peers.listening:
             signal.signal(PEER_FAILED, previous)
+    late.ended = True
+    try:
+        result = _after(outcome, plan, env, started)
+    finally:
+        if not last:
+            signal.signal(signal.SIGTERM, late.previous)
+    return replace(result, retry=False) if late.seen else result
+
+
+class _LateTerm:
+    """SIGTERM outside supervise(): handled as before until the attempt ended, then only recorded."""
+
+    def __init__(self, previous: Callable[[int, FrameType | None], Any] | int | None) -> None:
+        self.previous = previous
+        self.ended = False
+        self.seen = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.ended:
+            self.seen = True
+        elif callable(self.previous):
+            self.previous(signum, frame)
+        elif self.previous != signal.SIG_IGN:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)  # dies as it would have
+
+
+def _after(outcome: Outcome, plan: LaunchPlan, env: Mapping[str, str], started: float) -> JobResult:
+    """The attempt's result, once this node's ranks are down; this node's own failure is told to the others.
+
+    Told, the others stop and exit 1 at once, and srun's --kill-on-bad-exit SIGTERMs this task while it
+    still reports: that SIGTERM is recorded, not fatal (:class:`_LateTerm`), or srun would end
+    with 143 instead of the failing rank's code (or this node's lost-agent code).
+    """
+    node_rank = node_rank_of(plan, env)
     peer_failed = _peers.signalled_at >= started and not _peers.told
     if peer_failed and outcome.code:  # also when Slurm's --kill-on-bad-exit SIGTERM came first: exit 1, not 143
         print(
@@ -90,9 +131,28 @@ def run_node(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> JobResul
             flush=True,
         )
         return JobResult(PEER_STOPPED_CODE, "another node of the Slurm step failed", retry=outcome.signal is None)
-    if outcome.code and outcome.root_cause is not None:
+    if outcome.code and (outcome.root_cause is not None or outcome.lost_node is not None):
         _tell_once(plan, env)
-    return report(outcome, plan)
+    return report(_without_kill_on_bad_exit(outcome), plan)
+
+
+def _without_kill_on_bad_exit(outcome: Outcome) -> Outcome:
+    """The outcome without a SIGTERM that came after this node had failed and told the others.
+
+    The peers stop at once and exit 1; srun's --kill-on-bad-exit then SIGTERMs this task while it
+    is still tearing down, and srun would report 143 instead of the failing rank's code.
+    """
+    failed = outcome.root_cause is not None or outcome.lost_node is not None
+    if outcome.signal == signal.SIGTERM and failed and _peers.told:
+        return replace(outcome, code=_code_without_signal(outcome), signal=None)
+    return outcome
+
+
+def _code_without_signal(outcome: Outcome) -> int:
+    if outcome.root_cause is not None:
+        return outcome.root_cause.code
+    assert outcome.lost_node is not None
+    return lost_node_code(outcome.lost_node[2])
 
 
 def _ask_for_stacks(_signum: int, _frame: object) -> None:

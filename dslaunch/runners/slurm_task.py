@@ -15,6 +15,7 @@ from dslaunch.plan import LaunchPlan
 from dslaunch.runners.slurm_step import run_node
 from dslaunch.slurm import layout
 from dslaunch.slurm.step import node_rank_of
+from dslaunch.slurm.step_errors import NODE_LOST_CODE
 
 
 def _with_local_gpus(plan: LaunchPlan, node_rank: int) -> LaunchPlan:
@@ -49,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     except layout.SlurmLayoutError as exc:
         print(f"dslaunch: {exc}", file=sys.stderr)
         return 2
-    return run_node(_with_local_gpus(plan, node_rank)).code  # srun mode: the launcher outside restarts
+    result = run_node(_with_local_gpus(plan, node_rank), last=True)  # srun mode: the launcher outside restarts
+    # srun's report of this code tells the launcher outside to leave this node out (slurm/step_errors.py)
+    return NODE_LOST_CODE if result.blamed else result.code
 
 
 if __name__ == "__main__":

@@ -66,3 +66,37 @@ def owned_option(launcher_args: Sequence[str]) -> str | None:
         if name in _OWNED or (not name.startswith("--") and name[:2] in _OWNED):
             return arg
     return None
+
+
+_NODE_MARK = "dslaunch-probe-node "
+
+
+def probe_argv(hosts: Sequence[str], command: str, run_id: str, srun: str = "srun") -> list[str]:
+    """One task per host running ``command`` (a shell line), each output line labelled with its task."""
+    return [
+        srun,
+        f"--nodes={len(hosts)}",
+        "--ntasks-per-node=1",
+        f"--nodelist={','.join(hosts)}",
+        "--kill-on-bad-exit=0",
+        "--label",
+        f"--job-name=dslaunch-probe-{run_id}",
+        "sh",
+        "-c",
+        f'echo "{_NODE_MARK}$SLURMD_NODENAME"; exec {command}',
+    ]
+
+
+def probe_outputs(stdout: str) -> dict[str, str]:
+    """The output of :func:`probe_argv`'s srun: each node's lines (without the labels), by node name."""
+    by_task: dict[str, list[str]] = {}
+    for line in stdout.splitlines():
+        task, sep, rest = line.partition(": ")
+        if sep and task.strip().isdigit():
+            by_task.setdefault(task.strip(), []).append(rest)
+    found = {}
+    for lines in by_task.values():
+        names = [line.removeprefix(_NODE_MARK) for line in lines if line.startswith(_NODE_MARK)]
+        if names:
+            found[names[0]] = "\n".join(line for line in lines if not line.startswith(_NODE_MARK))
+    return found

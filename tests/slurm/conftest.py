@@ -1,4 +1,4 @@
-"""A private 2-node Slurm cluster for the whole test session (started once, stopped by PID)."""
+"""A private 3-node Slurm cluster (partitions debug: n1-n2, wide: n1-n3) for the test session, stopped by PID."""
 
 from __future__ import annotations
 

@@ -116,6 +116,18 @@ def test_step_rank_mode_plan() -> None:
     assert "becomes its rank" in plan["commands"][0]
 
 
+def test_allocation_nodes_past_num_nodes_are_spares_and_a_range_takes_up_to_max() -> None:
+    plan = _plan(["--num-nodes", "2", "--dry-run"], ALLOC)
+    assert [n["host"] for n in plan["nodes"]] == ["localhost", "127.0.0.2"]
+    assert "--nodelist=localhost,127.0.0.2 " in plan["commands"][0]
+    assert plan["spares"] == ["127.0.0.3"] and plan["nnodes"] == [2, 2]
+    ranged = _plan(["--nnodes", "1:2", "--exclude", "localhost"], ALLOC)
+    assert [n["host"] for n in ranged["nodes"]] == ["127.0.0.2", "127.0.0.3"] and ranged["spares"] == []
+    assert "--exclude=localhost" in ranged["commands"][0]
+    whole = _plan(["--num-nodes", "3"], ALLOC)
+    assert len(whole["nodes"]) == 3 and "spares" not in whole
+
+
 @pytest.mark.parametrize(
     ("args", "extra", "words"),
     [
@@ -123,7 +135,10 @@ def test_step_rank_mode_plan() -> None:
         (["--include", "localhost:0"], ALLOC, ["only whole nodes"]),
         (["--include", "n9"], ALLOC, ["n9 not in this allocation"]),
         (["--exclude", "localhost,127.0.0.[2-3]"], ALLOC, ["no nodes of the allocation are left"]),
-        (["--num-nodes", "4"], ALLOC, ["--num-nodes 4 but only 3"]),
+        (["--num-nodes", "4"], ALLOC, ["--num-nodes 4 asks for at least 4 node(s) but only 3 of the allocation"]),
+        (["--nnodes", "4:5"], ALLOC, ["--nnodes 4:5 asks for at least 4", "localhost, 127.0.0.2, 127.0.0.3"]),
+        (["--nnodes", "1:2", "--num-nodes", "2"], ALLOC, ["either --nnodes MIN:MAX or --num-nodes N"]),
+        (["--nnodes", "1:2"], STEP, ["inside an srun step", "from the allocation"]),
         (["--launcher-args", "-N 3"], ALLOC, ["'-N' is set by dslaunch"]),
         (["--include", "n[1-"], ALLOC, ["unclosed '['"]),
         (

@@ -1,4 +1,4 @@
-"""Real Slurm: srun/salloc/sbatch against the private 2-node cluster (n1, n2 on 127.0.0.1)."""
+"""Real Slurm: srun/salloc/sbatch against the private cluster (n1, n2 in the default partition, on 127.0.0.1)."""
 
 from __future__ import annotations
 
