@@ -55,14 +55,23 @@ def prepare(plan: LaunchPlan) -> None:
         WARM[node.node_rank] = _start(plan, node.node_rank)
 
 
-def check(zygote: Zygote) -> str | None:
+CHECK_TIMEOUT = 5.0  # seconds for a kept zygote to answer the check; one that does not is hung: killed, replaced
+
+
+def check(zygote: Zygote, timeout: float = CHECK_TIMEOUT) -> str | None:
     """Why ``zygote`` must not fork another attempt's ranks, or None."""
     if zygote.proc is None or zygote.proc.poll() is not None:
         return "the preloaded process is gone"
+    zygote.sock.settimeout(timeout)
     try:
         reply = exchange(zygote.sock, {"check": True})
+    except TimeoutError:
+        zygote.proc.kill()
+        return f"the preloaded process did not answer within {timeout:g} s"
     except (OSError, ValueError) as exc:
         return f"the preloaded process is gone ({exc})"
+    finally:
+        zygote.sock.settimeout(None)
     return None if reply.get("ok") is True else str(reply.get("fallback") or "the preloaded process is gone")
 
 

@@ -102,6 +102,19 @@ def test_a_zygote_that_became_unsafe_is_replaced_for_the_next_attempt() -> None:
 
 
 @pytest.mark.launch
+def test_a_zygote_that_hangs_when_checked_is_killed_and_replaced() -> None:
+    began = time.monotonic()
+    result = _launch("--preload", "preload_hangs_on_check", *RESTART)
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - began < 40
+    seen = _zygotes(result.stdout)
+    first, second = seen[0, 0][0], seen[1, 0][0]
+    assert "-" not in (first, second) and first != second, result.stdout
+    assert re.search(r"replaced for this attempt: the preloaded process did not answer within 5 s", result.stderr)
+    assert _gone(int(first)) and _gone(int(second))
+
+
+@pytest.mark.launch
 def test_sigkill_of_the_launcher_during_the_restart_delay_leaves_nothing() -> None:
     argv = ["--nproc-per-node", "2", "--master-port", "0", "--preload", "json", "--max-restarts", "1"]
     env = {**os.environ, **PATH_ENV, "SLEEP": "0"}
@@ -138,8 +151,9 @@ def test_a_killed_agent_takes_its_warm_ranks_with_it() -> None:
         pids = [int(LINE.search(proc.stdout.readline().decode())[5]) for _ in range(2)]  # type: ignore[index]
         agent = next(p for p in psutil.Process(proc.pid).children() if "zygote" not in " ".join(p.cmdline()))
         assert not agent.children()
+        ranks = [psutil.Process(pid) for pid in pids]  # before the kill: a rank may be gone by the time we look
         agent.kill()
-        _, alive = psutil.wait_procs([psutil.Process(pid) for pid in pids], timeout=10)
+        _, alive = psutil.wait_procs(ranks, timeout=10)
         assert not alive
         proc.wait(timeout=60)  # attempt 1 (not killed) runs its 30 s: stop it
     except subprocess.TimeoutExpired:
