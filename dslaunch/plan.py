@@ -14,6 +14,8 @@ from typing import Any, Literal
 # 3: restarts, hang_timeout, preload.
 # 4: elastic (candidate hosts, MIN:MAX).
 PLAN_VERSION = 4
+# In the plan's env (and so each rank's) as "0" when --no-collapse-output: the agents and the launcher read it.
+COLLAPSE_VAR = "DSLAUNCH_COLLAPSE_OUTPUT"
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,11 @@ class LaunchPlan:
     hang_timeout: float | None = None  # --hang-timeout: no rank made progress this long is a hang (None: off)
     preload: tuple[str, ...] = ()  # --preload: modules each node's zygote imports before forking ranks
     elastic: Elastic = Elastic()  # --nnodes MIN:MAX and spare hosts (empty: a fixed set of nodes)
+
+    @property
+    def collapse_output(self) -> bool:
+        """Whether identical console lines of many ranks print once (--collapse-output, docs/logging.md)."""
+        return (COLLAPSE_VAR, "0") not in self.env
 
     @property
     def world_size(self) -> int:

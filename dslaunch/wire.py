@@ -171,6 +171,10 @@ def decode(line: str) -> Event | None:
 
 
 _MARK = MARKER.encode()
+# Agent -> launcher, a line of its own on a remote agent's stderr, never shown: a rank failed, so the lines the
+# launcher's console collapse holds print now, before the lines that follow it on that stream (the failing node's
+# ranks saying they were stopped). Its stdout needs none: the failed rank's exit event is on that stream.
+FLUSH_LINE = "@dslaunch-flush"
 _LINE_MARK = b"\n" + _MARK
 _HELD_MAX = 1 << 20  # an unfinished line longer than this (not from an agent: they cut at 64 KiB) goes as is
 

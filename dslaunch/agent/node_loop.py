@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
 from dslaunch import _prctl, procs, wire
+from dslaunch.agent import collapse
 from dslaunch.agent import node_state as ns
 from dslaunch.agent import ranks as rankspec
+from dslaunch.agent.collapse_sink import SinkCollapse
 from dslaunch.agent.error_record import ErrorRecord, keep_tail, read_error_file, tail_lines
 from dslaunch.agent.node_io import (
     drain,
@@ -38,7 +40,7 @@ from dslaunch.agent.node_io import (
     same_file,
 )
 from dslaunch.agent.progress import ProgressWatch
-from dslaunch.agent.relay import READ_SIZE, LineRelay
+from dslaunch.agent.relay import READ_SIZE, LineRelay, Piece
 from dslaunch.agent.sink import Sink
 from dslaunch.logs import get_logger, phases
 from dslaunch.plan import LaunchPlan
@@ -92,6 +94,13 @@ class _Stream:
     resume_at: float = 0.0  # a bar that writes little is read again only from then
     watched: bool = False
     roomy: bool = False  # its pipe was enlarged for a bar
+    collapse: SinkCollapse | None = None  # identical lines of many ranks print once (agent/collapse.py)
+
+    def put(self, pieces: list[Piece], bar: bytes | None) -> None:
+        if self.collapse is None:
+            self.sink.put(self, pieces, bar)
+        else:
+            self.collapse.put(self, self.rank.rank, self.rank.prefix, pieces, bar, now=time.monotonic())
 
 
 class _Pipes:
@@ -152,8 +161,21 @@ class NodeLoop:
             self.out_sink if same_file(out, err) else Sink(err, live=os.isatty(err), wake=wake_w)
         )  # one writer for `2>&1`, so stdout and stderr lines never interleave mid-line
         self.sinks = [self.out_sink] if self.err_sink is self.out_sink else [self.out_sink, self.err_sink]
+        self.collapses = self._collapses(plan, forked=events is not None)
+        # where the launcher collapses this agent's stderr, it is told to print what it holds when a rank fails
+        self._flush_mark = plan.collapse_output and self.err_sink.fd not in self.collapses
         self.progress: ProgressWatch | None = None
         self.fs_clock_offset = 0.0  # of the error files' folder (node_io.fs_clock_offset)
+
+    def _collapses(self, plan: LaunchPlan, forked: bool) -> dict[int, SinkCollapse]:
+        """By sink fd: where this agent writes ranks' lines to the console itself, it collapses them."""
+        if not plan.collapse_output:
+            return {}
+        found: dict[int, SinkCollapse] = {}
+        for sink, wanted in zip((self.out_sink, self.err_sink), collapse.agent_collapses(plan.launcher, forked)):
+            if wanted and sink.fd not in found:
+                found[sink.fd] = SinkCollapse(sink, self.node.host, with_host=len(plan.nodes) > 1)
+        return found
 
     # ---- spawning -------------------------------------------------------
     def start(self, error_dir: str) -> None:
@@ -225,6 +247,7 @@ class NodeLoop:
             os.set_blocking(fd, False)
             relay = LineRelay(r.prefix, live=sink.live)
             self.streams[fd] = stream = _Stream(fd, pipe, r, relay, sink, log, is_err=pipe is proc.stderr)
+            stream.collapse = self.collapses.get(sink.fd)
             r.streams.append(stream)
         if r.pidfd is not None:
             self.sel.register(r.pidfd, selectors.EVENT_READ, ("exit", r))
@@ -262,6 +285,8 @@ class NodeLoop:
             self._kill_leftovers()
             if self.progress is not None:
                 self.progress.close()
+            for held in self.collapses.values():
+                held.flush()
         self._emit(wire.encode(wire.Done(node_rank=self.node.node_rank, code=code)))
         for sink in self.sinks:
             sink.wait_idle(ns.STALL if self.state.stopping else None)
@@ -279,6 +304,8 @@ class NodeLoop:
             for key, _ in ready:
                 self._dispatch(key)
             self._round = None
+            for held in self.collapses.values():
+                held.tick(time.monotonic())
             for r in self.ranks:
                 if r.pidfd is None and not r.reaped:
                     self._reap(r, block=False)
@@ -308,6 +335,7 @@ class NodeLoop:
                 sink.want_wake = True  # waiting for pipes to close and output to drain
         if self.progress is not None and alive:
             timeouts.append(self.progress.due(now))
+        timeouts.extend(max(0.0, due - now) for held in self.collapses.values() if (due := held.next_due()) is not None)
         known = [t for t in timeouts if t is not None]
         return min(known) if known else None
 
@@ -327,11 +355,20 @@ class NodeLoop:
         elif kind == "sink":
             drain(key.fd)
 
+    def _flush_collapsed(self) -> None:
+        """A rank failed: what its ranks' lines held prints before the failure is known, here or in the launcher."""
+        for held in self.collapses.values():
+            held.flush()
+        if self._flush_mark:
+            self.err_sink.put(self, [wire.FLUSH_LINE.encode() + b"\n"])
+
     def _apply(self, actions: Iterable[ns.Action]) -> None:
         for action in actions:
             if isinstance(action, ns.Emit):
                 self._emit(wire.encode(action.event))
             elif isinstance(action, ns.Exited):
+                if action.result.failed:
+                    self._flush_collapsed()
                 self._emit(wire.encode(action.result))
                 _record_exit(action.result)
             elif isinstance(action, ns.Signal):
@@ -400,7 +437,7 @@ class NodeLoop:
         if self.progress is not None:
             self.progress.output(stream.rank.rank, chunk, stream.is_err)
         pieces, bar = stream.relay.feed(chunk)
-        stream.sink.put(stream, pieces, bar)
+        stream.put(pieces, bar)
         if stream.relay.barred and len(chunk) < READ_SIZE:
             if not stream.roomy:
                 stream.roomy = True
@@ -413,7 +450,7 @@ class NodeLoop:
             self.sel.unregister(stream.fd)
         del self.streams[stream.fd]
         stream.pipe.close()
-        stream.sink.put(stream, stream.relay.close(), None)
+        stream.put(stream.relay.close(), None)
 
     # ---- rank exits -----------------------------------------------------
     def _reap(self, r: _Rank, block: bool = True) -> None:

@@ -17,7 +17,7 @@ import click
 from dslaunch.config import ConfigError, steps_per_print
 from dslaunch.errors import DslaunchError
 from dslaunch.logs import spec as S
-from dslaunch.plan import LaunchPlan
+from dslaunch.plan import COLLAPSE_VAR, LaunchPlan
 
 
 # The callbacks' user errors propagate: the command's parsing is inside command.user_errors().
@@ -76,6 +76,12 @@ PARAMS: list[click.Parameter] = [
         help="Colour console records (auto: stdout is a terminal; honours NO_COLOR, FORCE_COLOR).",
     ),
     click.Option(
+        ["--collapse-output/--no-collapse-output"],
+        default=True,
+        help="Print a console line that many ranks print within a second once, prefixed with their ranks "
+        "('[rank1-255]: ...'); --log-dir's files keep every line [default: on].",
+    ),
+    click.Option(
         ["--wall-clock-breakdown"],
         is_flag=True,
         default=None,
@@ -123,6 +129,7 @@ class LogChoices:
     ranks: str  # canonical --log-ranks
     switches: tuple[str, ...]  # DSLAUNCH_<NAME>=1 for each: wall_clock_breakdown, comms_logger
     steps_per_print: int | None
+    collapse_output: bool = True
 
     def rank_env(self, log_dir: str | None) -> dict[str, str]:
         """What every rank needs to log as the launcher was told to."""
@@ -137,6 +144,8 @@ class LogChoices:
         env.update((f"DSLAUNCH_{switch.upper()}", "1") for switch in self.switches)
         if self.steps_per_print is not None:
             env["DSLAUNCH_STEPS_PER_PRINT"] = str(self.steps_per_print)
+        if not self.collapse_output:  # the agents and the launcher read it in the plan (LaunchPlan.collapse_output)
+            env[COLLAPSE_VAR] = "0"
         return env
 
 
@@ -153,6 +162,7 @@ def parse(values: Mapping[str, Any], config: Mapping[str, Any], environ: Mapping
         ranks=values.get("log_ranks") or "0",
         switches=tuple(name for name, on in switches.items() if on),
         steps_per_print=every,
+        collapse_output=values.get("collapse_output", True) is not False,
     )
 
 

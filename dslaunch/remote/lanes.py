@@ -18,6 +18,7 @@ import time
 from typing import IO
 
 from dslaunch.agent.sink import Sink
+from dslaunch.remote import console
 
 MEMORY = 512 << 10  # bytes a lane holds in memory before it spills
 SINK_BUDGET = 2 << 20  # bytes the launcher's stdout sink accepts ahead of its reader (the agent's: sink.BUDGET)
@@ -172,8 +173,14 @@ class _ErrLane:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.lane: OutputLane | None = None
+        self.collapse: console.LineCollapse | None = None  # while a job runs: its remote ranks' lines
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes, *, collapse: bool = True) -> None:
+        text = data.decode("utf-8", "replace")
+        held = self.collapse if collapse else None
+        text = console.without_flush_lines(text) if held is None else held.feed(text, time.monotonic())
+        if not text:
+            return
         with self.lock:
             if self.lane is None or self.lane.sink.dead:  # a stderr given up on gets a new chance
                 if self.lane is None:
@@ -184,7 +191,7 @@ class _ErrLane:
                 sink.start()
                 self.lane = OutputLane(sink, "stderr")
             lane = self.lane
-        lane.put(data.decode("utf-8", "replace"))
+        lane.put(text)
 
     def flush(self, stall: float | None) -> None:
         """Until everything written so far is out (with ``stall``: or stderr took nothing that long)."""

@@ -23,6 +23,7 @@ from dslaunch import wire
 from dslaunch.agent.sink import Sink, write_within
 from dslaunch.plan import LaunchPlan
 from dslaunch.remote import lanes
+from dslaunch.remote.console import LineCollapse
 from dslaunch.runners.job_state import (
     FORWARDED,
     KILL_GRACE,
@@ -73,7 +74,10 @@ def supervise(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> Outcome:
     sys.stdout.flush()
     out = Sink(1, budget=lanes.SINK_BUDGET)
     held = [lanes.OutputLane(out, i) for i in range(len(handles))]
-    threads = [threading.Thread(target=_pump, args=(i, h, inbox, held[i]), daemon=True) for i, h in enumerate(handles)]
+    console = _Console(plan, out) if plan.collapse_output else None
+    threads = [
+        threading.Thread(target=_pump, args=(i, h, inbox, held[i], console), daemon=True) for i, h in enumerate(handles)
+    ]
     previous = {
         s: signal.signal(s, lambda signum, _f: caught.append(signum)) for s in (*STOP_SIGNALS, *FORWARDED, STACKS)
     }
@@ -81,23 +85,71 @@ def supervise(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> Outcome:
         out.start()
         for t in threads:
             t.start()
-        outcome = _drive(plan, handles, inbox, caught, out)
+        outcome = _drive(plan, handles, inbox, caught, out, console=console)
+        if console is not None:
+            held.append(console.close())
         lanes.flush(held, out, STALL if outcome.code else None)
         lanes.ERR.flush(STALL if outcome.code else None)
         _say_dropped(held, handles)
         return outcome
     finally:
+        lanes.ERR.collapse = None
         for s, h in previous.items():
             signal.signal(s, h)
 
 
-def _pump(index: int, handle: AgentHandle, inbox: Inbox, lane: lanes.OutputLane) -> None:
+class _Console:
+    """One attempt's console collapse of remote agents' lines (remote/console.py): stdout on its way into the
+    nodes' lanes, stderr in ``lanes.ERR``; the lines of closed windows go into a lane of their own."""
+
+    def __init__(self, plan: LaunchPlan, out: Sink) -> None:
+        self.out = LineCollapse(plan)
+        self.err = LineCollapse(plan)
+        self.lane = lanes.OutputLane(out, "collapsed")
+        lanes.ERR.collapse = self.err
+
+    def put(self, lane: lanes.OutputLane, text: str) -> None:
+        if text := self.out.feed(text, time.monotonic()):
+            lane.put(text)
+
+    def flush_out(self, lane: lanes.OutputLane) -> None:
+        """A rank of ``lane``'s node failed: what stdout's collapse holds goes into that lane, before its next
+        lines (the ranks its agent stops)."""
+        if text := self.out.flush():
+            lane.put(text)
+
+    def tick(self, now: float) -> None:
+        self._write(self.out.due(now), self.err.due(now))
+
+    def flush(self) -> None:
+        self._write(self.out.flush(), self.err.flush())
+
+    def close(self) -> lanes.OutputLane:
+        """Everything held, out; the lane to wait for."""
+        self.flush()
+        lanes.ERR.collapse = None
+        self.lane.close()
+        return self.lane
+
+    def _write(self, out: str, err: str) -> None:
+        if out:
+            self.lane.put(out)
+        if err:
+            lanes.ERR.write(err.encode(), collapse=False)
+
+
+def _pump(index: int, handle: AgentHandle, inbox: Inbox, lane: lanes.OutputLane, console: _Console | None) -> None:
     try:
         for line in handle.lines():
             event = wire.decode(line)
             if event is None:
-                lane.put(line)
+                if console is None:
+                    lane.put(line)
+                else:
+                    console.put(lane, line)
             else:
+                if console is not None and isinstance(event, wire.RankExit) and event.failed:
+                    console.flush_out(lane)
                 inbox.put((index, event))
     finally:
         lane.close()
@@ -111,12 +163,22 @@ def _say_dropped(held: Sequence[lanes.OutputLane], handles: Sequence[AgentHandle
             write_within(2, (text + "\n").encode(), STALL)
 
 
-def _drive(plan: LaunchPlan, handles: Sequence[AgentHandle], inbox: Inbox, caught: list[int], out: Sink) -> Outcome:
+def _drive(
+    plan: LaunchPlan,
+    handles: Sequence[AgentHandle],
+    inbox: Inbox,
+    caught: list[int],
+    out: Sink,
+    *,
+    console: _Console | None,
+) -> Outcome:
     state = JobState(plan, [(h.node_rank, h.host) for h in handles])
     while state.streams_open:
         while caught:
             _execute(state.on_signal(caught.pop(0), time.monotonic()), handles)
         _execute(state.tick(time.monotonic()), handles)
+        if console is not None:
+            console.tick(time.monotonic())
         if state.stopping and out.stalled(STALL):
             out.abandon()  # let the reader threads drain the agents' streams
         try:

@@ -183,7 +183,8 @@ class PdshDemux:
                 if expected:
                     continue  # we ended that ssh client, or its agent already reported: not news
             host, sep, rest = line.partition(": ")
-            common.write_err((rest if sep and host in self.queues and rest.startswith("[") else line).encode())
+            ours = sep and host in self.queues and (rest.startswith("[") or rest.rstrip("\n") == wire.FLUSH_LINE)
+            common.write_err((rest if ours else line).encode())
 
     def ssh_client(self, host: str) -> int | None:
         """The pid of the ssh client pdsh runs for ``host`` as named on its command line."""
