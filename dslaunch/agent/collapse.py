@@ -29,6 +29,9 @@ MAX_HELD = 1 << 16  # ranks held over all windows
 # More lines than this from one read of a rank's pipe (agent) or in one run of a node's lines (launcher) is a flood
 # (written faster than it is read): it passes as it is, with no per-line work.
 FLOOD_LINES = 1024
+# Seconds after every rank was asked for its stack (SIGQUIT, --hang-timeout) in which nothing collapses: each
+# rank's stack prints whole, as asked, rather than its lines shared with other ranks' stacks in range lines.
+STACKS_PAUSE = 5.0
 
 
 @dataclass(frozen=True)

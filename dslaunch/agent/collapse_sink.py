@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dslaunch.agent.collapse import DEFAULT, FLOOD_LINES, Collapsed, Collapser, Limits, prefix_of
+from dslaunch.agent.collapse import DEFAULT, FLOOD_LINES, STACKS_PAUSE, Collapsed, Collapser, Limits, prefix_of
 from dslaunch.agent.relay import Piece
 from dslaunch.agent.sink import Sink
 
@@ -21,12 +21,18 @@ class SinkCollapse:
         self.host = host
         self.with_host = with_host
         self.core: Collapser[bytes] = Collapser(limits)
+        self.paused_until = 0.0
+
+    def pause_for_stacks(self, now: float) -> None:
+        """Every rank was asked for its stack: what is held prints, and each stack prints whole (STACKS_PAUSE)."""
+        self.flush()
+        self.paused_until = now + STACKS_PAUSE
 
     def put(
         self, key: object, rank: int, prefix: bytes, pieces: Sequence[Piece], bar: bytes | None, *, now: float
     ) -> None:
         """``pieces`` (whole lines with ``prefix``) of stream ``key`` into the sink, less the lines held."""
-        if not pieces:
+        if not pieces or now < self.paused_until:
             self.sink.put(key, pieces, bar)
             return
         data = b"".join(pieces)

@@ -517,6 +517,8 @@ class NodeLoop:
         """Every live rank prints its stack; the job goes on (agent/progress.py)."""
         if self.progress is None:
             return
+        for held in self.collapses.values():
+            held.pause_for_stacks(time.monotonic())
         for rank, text in self.progress.request_stacks():
             if rank in self.by_rank:
                 self.err_sink.put(self, [self.by_rank[rank].prefix + text.encode() + b"\n"])

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 
 from dslaunch import wire
-from dslaunch.agent.collapse import DEFAULT, FLOOD_LINES, Collapsed, Collapser, Limits, prefix_of
+from dslaunch.agent.collapse import DEFAULT, FLOOD_LINES, STACKS_PAUSE, Collapsed, Collapser, Limits, prefix_of
 from dslaunch.agent.ranks import output_prefix
 from dslaunch.plan import LaunchPlan
 
@@ -30,9 +30,15 @@ class LineCollapse:
         self.with_host = len(plan.nodes) > 1
         self.core: Collapser[str] = Collapser(limits)
         self.lock = threading.Lock()
+        self.paused_until = 0.0
+
+    def pause_for_stacks(self, now: float) -> str:
+        """Every rank was asked for its stack: each prints whole (STACKS_PAUSE); what was held, to print now."""
+        self.paused_until = now + STACKS_PAUSE
+        return self.flush()
 
     def feed(self, text: str, now: float) -> str:
-        if text.count("\n") > FLOOD_LINES:
+        if text.count("\n") > FLOOD_LINES or now < self.paused_until:
             return without_flush_lines(text)
         lines = text.split("\n")
         tail = lines.pop()  # "" for whole lines

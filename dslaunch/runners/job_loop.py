@@ -118,6 +118,9 @@ class _Console:
         if text := self.out.flush():
             lane.put(text)
 
+    def pause_for_stacks(self, now: float) -> None:
+        self._write(self.out.pause_for_stacks(now), self.err.pause_for_stacks(now))
+
     def tick(self, now: float) -> None:
         self._write(self.out.due(now), self.err.due(now))
 
@@ -175,8 +178,8 @@ def _drive(
     state = JobState(plan, [(h.node_rank, h.host) for h in handles])
     while state.streams_open:
         while caught:
-            _execute(state.on_signal(caught.pop(0), time.monotonic()), handles)
-        _execute(state.tick(time.monotonic()), handles)
+            _execute(state.on_signal(caught.pop(0), time.monotonic()), handles, console)
+        _execute(state.tick(time.monotonic()), handles, console)
         if console is not None:
             console.tick(time.monotonic())
         if state.stopping and out.stalled(STALL):
@@ -187,9 +190,9 @@ def _drive(
             continue
         if event is None:
             status = handles[index].wait(1.0) if state.wants_status(index) else None
-            _execute(state.on_stream_end(index, status, time.monotonic()), handles)
+            _execute(state.on_stream_end(index, status, time.monotonic()), handles, console)
         else:
-            _execute(state.on_event(index, event, time.monotonic()), handles)
+            _execute(state.on_event(index, event, time.monotonic()), handles, console)
     for h in handles:
         if h.wait(plan.shutdown_timeout + KILL_GRACE) is None:
             h.kill()
@@ -197,7 +200,7 @@ def _drive(
     return state.outcome()
 
 
-def _execute(actions: Sequence[Action], handles: Sequence[AgentHandle]) -> None:
+def _execute(actions: Sequence[Action], handles: Sequence[AgentHandle], console: _Console | None = None) -> None:
     for action in actions:
         if isinstance(action, StopAll):
             from dslaunch.logs import get_logger
@@ -210,6 +213,8 @@ def _execute(actions: Sequence[Action], handles: Sequence[AgentHandle]) -> None:
                 h.kill()
         elif isinstance(action, (Forward, AskStacks)):
             signum = action.signum if isinstance(action, Forward) else STACKS
+            if signum == STACKS and console is not None:
+                console.pause_for_stacks(time.monotonic())
             for h in handles:
                 h.signal(signum)
         elif isinstance(action, Say):

@@ -9,10 +9,16 @@ from pathlib import Path
 import pytest
 
 from tests.hangs.watch import Job
+from tests.output.collapse_check import lines_of
 
 pytestmark = [pytest.mark.torch, pytest.mark.launch]
 SCRIPT = str(Path(__file__).parent / "scripts" / "stuck.py")
 TIMEOUT = 5.0
+
+
+def _said(text: str, line: str) -> int:
+    """How many ranks printed ``line`` (identical lines of several ranks print once, with a rank range)."""
+    return sum(len(ranks) for ranks in lines_of(text, line))
 
 
 def _stacks(text: str, rank: int) -> int:
@@ -22,7 +28,7 @@ def _stacks(text: str, rank: int) -> int:
 def test_sigquit_then_hang_timeout_names_rank_2(tmp_path: Path) -> None:
     env = {"DSLAUNCH_PG_TIMEOUT": "40", "CUDA_VISIBLE_DEVICES": "", "STUCK_FOR": "40"}
     job = Job(["--nproc-per-node", "4", "--master-port", "0", "--hang-timeout", str(TIMEOUT), SCRIPT], env=env)
-    assert job.wait_for(lambda t: t.count("]: ready sum=64") == 4, 120), job.text
+    assert job.wait_for(lambda t: _said(t, "ready sum=64") == 4, 120), job.text
 
     # SIGQUIT: every rank's stack, and the job goes on
     job.proc.send_signal(signal.SIGQUIT)

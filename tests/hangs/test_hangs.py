@@ -14,9 +14,15 @@ import pytest
 
 from tests.hangs.watch import Job
 from tests.helpers import run_cli
+from tests.output.collapse_check import lines_of
 from tests.plans import cli_error
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "waiter.py")
+
+
+def _said(text: str, line: str) -> int:
+    """How many ranks printed ``line`` (identical lines of several ranks print once, with a rank range)."""
+    return sum(len(ranks) for ranks in lines_of(text, line))
 
 
 def _stack_lines(text: str, rank: int, function: str) -> int:
@@ -28,7 +34,7 @@ def test_ctrl_backslash_prints_every_stack_once_and_the_job_goes_on(tmp_path: Pa
     """SIGQUIT to the launcher's whole process group (what Ctrl-\\ does: launcher and forked agents) prints each
     rank's stack once, with its prefix; the ranks then finish and the job exits 0."""
     job = Job(["--nproc-per-node", "3", "--master-port", "0", SCRIPT, "wait", str(tmp_path)])
-    assert job.wait_for(lambda t: t.count("]: ready") == 3, 30), job.text
+    assert job.wait_for(lambda t: _said(t, "ready") == 3, 30), job.text
     os.killpg(job.proc.pid, signal.SIGQUIT)
     assert job.wait_for(lambda t: all(_stack_lines(t, r, "waiting_here") for r in range(3)), 10), job.text
     assert job.proc.poll() is None, job.text
@@ -45,7 +51,7 @@ def test_no_python_ranks_are_named_as_unable(tmp_path: Path) -> None:
     go = tmp_path / "go"
     loop = f"echo ready; while [ ! -e {go} ]; do sleep 0.05; done"
     job = Job(["--nproc-per-node", "2", "--master-port", "0", "--no-python", "/bin/sh", "-c", loop])
-    assert job.wait_for(lambda t: t.count("]: ready") == 2, 30), job.text
+    assert job.wait_for(lambda t: _said(t, "ready") == 2, 30), job.text
     job.proc.send_signal(signal.SIGQUIT)
     named = "dslaunch: --no-python rank: it cannot print a Python stack"
     assert job.wait_for(lambda t: all(f"[rank{r}]: {named}" in t for r in range(2)), 10), job.text
