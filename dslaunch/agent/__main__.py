@@ -52,7 +52,35 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dslaunch agent: node rank {args.node_rank} is not in 0..{len(plan.nodes) - 1}", file=sys.stderr)
         return 2
     control = None if args.no_control else sys.stdin.buffer
-    return run_node(plan, args.node_rank, control, pending)
+    pid_file = _write_pid(args.plan_file)
+    try:
+        return run_node(plan, args.node_rank, control, pending)
+    finally:
+        if pid_file is not None:
+            _remove(pid_file)
+
+
+def _write_pid(plan_file: str | None) -> str | None:
+    """Beside a staged plan (pdsh), this agent's pid, so a stop or a signal is a shell one-liner there
+    (``remote/stage.signal_command``) rather than a python that searches /proc."""
+    if not plan_file or not plan_file.endswith(".plan"):
+        return None
+    path = os.path.join(os.path.expanduser("~"), plan_file.removesuffix(".plan") + ".pid")
+    try:
+        fd = os.open(path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{os.getpid()}\n")
+        os.replace(path + ".new", path)
+    except OSError:
+        return None  # a stop then takes the python path (dslaunch.remote.reap --agent-signal)
+    return path
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

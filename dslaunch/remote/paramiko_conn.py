@@ -6,6 +6,8 @@ Imported only by the ssh runner and preflight, never by the CLI at start-up.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -64,9 +66,34 @@ def _aead_first(ciphers: tuple[str, ...]) -> tuple[str, ...]:
 class _Transport(paramiko.Transport):
     """AES-GCM first when both sides have it (OpenSSH does): one AEAD call per packet, where paramiko's default,
     AES-CTR with HMAC-SHA2, adds an HMAC object and a Python loop comparing the MAC to every packet, about a
-    third of the launcher's CPU time when the ranks flood their output."""
+    third of the launcher's CPU time when the ranks flood their output.
+
+    The socket timeout after which an idle transport thread wakes to check whether it was closed: paramiko's
+    0.1 s wakes every idle connection ten times a second, each time for the one GIL, which for hundreds of hosts
+    adds up to a share of a core in a job that does nothing (docs/scale.md). Data wakes the thread at once
+    whatever the timeout; a close is seen within it (the transport's own keepalive, 5 s, runs on these wakes).
+    """
 
     _preferred_ciphers = _aead_first(paramiko.Transport._preferred_ciphers)  # type: ignore[attr-defined]
+    _active_check_timeout = 1.0
+    replied_at = 0.0  # time.monotonic() of the peer's last answer to a global request of ours
+
+    def ping(self) -> None:
+        """A keepalive that the peer must answer (OpenSSH answers with a failure), sent without waiting for the
+        answer: it moves :attr:`replied_at`. One thread can so watch every connection of a job."""
+        m = paramiko.Message()
+        m.add_byte(paramiko.common.cMSG_GLOBAL_REQUEST)
+        m.add_string("keepalive@openssh.com")
+        m.add_boolean(True)
+        self._send_user_message(m)  # type: ignore[attr-defined]
+
+    def _parse_request_success(self, m: paramiko.Message) -> None:
+        self.replied_at = time.monotonic()
+        super()._parse_request_success(m)  # type: ignore[misc]
+
+    def _parse_request_failure(self, m: paramiko.Message) -> None:
+        self.replied_at = time.monotonic()
+        super()._parse_request_failure(m)  # type: ignore[misc]
 
 
 def _transport(sock: Any, /, **options: Any) -> paramiko.Transport:
@@ -82,14 +109,52 @@ def _record(files: tuple[str, ...], hostname: str, key: paramiko.PKey) -> None:
         f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
 
 
-def _client(target: SshTarget, accept_new: bool, timeout: float, sock: Any = None) -> paramiko.SSHClient:
-    client = paramiko.SSHClient()
+class _ParsedKnownHosts:
+    """Each known_hosts file parsed once while it stays the same, for every connection of this launcher: a client
+    that loads the files itself parses every line (a key object each) per host, quadratic in the hosts: 14 ms a
+    connection and a copy of every key in each client at 256 hosts, 79 ms at 1,024."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._parsed: dict[str, tuple[tuple[int, int], paramiko.HostKeys]] = {}
+
+    def keys_of(self, path: str, name: str) -> list[tuple[str, paramiko.PKey]]:
+        """The (key type, key) pairs that ``path`` holds for ``name`` (``host`` or ``[host]:port``)."""
+        with self._lock:
+            stat = os.stat(path)
+            stamp = (stat.st_mtime_ns, stat.st_size)  # --ssh-accept-new-hosts appends while we run
+            seen = self._parsed.get(path)
+            if seen is None or seen[0] != stamp:
+                keys = paramiko.HostKeys()
+                keys.load(path)
+                seen = self._parsed[path] = (stamp, keys)
+        found = seen[1].lookup(name)
+        return [(keytype, found[keytype]) for keytype in found.keys()] if found is not None else []
+
+
+_KNOWN_HOSTS = _ParsedKnownHosts()
+
+
+def _trust_known_keys(client: paramiko.SSHClient, target: SshTarget) -> None:
+    """The keys known_hosts holds for this host, and only those, as the client's host keys (the first file to
+    name a key type wins, as when the client loads the files itself)."""
+    trusted = client.get_host_keys()
+    added: set[str] = set()
     for path in (*GLOBAL_KNOWN_HOSTS, *target.known_hosts_files):
         if os.path.isfile(path):
             try:
-                client.load_system_host_keys(path)
+                pairs = _KNOWN_HOSTS.keys_of(path, target.known_hosts_key)
             except (OSError, paramiko.SSHException) as exc:
                 raise ConnectError(f"cannot read known_hosts file {path}: {exc}") from None
+            for keytype, key in pairs:
+                if keytype not in added:
+                    added.add(keytype)
+                    trusted.add(target.known_hosts_key, keytype, key)
+
+
+def _client(target: SshTarget, accept_new: bool, timeout: float, sock: Any = None) -> paramiko.SSHClient:
+    client = paramiko.SSHClient()
+    _trust_known_keys(client, target)
     client.set_missing_host_key_policy(_KnownHostsPolicy(target, accept_new))
     where = f"{target.user}@{target.hostname}:{target.port}"
     try:

@@ -7,7 +7,7 @@ signal, since pdsh gives no per-host channel to the agent.
 The fallback for a node whose agent vanished (SIGKILL, OOM killer): its ranks die with it
 (parent-death signal), but a rank's own children may not. Every process of a job carries
 ``DSLAUNCH_RUN_ID=<run id>`` in its environment; this kills exactly those, never by name.
-It also deletes the job's staged plan file (pdsh), in case no agent came to read it.
+It also deletes the job's staged plan file (pdsh), in case no agent came to read it, and its agents' pid files.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
             pass
     plans = os.path.join(os.path.expanduser("~"), stage.PLAN_DIR)
     try:
-        staged = [name for name in os.listdir(plans) if name.startswith(f"{argv[0]}.") and name.endswith(".plan")]
+        staged = [n for n in os.listdir(plans) if n.startswith(f"{argv[0]}.") and n.endswith((".plan", ".pid"))]
     except OSError:
         staged = []
     for name in staged:

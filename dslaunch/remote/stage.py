@@ -24,11 +24,32 @@ from dslaunch.plan import LaunchPlan
 
 PLAN_DIR = ".cache/dslaunch/plans"  # relative to the remote home, where ssh commands start
 STALE_AFTER = 600  # seconds: a plan file this old was left by a launcher that died before its agents came
+# A pid file this old is swept too (a killed agent's; a longer job's stops then take the python path, reap.py)
+PID_STALE_AFTER = 86400
 
 
 def plan_path(run_id: str, node_rank: int | str) -> str:
     """One file per node: hosts often share one home directory (NFS)."""
     return f"{PLAN_DIR}/{run_id}.{node_rank}.plan"
+
+
+def pid_path(run_id: str, node_rank: int | str) -> str:
+    """Where the agent that read ``plan_path`` keeps its pid while it runs (``python -m dslaunch.agent``)."""
+    return f"{PLAN_DIR}/{run_id}.{node_rank}.pid"
+
+
+def signal_command(run_id: str, node_rank: int, name: str) -> str:
+    """Send signal ``name`` (TERM, USR1, ...) to node ``node_rank``'s agent on this host, in shell alone: the pid
+    it wrote, and only while that process carries this run's id (a pid file left by a killed agent names a pid
+    that may be reused). Prints ``signalled`` when it did; no python starts, so a stop costs only a session."""
+    if not name.isalnum():
+        raise ValueError(f"not a signal name: {name!r}")
+    pid_file = shlex.quote(pid_path(run_id, node_rank))
+    mark = shlex.quote(f"DSLAUNCH_RUN_ID={run_id}")
+    return (
+        f"p=$(cat {pid_file} 2>/dev/null) && [ -n \"$p\" ] && tr '\\0' '\\n' < \"/proc/$p/environ\" 2>/dev/null "
+        f'| grep -qxF {mark} && kill -{name} "$p" && echo signalled'
+    )
 
 
 def upload_command(run_id: str, node_rank: int) -> str:
@@ -42,12 +63,17 @@ def stage_command(run_id: str, node_rank: int) -> str:
 
 def sweep_command() -> str:
     minutes = STALE_AFTER // 60
-    return f"find {PLAN_DIR} -maxdepth 1 -type f -name '*.plan' -mmin +{minutes} -exec rm -f {{}} +"
+    days = PID_STALE_AFTER // 60
+    return (
+        f"find {PLAN_DIR} -maxdepth 1 -type f \\( -name '*.plan' -mmin +{minutes} -o -name '*.pid' -mmin +{days} \\) "
+        "-exec rm -f {} +"
+    )
 
 
 def unstage_command(run_id: str) -> str:
-    """Remove this job's plan files on a host, in shell: nothing there needs to work but ``rm``."""
-    return f"rm -f -- {shlex.quote(f'{PLAN_DIR}/{run_id}.')}*.plan"
+    """Remove this job's plan (and agent pid) files on a host, in shell: nothing there needs to work but ``rm``."""
+    stem = shlex.quote(f"{PLAN_DIR}/{run_id}.")
+    return f"rm -f -- {stem}*.plan {stem}*.pid"
 
 
 def ssh_argv(host: str, ssh_options: Sequence[str], command: str) -> list[str]:

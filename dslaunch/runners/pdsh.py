@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dslaunch import _prctl
 from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan, RemoteSettings
-from dslaunch.remote import stage
+from dslaunch.remote import rlimits, stage
 from dslaunch.remote.command import agent_command, reap_command
-from dslaunch.remote.common import KEEPALIVE_COUNT, keepalive_interval
+from dslaunch.remote.common import KEEPALIVE_COUNT, keepalive_interval, write_err
 from dslaunch.remote.sshconfig import default_config_path
 from dslaunch.runners.job_loop import supervise_and_report
 from dslaunch.runners.pdsh_demux import PdshDemux
@@ -115,12 +115,12 @@ def pdsh_labels(hosts: Sequence[str]) -> list[str]:
 
 
 class PdshNode:
-    def __init__(self, node_rank: int, host: str, demux: PdshDemux, tell: Callable[[str, str], bool]) -> None:
+    def __init__(self, node_rank: int, host: str, demux: PdshDemux, tell: Callable[[int, str, str], bool]) -> None:
         self.node_rank = node_rank
         self.host = host
         self.key = pdsh_label(host)
         self.demux = demux
-        self.tell = tell  # (host, signal name) -> whether the agent there was signalled
+        self.tell = tell  # (node rank, host, signal name) -> whether the agent there was signalled
         self.stopping = False
 
     def lines(self) -> Iterator[str]:
@@ -143,7 +143,7 @@ class PdshNode:
         threading.Thread(target=self._stop, daemon=True).start()
 
     def _stop(self) -> None:
-        if not self.tell(self.host, "TERM"):
+        if not self.tell(self.node_rank, self.host, "TERM"):
             # Ending the ssh client is EOF on the remote agent's stdin: it tears its node down,
             # but the reaper may then cut the grace period short.
             self.demux.stopped.add(self.key)
@@ -151,7 +151,7 @@ class PdshNode:
 
     def signal(self, signum: int) -> None:
         name = signal.Signals(signum).name.removeprefix("SIG")
-        threading.Thread(target=self.tell, args=(self.host, name), daemon=True).start()
+        threading.Thread(target=self.tell, args=(self.node_rank, self.host, name), daemon=True).start()
 
     def kill(self) -> None:
         self.demux.stopped.add(self.key)
@@ -199,6 +199,8 @@ class PdshRunner(RemoteRunner):
     def run(self, plan: LaunchPlan) -> JobResult:
         settings = plan.remote
         pdsh_labels([n.host for n in plan.nodes])  # before anything is staged
+        for warning in rlimits.make_room(len(plan.nodes), "pdsh"):  # pdsh inherits them: pipes, ssh clients
+            write_err(warning.encode())
         try:
             env = self._env = pdsh_env(settings, dict(os.environ))
         except ValueError as exc:
@@ -256,10 +258,12 @@ class _AgentSignals:
         self.env = env
         self.started: list[subprocess.Popen[str]] = []
 
-    def __call__(self, host: str, name: str) -> bool:
-        """Whether the agent on ``host`` got signal ``name`` (TERM, QUIT, USR1, ...)."""
+    def __call__(self, node_rank: int, host: str, name: str) -> bool:
+        """Whether node ``node_rank``'s agent on ``host`` got signal ``name`` (TERM, QUIT, USR1, ...): by the pid
+        it wrote, in shell, else by a python that finds it by run id (before it wrote one, say)."""
         settings = self.plan.remote
-        command = reap_command(self.plan, settings.venv_script, agent_signal=name)
+        by_pid = stage.signal_command(self.plan.run_id, node_rank, name)
+        command = f"{by_pid} || {reap_command(self.plan, settings.venv_script, agent_signal=name)}"
         try:
             ssh = subprocess.Popen(
                 stage.ssh_argv(host, self.ssh_options, command),
@@ -277,7 +281,7 @@ class _AgentSignals:
         except subprocess.TimeoutExpired:
             ssh.kill()
             return False
-        return ssh.returncode == 0 and " 0 agent(s)" not in out
+        return ssh.returncode == 0 and (out.startswith("signalled") or ("agent(s)" in out and " 0 agent(s)" not in out))
 
     def close(self) -> None:
         for ssh in list(self.started):  # a stop still on its way to a node that has ended anyway

@@ -16,7 +16,7 @@ from typing import Any
 
 from dslaunch import wire
 from dslaunch.plan import LaunchPlan, RemoteSettings
-from dslaunch.remote import common
+from dslaunch.remote import common, rlimits
 from dslaunch.remote.command import agent_command
 from dslaunch.runners.job_loop import supervise_and_report
 from dslaunch.runners.remote_base import RemoteRunner, report_start_failures
@@ -27,8 +27,45 @@ from dslaunch.runners.result import JobResult
 RECV = 256 << 10
 
 
+class Keepalive:
+    """One thread for every connection of a job: each is pinged every ``every / 2`` seconds, and one whose peer has
+    answered nothing for KEEPALIVE_COUNT intervals (a network partition, a dead host) is dropped, which ends its
+    stream: the launcher names that node lost and stops the others. A ping cannot block this thread: a
+    connection's send buffer holds many intervals of pings, and none is sent during a key exchange."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+        self._watched: list[tuple[Any, Any]] = []  # (transport, its connection)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dslaunch-keepalive", daemon=True)
+
+    def watch(self, conn: Any) -> None:
+        transport = conn.client.get_transport()
+        transport.replied_at = time.monotonic()
+        self._watched.append((transport, conn))
+        if not self._thread.is_alive():
+            self._thread.start()
+
+    def close(self) -> None:
+        self._done.set()
+
+    def _run(self) -> None:
+        while not self._done.wait(self.every / 2):
+            self._watched = [(t, c) for t, c in self._watched if t.is_active()]
+            for transport, conn in list(self._watched):
+                if time.monotonic() - transport.replied_at > self.every * (common.KEEPALIVE_COUNT + 1):
+                    conn.close()
+                elif transport.clear_to_send.is_set():
+                    try:
+                        transport.ping()
+                    except (OSError, EOFError, Exception):  # noqa: BLE001 - a closing transport: dropped next round
+                        pass
+
+
 class SshAgent:
-    def __init__(self, node_rank: int, host: str, conn: Any, command: str, *, plan_b64: str, keepalive: int) -> None:
+    def __init__(
+        self, node_rank: int, host: str, conn: Any, command: str, *, plan_b64: str, keepalive: Keepalive
+    ) -> None:
         self.node_rank = node_rank
         self.host = host
         self.conn = conn
@@ -42,25 +79,7 @@ class SshAgent:
             target=common.relay_lines, args=(self.channel.makefile_stderr("rb"),), daemon=True
         )
         self._relay.start()
-        threading.Thread(target=self._watch, args=(transport, keepalive), daemon=True).start()
-
-    def _watch(self, transport: Any, every: int) -> None:
-        """A node that answers no keepalive for KEEPALIVE_COUNT intervals is lost (say, a network partition):
-        dropping its connection ends its stream, and the launcher names it and stops the others."""
-        answered = [time.monotonic()]
-
-        def ping() -> None:
-            while transport.is_active():
-                transport.global_request("keepalive@openssh.com", wait=True)  # any reply will do
-                answered[0] = time.monotonic()
-                time.sleep(every)
-
-        threading.Thread(target=ping, daemon=True).start()
-        while transport.is_active():
-            time.sleep(every / 2)
-            if time.monotonic() - answered[0] > every * (common.KEEPALIVE_COUNT + 1):
-                self.conn.close()
-                return
+        keepalive.watch(conn)
 
     def lines(self) -> Iterator[str]:
         for text in wire.split_events(iter(lambda: self.channel.recv(RECV), b"")):
@@ -167,9 +186,12 @@ class SshRunner(RemoteRunner):
 
     def run(self, plan: LaunchPlan) -> JobResult:
         settings = self._settings = plan.remote
+        for warning in rlimits.make_room(len(plan.nodes), "ssh"):  # a socket and threads per host, for the job
+            common.write_err(warning.encode())
         conns, failures = connect_all(plan, settings)
         self._conns = {plan.node(rank).host: conn for rank, conn in conns.items()}
         handles: list[SshAgent] = []
+        keepalive = Keepalive(common.keepalive_interval(settings))
         try:
             if failures:
                 return report_start_failures(failures)
@@ -177,12 +199,16 @@ class SshRunner(RemoteRunner):
             if why:
                 return report_start_failures({plan.nodes[0].host: why})
             plan_b64 = wire.plan_to_b64(plan)
-            every = common.keepalive_interval(settings)
             for node in plan.nodes:
                 command = agent_command(plan, node.node_rank, venv_script=settings.venv_script)
                 try:
                     agent = SshAgent(
-                        node.node_rank, node.host, conns[node.node_rank], command, plan_b64=plan_b64, keepalive=every
+                        node.node_rank,
+                        node.host,
+                        conns[node.node_rank],
+                        command,
+                        plan_b64=plan_b64,
+                        keepalive=keepalive,
                     )
                     handles.append(agent)
                 except Exception as exc:  # noqa: BLE001 - any channel error: stop what already started
@@ -193,6 +219,7 @@ class SshRunner(RemoteRunner):
             self.reap(plan, settings, [h.host for h in handles if not h.reported])
             return result
         finally:
+            keepalive.close()
             for h in handles:
                 if h.wait(0) is None:
                     h.kill()

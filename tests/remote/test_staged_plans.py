@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -18,7 +19,8 @@ import pytest
 
 from dslaunch.remote import stage
 from testbeds.ssh_cluster import SshCluster
-from tests.remote.launch import base_args, run, start, wait_until_gone
+from tests.helpers import wait_for_file
+from tests.remote.launch import base_args, run, start, stop, wait_ready, wait_until_gone
 
 pytestmark = [pytest.mark.launch, pytest.mark.cluster]
 
@@ -84,3 +86,61 @@ def test_plans_of_a_launcher_killed_after_staging_are_swept_by_the_next_run(
         assert young.exists()
     finally:
         young.unlink(missing_ok=True)
+
+
+def _sleeper(tmp_path: Path, run_id: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """A process of run ``run_id`` and a pid file naming it, in a home of its own (``tmp_path``)."""
+    proc = subprocess.Popen(["sleep", "60"], env={**os.environ, "DSLAUNCH_RUN_ID": run_id})
+    pid_file = tmp_path / stage.pid_path(run_id, 3)
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    pid_file.write_text(f"{proc.pid}\n")
+    return proc, pid_file
+
+
+def _signal(tmp_path: Path, run_id: str, name: str) -> subprocess.CompletedProcess[str]:
+    command = stage.signal_command(run_id, 3, name)
+    return subprocess.run(["sh", "-c", command], capture_output=True, text=True, cwd=tmp_path, check=False)
+
+
+def test_the_shell_signal_reaches_the_runs_process_and_nothing_else(tmp_path: Path) -> None:
+    run_id = f"t{uuid.uuid4().hex[:10]}"
+    proc, pid_file = _sleeper(tmp_path, run_id)
+    try:
+        other = f"{run_id}x"
+        (tmp_path / stage.pid_path(other, 3)).write_text(f"{proc.pid}\n")  # names a process of another run
+        assert _signal(tmp_path, other, "TERM").returncode != 0
+        assert _signal(tmp_path, f"{run_id}y", "TERM").returncode != 0  # no pid file
+        assert proc.poll() is None
+        done = _signal(tmp_path, run_id, "TERM")
+        assert (done.returncode, done.stdout) == (0, "signalled\n"), done.stderr
+        assert proc.wait(10) == -signal.SIGTERM
+        assert _signal(tmp_path, run_id, "TERM").returncode != 0  # the process is gone: a stale pid file
+        pid_file.write_text("1; touch pwned\n")
+        assert _signal(tmp_path, run_id, "TERM").returncode != 0 and not (tmp_path / "pwned").exists()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_pdsh_agents_keep_a_pid_file_while_they_run_and_are_signalled_by_it(
+    ssh_cluster: SshCluster, tmp_path: Path
+) -> None:
+    """The launcher's SIGUSR1 and its stop reach each pdsh agent through the pid it wrote beside its plan; the
+    files go with the agents."""
+    run_id = f"t{uuid.uuid4().hex[:10]}"
+    args = [*base_args(ssh_cluster, "pdsh", ["node1", "node2"], slots=1), "--run-id", run_id]
+    proc = start([*args, OK_SCRIPT, "usr1", str(tmp_path)], cwd=tmp_path)
+    try:
+        assert wait_ready(tmp_path, 2), proc.stderr
+        for node in (0, 1):
+            pid = int((PLANS / f"{run_id}.{node}.pid").read_text())
+            assert b"dslaunch.agent" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        proc.send_signal(signal.SIGUSR1)
+        assert all(wait_for_file(str(tmp_path / f"usr1.{r}"), 10) for r in (0, 1))
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        stop(proc)
+    assert proc.returncode == 143, err
+    assert sorted(PLANS.glob(f"{run_id}.*")) == []
+    assert wait_until_gone(run_id, 10) == []
