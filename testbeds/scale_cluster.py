@@ -31,5 +31,12 @@ def scale_addrs(count: int, block: int) -> tuple[str, ...]:
 
 
 def start_scale_cluster(count: int, block: int = 10) -> SshCluster:
-    """sshd on ``count`` loopback addresses, aliases node1..nodeN in its ssh config and known_hosts."""
-    return start_cluster(scale_addrs(count, block))
+    """sshd on ``count`` loopback addresses, aliases node1..nodeN in its ssh config and known_hosts.
+
+    Its sessions get a home of their own (sshd's ``SetEnv HOME``): every "host" here shares this machine's home,
+    so one ``~/.bashrc`` for all, and where that runs ``pyenv init`` (this machine's root), each session's
+    ``pyenv rehash`` waits for the others' lock, serialising the N sessions a scale run starts at once (64
+    ``ssh HOST true`` took 18 s, one ``source ~/.bashrc`` 15 s meanwhile; 5.5 s with a home of their own). Real
+    hosts each have their own home. The staged plans (pdsh) and the agents' pid files go to that home.
+    """
+    return start_cluster(scale_addrs(count, block), own_home=True)

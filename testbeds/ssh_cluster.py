@@ -63,8 +63,9 @@ def _keygen(path: Path) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
 
 
-def start_cluster(addrs: tuple[str, ...] = ADDRS) -> SshCluster:
-    """sshd on ``addrs`` (aliases node1.. in the ssh config); the caller stops it."""
+def start_cluster(addrs: tuple[str, ...] = ADDRS, *, own_home: bool = False) -> SshCluster:
+    """sshd on ``addrs`` (aliases node1.. in the ssh config); the caller stops it. ``own_home``: its sessions'
+    HOME is ``base/home`` (sshd's ``SetEnv``), not the user's (``testbeds/scale_cluster.py`` says why)."""
     sshd = need("sshd")
     need("ssh-keygen")
     base = Path(tempfile.mkdtemp(prefix="dslaunch-ssh-"))
@@ -78,6 +79,9 @@ def start_cluster(addrs: tuple[str, ...] = ADDRS) -> SshCluster:
         "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
         "UsePAM no\nStrictModes no\nAcceptEnv LANG LC_*\nMaxStartups 200:30:300\nMaxSessions 200\nLogLevel VERBOSE\n"
     )
+    if own_home:
+        (base / "home").mkdir(mode=0o700)
+        common += f"SetEnv HOME={base}/home\n"
     # sshd listens on at most 16 addresses: one daemon per 16 "hosts"
     chunks = [addrs[i : i + 16] for i in range(0, len(addrs), 16)]
     for k, chunk in enumerate(chunks):

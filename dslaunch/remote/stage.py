@@ -22,10 +22,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dslaunch import wire
 from dslaunch.plan import LaunchPlan
 
-PLAN_DIR = ".cache/dslaunch/plans"  # relative to the remote home, where ssh commands start
+PLAN_DIR = ".cache/dslaunch/plans"  # relative to the remote $HOME (where the agent looks: not the shell's cwd)
 STALE_AFTER = 600  # seconds: a plan file this old was left by a launcher that died before its agents came
 # A pid file this old is swept too (a killed agent's; a longer job's stops then take the python path, reap.py)
 PID_STALE_AFTER = 86400
+
+
+def in_home(path: str) -> str:
+    """``path`` (relative to the home) for a remote shell: under ``$HOME`` as the agent resolves it, whatever
+    directory the session starts in (a shell startup file may ``cd``)."""
+    return '"$HOME"/' + shlex.quote(path)
 
 
 def plan_path(run_id: str, node_rank: int | str) -> str:
@@ -44,7 +50,7 @@ def signal_command(run_id: str, node_rank: int, name: str) -> str:
     that may be reused). Prints ``signalled`` when it did; no python starts, so a stop costs only a session."""
     if not name.isalnum():
         raise ValueError(f"not a signal name: {name!r}")
-    pid_file = shlex.quote(pid_path(run_id, node_rank))
+    pid_file = in_home(pid_path(run_id, node_rank))
     mark = shlex.quote(f"DSLAUNCH_RUN_ID={run_id}")
     return (
         f"p=$(cat {pid_file} 2>/dev/null) && [ -n \"$p\" ] && tr '\\0' '\\n' < \"/proc/$p/environ\" 2>/dev/null "
@@ -53,7 +59,7 @@ def signal_command(run_id: str, node_rank: int, name: str) -> str:
 
 
 def upload_command(run_id: str, node_rank: int) -> str:
-    return f"umask 077 && mkdir -p {PLAN_DIR} && cat > {shlex.quote(plan_path(run_id, node_rank))}"
+    return f"umask 077 && mkdir -p {in_home(PLAN_DIR)} && cat > {in_home(plan_path(run_id, node_rank))}"
 
 
 def stage_command(run_id: str, node_rank: int) -> str:
@@ -65,14 +71,14 @@ def sweep_command() -> str:
     minutes = STALE_AFTER // 60
     days = PID_STALE_AFTER // 60
     return (
-        f"find {PLAN_DIR} -maxdepth 1 -type f \\( -name '*.plan' -mmin +{minutes} -o -name '*.pid' -mmin +{days} \\) "
-        "-exec rm -f {} +"
+        f"find {in_home(PLAN_DIR)} -maxdepth 1 -type f "
+        f"\\( -name '*.plan' -mmin +{minutes} -o -name '*.pid' -mmin +{days} \\) -exec rm -f {{}} +"
     )
 
 
 def unstage_command(run_id: str) -> str:
     """Remove this job's plan (and agent pid) files on a host, in shell: nothing there needs to work but ``rm``."""
-    stem = shlex.quote(f"{PLAN_DIR}/{run_id}.")
+    stem = in_home(f"{PLAN_DIR}/{run_id}.")
     return f"rm -f -- {stem}*.plan {stem}*.pid"
 
 

@@ -99,7 +99,8 @@ def _sleeper(tmp_path: Path, run_id: str) -> tuple[subprocess.Popen[bytes], Path
 
 def _signal(tmp_path: Path, run_id: str, name: str) -> subprocess.CompletedProcess[str]:
     command = stage.signal_command(run_id, 3, name)
-    return subprocess.run(["sh", "-c", command], capture_output=True, text=True, cwd=tmp_path, check=False)
+    env = {**os.environ, "HOME": str(tmp_path)}
+    return subprocess.run(["sh", "-c", command], capture_output=True, text=True, env=env, check=False)
 
 
 def test_the_shell_signal_reaches_the_runs_process_and_nothing_else(tmp_path: Path) -> None:

@@ -114,8 +114,8 @@ def test_control_lines_are_parsed_whole_never_by_substring() -> None:
 def test_staged_plan_paths_are_per_node_and_quoted() -> None:
     assert stage.plan_path("r1", 3) == ".cache/dslaunch/plans/r1.3.plan"
     assert stage.upload_command("r1", 0) == (
-        "umask 077 && mkdir -p .cache/dslaunch/plans && cat > .cache/dslaunch/plans/r1.0.plan"
-    )
+        'umask 077 && mkdir -p "$HOME"/.cache/dslaunch/plans && cat > "$HOME"/.cache/dslaunch/plans/r1.0.plan'
+    )  # under $HOME, where the agent reads it, whatever directory the session starts in
 
 
 @pytest.mark.parametrize("run_id", ["../x", "a b", "a;b", ".hidden", "", "x" * 65, "é"])
