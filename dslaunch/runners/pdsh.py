@@ -28,6 +28,7 @@ from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import rlimits, stage
 from dslaunch.remote.command import agent_command, reap_command
 from dslaunch.remote.common import KEEPALIVE_COUNT, keepalive_interval, write_err
+from dslaunch.remote.ssh_mux import SshMux
 from dslaunch.remote.sshconfig import default_config_path
 from dslaunch.runners.job_loop import supervise_and_report
 from dslaunch.runners.pdsh_demux import PdshDemux
@@ -79,11 +80,13 @@ def pdsh_command(settings: RemoteSettings, hosts: Sequence[str], command: str, *
     ]
 
 
-def pdsh_env(settings: RemoteSettings, base: dict[str, str]) -> dict[str, str]:
+def pdsh_env(settings: RemoteSettings, base: dict[str, str], mux: Sequence[str] = ()) -> dict[str, str]:
+    """pdsh's environment: our ssh options (``mux``: a shared connection's) after the user's own."""
     env = dict(base)
     if any(c.isspace() for c in settings.ssh_config or ""):
         raise ValueError(f"pdsh cannot pass an ssh config path with spaces: {settings.ssh_config!r}")
-    env["PDSH_SSH_ARGS_APPEND"] = " ".join(filter(None, [base.get("PDSH_SSH_ARGS_APPEND", ""), *ssh_args(settings)]))
+    ours = [*ssh_args(settings), *mux]
+    env["PDSH_SSH_ARGS_APPEND"] = " ".join(filter(None, [base.get("PDSH_SSH_ARGS_APPEND", ""), *ours]))
     env.pop("PDSH_SSH_ARGS", None)  # our own -F/-p/-o must not be replaced by a custom template
     return env
 
@@ -140,6 +143,7 @@ class PdshNode:
         if self.stopping or self.key in self.demux.status:
             return
         self.stopping = True
+        self.demux.asked_to_stop.add(self.key)
         threading.Thread(target=self._stop, daemon=True).start()
 
     def _stop(self) -> None:
@@ -201,12 +205,20 @@ class PdshRunner(RemoteRunner):
         pdsh_labels([n.host for n in plan.nodes])  # before anything is staged
         for warning in rlimits.make_room(len(plan.nodes), "pdsh"):  # pdsh inherits them: pipes, ssh clients
             write_err(warning.encode())
+        mux = SshMux()
         try:
-            env = self._env = pdsh_env(settings, dict(os.environ))
-        except ValueError as exc:
-            return report_start_failures({"(all)": str(exc)})
-        timeout = max(1, round(settings.connect_timeout))
-        self._ssh_options = [*shlex.split(env["PDSH_SSH_ARGS_APPEND"]), "-o", f"ConnectTimeout={timeout}"]
+            try:
+                env = self._env = pdsh_env(settings, dict(os.environ), mux.client_options())
+            except ValueError as exc:
+                return report_start_failures({"(all)": str(exc)})
+            timeout = max(1, round(settings.connect_timeout))
+            appended = shlex.split(env["PDSH_SSH_ARGS_APPEND"])
+            self._ssh_options = [*mux.options(), *appended, "-o", f"ConnectTimeout={timeout}"]  # first value wins
+            return self._run(plan, settings, env)
+        finally:
+            mux.close()
+
+    def _run(self, plan: LaunchPlan, settings: RemoteSettings, env: dict[str, str]) -> JobResult:
         plan, why = self.with_free_port(plan, settings)
         if why:
             return report_start_failures({plan.nodes[0].host: why})
@@ -283,7 +295,13 @@ class _AgentSignals:
             return False
         return ssh.returncode == 0 and (out.startswith("signalled") or ("agent(s)" in out and " 0 agent(s)" not in out))
 
-    def close(self) -> None:
-        for ssh in list(self.started):  # a stop still on its way to a node that has ended anyway
-            if ssh.poll() is None:
+    def close(self, grace: float = 2.0) -> None:
+        """Let the signals still on their way finish (a killed client would not end its remote shell, which then
+        outlives the job), for ``grace`` seconds in all; then end their clients."""
+        deadline = time.monotonic() + grace
+        for ssh in list(self.started):
+            try:
+                ssh.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
                 ssh.kill()
+                ssh.wait()

@@ -49,6 +49,7 @@ class PdshDemux:
         self.status: dict[str, int] = {}
         self.closed: set[str] = set()
         self.stopped: set[str] = set()  # hosts whose ssh client we ended on purpose
+        self.asked_to_stop: set[str] = set()  # hosts whose agent we told to stop: how its ssh ends is no news
         self.reported: set[str] = set()  # hosts whose agent sent its "done" event
         self.lock = threading.Lock()
         self.consumed = 0  # bytes read from pdsh's stdout so far
@@ -178,7 +179,7 @@ class PdshDemux:
             line = raw.decode("utf-8", "replace")
             match = _SSH_END.match(line)
             if match and match["host"] in self.queues:
-                expected = match["host"] in self.stopped or match["host"] in self.status
+                expected = any(match["host"] in known for known in (self.stopped, self.asked_to_stop, self.status))
                 self._ended(match["host"], int(match["code"]) if match["code"] else 128 + int(match["sig"]))
                 if expected:
                     continue  # we ended that ssh client, or its agent already reported: not news
