@@ -26,9 +26,18 @@ WINDOW = 1.0  # seconds after a text's first line in which other ranks' copies a
 MAX_KEYS = 4096  # texts printed once that are remembered at most (the last 2048 to 4096)
 MAX_TEXT = 1 << 20  # bytes of those texts; and bytes of the texts held
 MAX_HELD = 1 << 16  # ranks held over all windows
-# More lines than this from one read of a rank's pipe (agent) or in one run of a node's lines (launcher) is a flood
-# (written faster than it is read): it passes as it is, with no per-line work.
+# More lines or bytes than this from one read of a rank's pipe (agent) or in one run of a node's lines (launcher)
+# is a flood (written faster than it is read): it passes as it is, with no per-line work. A warning that every rank
+# prints once (or a config every rank dumps) is one small read; a rank streaming its own log at full speed fills
+# every read (64 KiB), and collapsing that line by line cost 3.8x its throughput (bench/bench_collapse.py).
 FLOOD_LINES = 1024
+FLOOD_BYTES = 32 << 10
+
+
+def is_flood(lines: int, size: int) -> bool:
+    return lines > FLOOD_LINES or size >= FLOOD_BYTES
+
+
 # Seconds after every rank was asked for its stack (SIGQUIT, --hang-timeout) in which nothing collapses: each
 # rank's stack prints whole, as asked, rather than its lines shared with other ranks' stacks in range lines.
 STACKS_PAUSE = 5.0

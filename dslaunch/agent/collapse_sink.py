@@ -3,14 +3,14 @@
 What prints now goes into the sink with the stream's own output; the line of a closed window goes in when the
 agent's loop calls :meth:`tick` (``next_due`` says when) or :meth:`flush` (a failed rank, the end). Lines that
 start with ``\\r`` (a live progress bar on a terminal) and lines without the stream's prefix pass untouched, as
-do the lines of a read of more than ``collapse.FLOOD_LINES``.
+do the lines of a flood (``collapse.is_flood``: a read of over 1,024 lines or 32 KiB).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dslaunch.agent.collapse import DEFAULT, FLOOD_LINES, STACKS_PAUSE, Collapsed, Collapser, Limits, prefix_of
+from dslaunch.agent.collapse import DEFAULT, STACKS_PAUSE, Collapsed, Collapser, Limits, is_flood, prefix_of
 from dslaunch.agent.relay import Piece
 from dslaunch.agent.sink import Sink
 
@@ -36,7 +36,7 @@ class SinkCollapse:
             self.sink.put(key, pieces, bar)
             return
         data = b"".join(pieces)
-        if data.count(b"\n") > FLOOD_LINES:
+        if is_flood(data.count(b"\n"), len(data)):
             self.sink.put(key, [data], bar)
             return
         lines = data.split(b"\n")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 
 from dslaunch import wire
-from dslaunch.agent.collapse import DEFAULT, FLOOD_LINES, STACKS_PAUSE, Collapsed, Collapser, Limits, prefix_of
+from dslaunch.agent.collapse import DEFAULT, STACKS_PAUSE, Collapsed, Collapser, Limits, is_flood, prefix_of
 from dslaunch.agent.ranks import output_prefix
 from dslaunch.plan import LaunchPlan
 
@@ -38,7 +38,7 @@ class LineCollapse:
         return self.flush()
 
     def feed(self, text: str, now: float) -> str:
-        if text.count("\n") > FLOOD_LINES or now < self.paused_until:
+        if is_flood(text.count("\n"), len(text)) or now < self.paused_until:
             return without_flush_lines(text)
         lines = text.split("\n")
         tail = lines.pop()  # "" for whole lines
