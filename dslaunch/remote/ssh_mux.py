@@ -10,7 +10,7 @@ connection, not a handshake.
 The masters are not our children (ssh puts a persisting master in the background), so the runner ends them
 itself when the job is over (:meth:`SshMux.close`, by the private socket folder on their command line). A launcher
 killed with SIGKILL cannot: its pdsh dies with it, which ends pdsh's sessions, and each master then goes on its
-own ``PERSIST`` seconds after its last session.
+own ``PERSIST`` seconds (60) after its last session.
 """
 
 from __future__ import annotations
@@ -20,7 +20,11 @@ import shutil
 import signal
 import tempfile
 
-PERSIST = 10  # seconds a master stays after its last session
+# Seconds a master stays after its last session. Staging ends on the first hosts long before pdsh's clients come
+# for them (128 hosts on a 2-core test bed: 30 s); a master gone by then costs that host a second handshake, and
+# at 10 s half of them were (fail-fast 12 s at 128 hosts, as if unshared). It is also how long a master outlives
+# a launcher killed with SIGKILL.
+PERSIST = 60
 
 
 class SshMux:

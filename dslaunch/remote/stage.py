@@ -52,9 +52,9 @@ def signal_command(run_id: str, node_rank: int, name: str) -> str:
         raise ValueError(f"not a signal name: {name!r}")
     pid_file = in_home(pid_path(run_id, node_rank))
     mark = shlex.quote(f"DSLAUNCH_RUN_ID={run_id}")
-    return (
-        f"p=$(cat {pid_file} 2>/dev/null) && [ -n \"$p\" ] && tr '\\0' '\\n' < \"/proc/$p/environ\" 2>/dev/null "
-        f'| grep -qxF {mark} && kill -{name} "$p" && echo signalled'
+    return (  # one process besides the shell: a stop of every node at once is that many sessions
+        f'read -r p < {pid_file} && [ -n "$p" ] && grep -qzxF {mark} "/proc/$p/environ" 2>/dev/null '
+        f'&& kill -{name} "$p" && echo signalled'
     )
 
 
