@@ -20,18 +20,20 @@ SCRIPT = str(Path(__file__).parent / "scripts" / "ds_train.py")
 ENV = {"DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
 
 
-STALE_LOCK_S = 15 * 60  # the op's build takes minutes: a build lock older than this was left by a killed build
+IDLE_S = 300  # a build writes its objects far more often than this: a lock in a folder this idle is left over
 
 
 def _clear_stale_build_locks() -> None:
-    """torch waits forever for the lock file of a JIT build that was killed (a test run stopped mid-build leaves
-    it), so every later run would hang until its timeout: remove one that no build can still hold."""
+    """torch waits forever for the lock file of a JIT build whose holder died, so every later run would hang to
+    its timeout: a test run stopped mid-build leaves one, and so did a finished run here once (a lock of the last
+    job's, 09:57 on 2026-12-03, not yet explained). Remove a lock when nothing in its build folder changed lately."""
     root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
     for lock in [*root.glob("*/deepspeed*/lock"), *root.glob("deepspeed*/lock")]:
         try:
-            if time.time() - lock.stat().st_mtime > STALE_LOCK_S:
+            newest = max(p.stat().st_mtime for p in lock.parent.iterdir())
+            if time.time() - newest > IDLE_S:
                 lock.unlink()
-        except OSError:
+        except (OSError, ValueError):
             pass
 
 
