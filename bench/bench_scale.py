@@ -8,7 +8,7 @@ at 256), its runs are appended to ``--results`` and ``--write`` puts the table o
 
 One rank per host, a shell script (``testbeds.scale_cluster.RANK_SH``) that writes its start time. Each round
 runs, interleaved: bare ``pdsh -R ssh -f N true``; bare pdsh starting the agent's interpreter (``python -c 'import
-dslaunch.agent.run'``, what a node agent costs before it does anything); the ssh and pdsh runners with that trivial
+dslaunch.agent.run_node'``, what a node agent costs before it does anything); the ssh and pdsh runners with that trivial
 job; then both runners with a job where rank N/2 exits 3 once every rank has started (the others would sleep).
 Measured on the launcher process only (sampled from ``/proc`` every 10 ms, its CPU read from its zombie): wall time
 to its exit, all ranks started (the last start time), its own CPU seconds and, apart, its children's (pdsh and its
@@ -169,7 +169,7 @@ def cases(cluster: object, tmp: Path, fanout: int | None) -> dict[str, tuple[lis
     env["STAMPS"] = str(tmp / "stamps")
     pdsh = ["pdsh", "-R", "ssh", "-f", str(n), "-w", ",".join(aliases)]
     bare_env = {**env, "PDSH_SSH_ARGS_APPEND": f"-F {config}"}
-    python = f"{sys.executable} -c 'import dslaunch.agent.run'"
+    python = f"{sys.executable} -c 'import dslaunch.agent.run_node'"
     common = ["-H", hosts, "--ssh-config", config, "--run-id", "RUNID", "--export", "STAMPS"]
     common += ["--fanout", str(fanout)] if fanout else []
     fail = ["--export", "FAIL_RANK", "--export", "HOLD"]

@@ -20,7 +20,7 @@ from collections.abc import Mapping, MutableMapping
 RECORD_VAR = "DSLAUNCH_SET_BY_LAUNCHER"
 CHAIN_VAR = "DSLAUNCH_RUN_ID_CHAIN"
 RECORDED_PREFIXES = ("DSLAUNCH_", "PET_")
-# Set by the agent for each rank after the rank environment is built (agent/progress.py, bootstrap/progress.py):
+# Set by the agent for each rank after the rank environment is built (agent/watch.py, bootstrap/progress.py):
 # never a setting of the launcher, always the enclosing rank's own file.
 RANK_FILES = ("DSLAUNCH_PROGRESS_FILE", "DSLAUNCH_NCCL_TRACE_FILE")
 

@@ -88,7 +88,7 @@ class Elastic:
     """The hosts an attempt may use (docs/elastic.md): ``candidates`` in hostfile order, the active ones first.
 
     Empty ``candidates``: every attempt runs on ``plan.nodes`` as they are. Otherwise each attempt runs on the
-    first ``nnodes_max`` healthy candidates, and not at all below ``nnodes_min`` (``dslaunch.elastic``).
+    first ``nnodes_max`` healthy candidates, and not at all below ``nnodes_min`` (``dslaunch.job.elastic``).
     """
 
     candidates: tuple[Candidate, ...] = ()

@@ -19,6 +19,8 @@ import pytest
 if TYPE_CHECKING:
     from testbeds.ssh_cluster import SshCluster
 
+pytest_plugins = ["tests.beds"]  # the Slurm and network-namespace beds, for tests in any folder
+
 # Inside salloc/sbatch, `--launcher auto` would (rightly) choose Slurm for every launch test.
 for _name in [n for n in os.environ if n.startswith("SLURM_")]:
     del os.environ[_name]
@@ -70,9 +72,9 @@ def _job_processes() -> dict[int, str]:
 
 @pytest.fixture(scope="session", autouse=True)
 def adopt_orphans() -> None:
-    from dslaunch import _prctl
+    from dslaunch.oslib import prctl
 
-    _prctl.set_child_subreaper()
+    prctl.set_child_subreaper()
 
 
 # The markers of tests that start processes; a test with none of them is in the fast tier.

@@ -7,10 +7,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import psutil
 
 DSLAUNCH = [sys.executable, "-m", "dslaunch"]
+SCRIPTS = Path(__file__).parent / "scripts"  # the programs tests launch as ranks, shared by every test package
 
 
 def run_cli(

@@ -7,9 +7,10 @@ import os
 import signal
 import sys
 
-from dslaunch import _prctl, wire
+from dslaunch import wire
 from dslaunch.agent import mpi_env
-from dslaunch.agent.run import read_line, run_node
+from dslaunch.agent.run_node import read_line, run_node
+from dslaunch.oslib import prctl
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--node-rank: {exc}")
 
     # The launcher's death (even SIGKILL) must tear this node down.
-    _prctl.set_parent_death_signal(signal.SIGTERM)
+    prctl.set_parent_death_signal(signal.SIGTERM)
     if os.getppid() == 1:
         return 143
 

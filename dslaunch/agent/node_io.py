@@ -7,7 +7,7 @@ import os
 import signal
 import time
 
-from dslaunch import _prctl
+from dslaunch.oslib import prctl
 
 _BAR_PIPE = 256 << 10  # 64 ranks drawing bars stay well inside the default per-user pipe quota (64 MiB)
 _SAME_CLOCK = 0.05  # a file time this close to time.time() is this node's clock (the coarse one: a tick behind)
@@ -15,7 +15,7 @@ _SAME_CLOCK = 0.05  # a file time this close to time.time() is this node's clock
 
 def rank_preexec() -> None:  # runs in the child between fork and exec: prctl was resolved before the fork
     os.setsid()
-    _prctl.set_parent_death_signal(signal.SIGKILL)
+    prctl.set_parent_death_signal(signal.SIGKILL)
 
 
 def enlarge_pipe(fd: int) -> None:

@@ -23,12 +23,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
-from dslaunch import _prctl, procs, wire
-from dslaunch.agent import collapse
+from dslaunch import wire
 from dslaunch.agent import node_state as ns
 from dslaunch.agent import ranks as rankspec
-from dslaunch.agent.collapse_sink import SinkCollapse
-from dslaunch.agent.error_record import ErrorRecord, keep_tail, read_error_file, tail_lines
+from dslaunch.agent.failures import ErrorRecord, keep_tail, read_error_file, tail_lines
 from dslaunch.agent.node_io import (
     drain,
     enlarge_pipe,
@@ -39,15 +37,19 @@ from dslaunch.agent.node_io import (
     rank_preexec,
     same_file,
 )
-from dslaunch.agent.progress import ProgressWatch
-from dslaunch.agent.relay import READ_SIZE, LineRelay, Piece
-from dslaunch.agent.sink import Sink
+from dslaunch.agent.watch import ProgressWatch
 from dslaunch.logs import get_logger, phases
+from dslaunch.oslib import prctl, procs
+from dslaunch.oslib.owner_only import private_dir, private_open
+from dslaunch.output import collapse
+from dslaunch.output.collapse_agent import SinkCollapse
+from dslaunch.output.prefix import output_prefix
+from dslaunch.output.relay import READ_SIZE, LineRelay, Piece
+from dslaunch.output.sink import Sink
 from dslaunch.plan import LaunchPlan
-from dslaunch.private import private_dir, private_open
 
 if TYPE_CHECKING:
-    from dslaunch.agent.zygote import Zygote
+    from dslaunch.agent.preload.zygote import Zygote
 
 _BAR_PAUSE = 0.02  # a stream showing a \r bar that writes little is read at most this often
 _PID_POLL = 0.05  # a rank without a pidfd is polled this often
@@ -94,7 +96,7 @@ class _Stream:
     resume_at: float = 0.0  # a bar that writes little is read again only from then
     watched: bool = False
     roomy: bool = False  # its pipe was enlarged for a bar
-    collapse: SinkCollapse | None = None  # identical lines of many ranks print once (agent/collapse.py)
+    collapse: SinkCollapse | None = None  # identical lines of many ranks print once (output/collapse.py)
 
     def put(self, pieces: list[Piece], bar: bytes | None) -> None:
         if self.collapse is None:
@@ -181,7 +183,7 @@ class NodeLoop:
     def start(self, error_dir: str) -> None:
         import subprocess  # keep agent start-up lean
 
-        _prctl.set_child_subreaper()
+        prctl.set_child_subreaper()
         log_dir = self.plan.log_dir
         if log_dir:
             private_dir(log_dir)
@@ -189,7 +191,7 @@ class NodeLoop:
         self.fs_clock_offset = fs_clock_offset(log_dir or error_dir)
         zygote = None
         if self.plan.preload:  # --preload: fork the ranks from one process that imported the modules (zygote.py)
-            from dslaunch.agent.zygote import for_node
+            from dslaunch.agent.preload.zygote import for_node
 
             zygote = for_node(self.plan, self.node, os.environ, error_dir)
         try:
@@ -232,7 +234,7 @@ class NodeLoop:
             proc=proc,
             pid=proc.pid,
             pidfd=pidfd_of(proc.pid),
-            prefix=rankspec.output_prefix(self.plan, self.node, local_rank).encode(),
+            prefix=output_prefix(self.plan, self.node, local_rank).encode(),
             error_file=error_file,
         )
         if log_dir:
@@ -514,7 +516,7 @@ class NodeLoop:
             self._apply(self.state.on_signal(signum, now=time.monotonic(), wall=time.time()))
 
     def _print_stacks(self) -> None:
-        """Every live rank prints its stack; the job goes on (agent/progress.py)."""
+        """Every live rank prints its stack; the job goes on (agent/watch.py)."""
         if self.progress is None:
             return
         for held in self.collapses.values():

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from dslaunch import wire
-from dslaunch.agent.error_record import ErrorRecord
+from dslaunch.agent.failures import ErrorRecord
 
 STALL = 0.5  # while stopping, a reader that takes no output for this long is given up on
 HELD_OPEN = 0.5  # ranks gone, pipes silent this long (a grandchild holds them): stop reading
@@ -24,7 +24,7 @@ DRAIN_POLL = 0.1  # ranks gone: how often to look at the pipes and sinks at the 
 KILL_REPEAT = 0.05  # past the deadline: SIGKILL again this often until every rank is reaped
 TEARDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 FORWARD_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
-STACKS = signal.SIGQUIT  # print every rank's stack (agent/progress.py)
+STACKS = signal.SIGQUIT  # print every rank's stack (agent/watch.py)
 CLOCK_SLACK = 0.02  # a file's ctime comes from the kernel's coarse clock: up to a tick behind time.time()
 WRITE_SLACK = 0.1  # a rank's failure time may precede the change of its error file by this much at most
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from dslaunch import binding, nesting
+from dslaunch import nesting
+from dslaunch.oslib import binding
 from dslaunch.plan import LaunchPlan, NodePlan
 
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -78,10 +79,3 @@ def rank_env(
     env[nesting.CHAIN_VAR] = nesting.chain(env, plan.run_id)
     env[nesting.RECORD_VAR] = nesting.record(env)
     return env
-
-
-def output_prefix(plan: LaunchPlan, node: NodePlan, local_rank: int) -> str:
-    rank = node.ranks[local_rank]
-    if len(plan.nodes) == 1:
-        return f"[rank{rank}]: "
-    return f"[{node.host}:rank{rank}]: "

@@ -36,7 +36,7 @@ def requested_spec(arg: Any = None, env: Mapping[str, str] | None = None) -> tup
         return as_spec(env["DSLAUNCH_MESH"]), "DSLAUNCH_MESH"
     path = env.get("DSLAUNCH_CONFIG")
     if path:
-        from dslaunch.config import ConfigError, load_config
+        from dslaunch.inputs.config import ConfigError, load_config
 
         try:
             spec = spec_from_config(load_config(path))

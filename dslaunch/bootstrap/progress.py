@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from dslaunch.private import private_open
+from dslaunch.oslib.owner_only import private_open
 
 ENV = "DSLAUNCH_PROGRESS_FILE"
 TRACE_ENV = "DSLAUNCH_NCCL_TRACE_FILE"

@@ -8,7 +8,7 @@ import runpy
 import sys
 
 from dslaunch.bootstrap import open_files, progress, teardown
-from dslaunch.bootstrap.errorfile import user_traceback, write_error_file
+from dslaunch.bootstrap.failure_file import user_traceback, write_error_file
 from dslaunch.logs import phases
 
 _SKIP = ("runpy.py", os.path.join("dslaunch", "bootstrap", "run.py"), "<frozen runpy>")

@@ -21,7 +21,7 @@ import click
 from dslaunch import __version__, masking, nesting
 from dslaunch.cli import (
     core_options,
-    ds_compat,
+    deepspeed_flags,
     log_options,
     mesh_options,
     parity_options,
@@ -35,7 +35,7 @@ from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan
 
 # Option areas, in --help order.
-AREAS = (ds_compat, core_options, restart_options, log_options, remote_options, parity_options, mesh_options)
+AREAS = (deepspeed_flags, core_options, restart_options, log_options, remote_options, parity_options, mesh_options)
 
 
 def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -63,12 +63,12 @@ class DslaunchCommand(click.Command):
         # environment (DSLAUNCH_* and PET_* read as options, the run id) and the user did not change.
         nesting.forget_parent_job(os.environ)
         with user_errors():  # the option callbacks' errors too
-            return super().parse_args(ctx, ds_compat.expand_abbreviations(args, self.params))
+            return super().parse_args(ctx, deepspeed_flags.expand_abbreviations(args, self.params))
 
 
 def choices_of(values: dict[str, Any], environ: Mapping[str, str]) -> Choices:
     """Parse every area's options (``values`` is click's, DeepSpeed spellings translated in place)."""
-    ds_compat.translate(values)
+    deepspeed_flags.translate(values)
     core = core_options.parse(values)
     return Choices(
         core=core,
@@ -108,7 +108,7 @@ def _act(choices: Choices, decision: Decision) -> int:
         code, report = run_preflight(plan)
         click.echo(report)
         return code
-    from dslaunch.runners import get_runner
+    from dslaunch.runners import get_runner, host_pool
 
     runner = get_runner(plan.launcher)
     if core.dry_run:
@@ -117,9 +117,9 @@ def _act(choices: Choices, decision: Decision) -> int:
     if choices.parity.save_pid:
         parity_options.write_pid_file(choices.parity.save_pid)
     log_options.log_launch(plan.launcher, runner.describe(plan), plan.env, decision.secrets)
-    from dslaunch.runners.attempts import run_attempts
+    from dslaunch.job.attempts import run_attempts
 
-    return run_attempts(runner, plan)
+    return run_attempts(runner, plan, host_pool(runner, plan))
 
 
 def _dry_run(plan: LaunchPlan, commands: list[str], secrets: frozenset[str], *, as_json: bool) -> None:

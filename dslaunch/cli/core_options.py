@@ -12,14 +12,14 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from dslaunch import hostfile
-from dslaunch.binding import usable_cores
 from dslaunch.cli.files import read_option_file
 from dslaunch.cli.types import NodesType, NprocType, Seconds, Whole, pet
-from dslaunch.config import ConfigError, hang_timeout, load_config
 from dslaunch.errors import DslaunchError
-from dslaunch.gpus import gpu_labels
+from dslaunch.inputs import hostfile
+from dslaunch.inputs.config import ConfigError, hang_timeout, load_config
 from dslaunch.limits import MAX_WORLD_SIZE
+from dslaunch.oslib.binding import usable_cores
+from dslaunch.oslib.gpus import gpu_labels
 from dslaunch.plan import Program
 
 DEFAULT_HOSTFILE = "/job/hostfile"  # DeepSpeed's default, read only if it exists

@@ -14,15 +14,15 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from dslaunch import hostfile
 from dslaunch.cli import mesh_options, parity_options, remote_options, run_ids, slurm_hosts
 from dslaunch.cli.core_options import LOCAL_NAMES, CoreChoices, resource_pool
 from dslaunch.cli.log_options import LogChoices
 from dslaunch.cli.mesh_options import MeshChoice
 from dslaunch.cli.parity_options import ParityChoices
 from dslaunch.cli.remote_options import RemoteChoices
-from dslaunch.config import unknown_key_warnings
 from dslaunch.errors import DslaunchError
+from dslaunch.inputs import hostfile
+from dslaunch.inputs.config import unknown_key_warnings
 from dslaunch.masking import is_secret_name
 from dslaunch.plan import Candidate, Elastic, LaunchPlan, NodePlan, Program, Restarts, SlurmSettings, assign_ranks
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dslaunch import userfiles
 from dslaunch.errors import DslaunchError
+from dslaunch.inputs import userfiles
 
 
 def read_option_file(path: str, what: str, option: str, *, required: bool) -> str | None:
-    """The file's text (capped: :mod:`dslaunch.userfiles`); None when it is missing and not ``required``."""
+    """The file's text (capped: :mod:`dslaunch.inputs.userfiles`); None when it is missing and not ``required``."""
     try:
         return userfiles.read_text(path, what, option=option)
     except FileNotFoundError:

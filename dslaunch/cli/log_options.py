@@ -14,8 +14,8 @@ from typing import Any
 
 import click
 
-from dslaunch.config import ConfigError, steps_per_print
 from dslaunch.errors import DslaunchError
+from dslaunch.inputs.config import ConfigError, steps_per_print
 from dslaunch.logs import spec as S
 from dslaunch.plan import COLLAPSE_VAR, LaunchPlan
 

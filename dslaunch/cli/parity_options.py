@@ -11,8 +11,8 @@ from typing import Any
 
 import click
 
-from dslaunch import binding
 from dslaunch.errors import DslaunchError
+from dslaunch.oslib import binding
 
 PARAMS: list[click.Parameter] = [
     click.Option(

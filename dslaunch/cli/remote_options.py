@@ -9,10 +9,10 @@ from typing import Any
 
 import click
 
-from dslaunch import userfiles
 from dslaunch.cli.files import read_option_file
 from dslaunch.cli.types import Seconds, Whole, pet
 from dslaunch.errors import DslaunchError
+from dslaunch.inputs import userfiles
 from dslaunch.limits import MAX_WORLD_SIZE
 from dslaunch.plan import RemoteSettings
 

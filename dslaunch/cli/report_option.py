@@ -8,7 +8,7 @@ import os
 import click
 
 from dslaunch.errors import DslaunchError
-from dslaunch.private import private_open
+from dslaunch.oslib.owner_only import private_open
 
 
 def report(log_dir: str) -> tuple[str, str]:

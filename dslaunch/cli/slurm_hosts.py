@@ -12,9 +12,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from dslaunch.binding import usable_cores
 from dslaunch.cli.core_options import NO_GPU, CoreChoices
 from dslaunch.errors import DslaunchError
+from dslaunch.oslib.binding import usable_cores
 from dslaunch.plan import Candidate, Elastic, NodePlan, SlurmSettings
 
 
@@ -175,7 +175,7 @@ def _cpus_per_node(env: Mapping[str, str]) -> int:
 
 
 def _local_slots(nproc: int | str | None, env: Mapping[str, str]) -> tuple[str, ...]:
-    from dslaunch.gpus import gpu_labels
+    from dslaunch.oslib.gpus import gpu_labels
 
     gpus = () if nproc == "cpu" else gpu_labels(env)
     if nproc == "gpu" and not gpus:

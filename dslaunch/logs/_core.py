@@ -20,7 +20,7 @@ from typing import Any
 from dslaunch.limits import ascii_int
 from dslaunch.logs import spec as S
 from dslaunch.logs._sinks import _STATE, _after_fork, _flush_file, state, write
-from dslaunch.private import private_dir, private_open
+from dslaunch.oslib.owner_only import private_dir, private_open
 
 
 class Logger:

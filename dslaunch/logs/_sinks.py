@@ -13,7 +13,7 @@ from typing import IO, Any
 
 from dslaunch.logs import render
 from dslaunch.logs import spec as S
-from dslaunch.private import private_open
+from dslaunch.oslib.owner_only import private_open
 
 
 class _State:

@@ -18,15 +18,15 @@ def keepalive_interval(settings: RemoteSettings) -> int:
 
 
 def write_err(data: bytes) -> None:
-    """To our stderr, never waiting for its reader (``remote/lanes.py``): :func:`flush_err` waits."""
-    from dslaunch.remote.lanes import ERR
+    """To our stderr, never waiting for its reader (``output/lanes.py``): :func:`flush_err` waits."""
+    from dslaunch.output.lanes import ERR
 
     ERR.write(data)
 
 
 def flush_err() -> None:
     """Until what ``write_err`` took is out, or our stderr took nothing for half a second."""
-    from dslaunch.remote.lanes import ERR, ERR_STALL
+    from dslaunch.output.lanes import ERR, ERR_STALL
 
     ERR.flush(ERR_STALL)
 

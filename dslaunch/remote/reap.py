@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 
-from dslaunch.procs import job_pids
+from dslaunch.oslib.procs import job_pids
 from dslaunch.remote import stage
 
 

@@ -8,8 +8,8 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from dslaunch import userfiles
 from dslaunch.errors import DslaunchError
+from dslaunch.inputs import userfiles
 from dslaunch.logs.phases import EVENT, PHASES
 
 _KNOWN = frozenset(PHASES)

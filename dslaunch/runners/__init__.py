@@ -7,33 +7,26 @@ pays for paramiko or anything else a runner needs.
 from __future__ import annotations
 
 import importlib
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from dslaunch.plan import LaunchPlan
-from dslaunch.runners.result import JobResult
+
+if TYPE_CHECKING:
+    from dslaunch.job.attempts import HostPool
+    from dslaunch.job.runner import Runner
 
 # name -> "module:Class"; helpers of other issues add their runners here.
 RUNNERS: dict[str, str] = {
     "local": "dslaunch.runners.local:LocalRunner",
-    "slurm": "dslaunch.runners.slurm:SlurmRunner",
+    "slurm": "dslaunch.runners.slurm.runner:SlurmRunner",
     "openmpi": "dslaunch.runners.mpi:OpenMpiRunner",
     "mpich": "dslaunch.runners.mpi:MpichRunner",
     "ssh": "dslaunch.runners.ssh:SshRunner",
-    "pdsh": "dslaunch.runners.pdsh:PdshRunner",
+    "pdsh": "dslaunch.runners.pdsh.runner:PdshRunner",
     "node": "dslaunch.runners.node:NodeRunner",
 }
 # What --launcher accepts: "node" is chosen internally by --node-rank, never by name.
 USER_LAUNCHERS: tuple[str, ...] = ("auto", *sorted(name for name in RUNNERS if name != "node"))
-
-
-class Runner(Protocol):
-    name: str
-
-    def describe(self, plan: LaunchPlan) -> list[str]:
-        """The commands this runner would run, secrets masked (for --dry-run)."""
-
-    def run(self, plan: LaunchPlan) -> JobResult:
-        """Run one attempt of the job: start it, supervise it, tear it down everywhere, and say how it ended."""
 
 
 def get_runner(name: str) -> Runner:
@@ -44,3 +37,28 @@ def get_runner(name: str) -> Runner:
     module_name, _, class_name = spec.partition(":")
     cls = getattr(importlib.import_module(module_name), class_name)
     return cls()  # type: ignore[no-any-return]
+
+
+def host_pool(runner: Runner, plan: LaunchPlan) -> HostPool:
+    """The hosts of each attempt, with this transport's probe (a runner's own, else --preflight's over ssh) and
+    address lookup (Slurm's node addresses, else ssh_config's)."""
+    from dslaunch.job.attempts import HostPool
+
+    probe = getattr(runner, "probe", None)
+    if probe is None:
+        from dslaunch.runners.preflight import probe_hosts as probe
+    return HostPool(plan, probe, _slurm_address if plan.launcher == "slurm" else _ssh_address)
+
+
+def _slurm_address(plan: LaunchPlan, host: str) -> str:
+    import os
+
+    from dslaunch.slurm.address import node_address
+
+    return node_address(host, os.environ)
+
+
+def _ssh_address(plan: LaunchPlan, host: str) -> str:
+    from dslaunch.remote.sshconfig import resolve_address
+
+    return resolve_address(host, plan.remote.ssh_config)

@@ -12,12 +12,13 @@ import sys
 import time
 from collections.abc import Iterator
 
-from dslaunch import _prctl, procs, wire
+from dslaunch import wire
 from dslaunch.errors import DslaunchError
+from dslaunch.job.loop import supervise_and_report
+from dslaunch.job.result import JobResult
+from dslaunch.oslib import prctl, procs
 from dslaunch.plan import LaunchPlan
 from dslaunch.remote.common import START_FAILED
-from dslaunch.runners.job_loop import supervise_and_report
-from dslaunch.runners.result import JobResult
 
 
 def _reset_signal_handlers() -> None:
@@ -38,7 +39,7 @@ class _ForkedAgent:
     """
 
     def __init__(self, plan: LaunchPlan, node_rank: int) -> None:
-        from dslaunch.agent.run import run_node  # import before fork, once
+        from dslaunch.agent.run_node import run_node
 
         in_r, in_w = os.pipe()
         ev_r, ev_w = os.pipe()
@@ -54,7 +55,7 @@ class _ForkedAgent:
                 os.dup2(in_r, 0)
                 os.close(in_r)
                 _reset_signal_handlers()
-                _prctl.set_parent_death_signal(signal.SIGTERM)
+                prctl.set_parent_death_signal(signal.SIGTERM)
                 if os.getppid() != parent:
                     os._exit(143)
                 if plan.cwd:
@@ -158,11 +159,11 @@ class LocalRunner:
             plan = plan.with_port(port_on_this_machine(plan.master_addr))
         else:
             check_port_free(plan.master_addr, plan.master_port)
-        from dslaunch.agent import zygote_warm
+        from dslaunch.agent.preload import warm
 
         handles = []
-        _prctl.load()
-        zygote_warm.prepare(plan)  # --preload with restarts: one zygote per node for the whole job
+        prctl.load()
+        warm.prepare(plan)  # --preload with restarts: one zygote per node for the whole job
         try:
             for node in plan.nodes:
                 handles.append(LocalAgent(plan, node.node_rank))

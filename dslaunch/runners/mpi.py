@@ -20,12 +20,13 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from dslaunch import _prctl, wire
+from dslaunch import wire
 from dslaunch.errors import DslaunchError
+from dslaunch.job.loop import supervise_and_report
+from dslaunch.job.result import JobResult, stopped
+from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote.common import START_FAILED
-from dslaunch.runners.job_loop import supervise_and_report
-from dslaunch.runners.result import JobResult, stopped
 
 HOSTFILE_TOKEN = "{hostfile}"  # replaced by the per-job hostfile's path
 SSH_TOKEN = "{ssh}"  # replaced by the per-job ssh wrapper's path (MPICH)
@@ -159,7 +160,7 @@ _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 def _preexec() -> None:
     os.setsid()  # a terminal's Ctrl-C reaches dslaunch only; it stops mpirun in order
-    _prctl.set_parent_death_signal(signal.SIGTERM)
+    prctl.set_parent_death_signal(signal.SIGTERM)
 
 
 class MpiJob:
@@ -169,7 +170,7 @@ class MpiJob:
         self.node_rank = 0
         self.nodes = len(plan.nodes)
         self.host = f"{argv[0].rsplit('/', 1)[-1]} ({len(plan.nodes)} node(s))"
-        _prctl.load()  # before the fork: the child only makes the call
+        prctl.load()  # before the fork: the child only makes the call
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env, cwd=plan.cwd or None, preexec_fn=_preexec
         )

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from dslaunch.job.loop import supervise_and_report
+from dslaunch.job.result import JobResult
 from dslaunch.plan import LaunchPlan
-from dslaunch.runners.job_loop import supervise_and_report
 from dslaunch.runners.local import LocalAgent, check_port_free
-from dslaunch.runners.result import JobResult
 
 
 class NodeRunner:

@@ -1,4 +1,4 @@
-"""``dslaunch --preflight`` on the hosts: the probe of :mod:`dslaunch.remote.preflight`, over the runners' ssh/pdsh."""
+"""``dslaunch --preflight`` on the hosts: the probe of :mod:`dslaunch.remote.probe`, over the runners' ssh/pdsh."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from dslaunch.plan import LaunchPlan, assign_ranks
-from dslaunch.remote.preflight import evaluate, local_expected, parse_probe, probe_command, render
+from dslaunch.remote.probe import evaluate, local_expected, parse_probe, probe_command, render
 
 
 def _run_local(command: str, timeout: float) -> tuple[int | None, str, str]:
@@ -44,7 +44,7 @@ def _results_ssh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, 
 
 
 def _results_pdsh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, str, str]]:
-    from dslaunch.runners.pdsh import pdsh_command, pdsh_env, pdsh_label, pdsh_labels
+    from dslaunch.runners.pdsh.runner import pdsh_command, pdsh_env, pdsh_label, pdsh_labels
 
     settings = plan.remote
     pdsh_labels([n.host for n in plan.nodes])

@@ -15,12 +15,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from dslaunch import wire
+from dslaunch.job.loop import supervise_and_report
+from dslaunch.job.result import JobResult
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import common, rlimits
 from dslaunch.remote.command import agent_command
-from dslaunch.runners.job_loop import supervise_and_report
 from dslaunch.runners.remote_base import RemoteRunner, report_start_failures
-from dslaunch.runners.result import JobResult
 
 # Bytes per read of a channel: paramiko moves what is left in its buffer (up to the 2 MiB window) down after each
 # read, so small reads of a full buffer cost more than the bytes they return; much larger ones cost memory.

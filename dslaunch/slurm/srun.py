@@ -13,7 +13,7 @@ _OWNED = ("--nodes", "-N", "--ntasks-per-node", "--ntasks", "-n", "--nodelist", 
 
 def step_argv(plan: LaunchPlan) -> list[str]:
     """What each srun task runs: the in-step entry point, which finds the plan in its environment."""
-    return [plan.program.python, "-m", "dslaunch.runners.slurm_task"]
+    return [plan.program.python, "-m", "dslaunch.runners.slurm.task"]
 
 
 def srun_env(plan: LaunchPlan, base: Mapping[str, str]) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """Inside an srun task (pure): which node of the plan this task is, and the step's port.
 
-Acting on it (node agent or rank) is :mod:`dslaunch.runners.slurm_step`.
+Acting on it (node agent or rank) is :mod:`dslaunch.runners.slurm.in_step`.
 """
 
 from __future__ import annotations

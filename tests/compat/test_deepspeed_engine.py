@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import DSLAUNCH
+from tests.helpers import DSLAUNCH, SCRIPTS
 
 pytestmark = [pytest.mark.torch, pytest.mark.launch, pytest.mark.torch_api]
-SCRIPT = str(Path(__file__).parent / "scripts" / "ds_train.py")
+SCRIPT = str(SCRIPTS / "ds_train.py")
 # The first run JIT-builds DeepSpeed's shared-memory allreduce op (about a minute, then cached).
 ENV = {"DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
 

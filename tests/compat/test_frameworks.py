@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import SCRIPTS, run_cli
 
-SCRIPTS = Path(__file__).parent / "scripts"
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(150), pytest.mark.launch, pytest.mark.torch_api]
 
 

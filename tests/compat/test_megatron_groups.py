@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import SCRIPTS, run_cli
 
 pytestmark = [pytest.mark.torch, pytest.mark.launch, pytest.mark.torch_api]
-SCRIPT = Path(__file__).parent / "scripts" / "megatron_groups.py"
+SCRIPT = SCRIPTS / "megatron_groups.py"
 SPECS = [
     "tp=2,ep=2",  # etp = tp (Megatron's default): ep groups [0, 2], [1, 3]
     "tp=2,ep=2,etp=1",

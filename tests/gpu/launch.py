@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import SCRIPTS
+
 ROOT = Path(__file__).parents[2]
-SCRIPTS = Path(__file__).parent / "scripts"
 FACTS = str(SCRIPTS / "facts.py")
 # Short timeouts everywhere: a broken NCCL or gloo set-up fails the test in a minute, not in torch's 10 or 30;
 # NCCL says what went wrong, if anything does, in the output a failing test shows.

@@ -1,5 +1,5 @@
 """Which GPU each rank gets: CUDA_VISIBLE_DEVICES from the node's slots (hostfile, ``-i host:3,1``), and
-``--nproc-per-node gpu|auto`` counting this machine's GPUs (dslaunch/agent/ranks.py, dslaunch/gpus.py)."""
+``--nproc-per-node gpu|auto`` counting this machine's GPUs (dslaunch/agent/ranks.py, dslaunch/oslib/gpus.py)."""
 
 from __future__ import annotations
 

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import SCRIPTS, run_cli
 
 pytestmark = [pytest.mark.torch, pytest.mark.launch, pytest.mark.torch_api]
-SCRIPTS = Path(__file__).parent / "scripts"
 ENV = {"DSLAUNCH_PG_TIMEOUT": "30"}
 
 SPECS_4 = [

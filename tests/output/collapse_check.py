@@ -13,9 +13,9 @@ import threading
 import time
 from pathlib import Path
 
-from tests.helpers import DSLAUNCH
+from tests.helpers import DSLAUNCH, SCRIPTS
 
-SCRIPT = str(Path(__file__).parent / "scripts" / "collapse_rank.sh")
+SCRIPT = str(SCRIPTS / "collapse_rank.sh")
 SAME = "UserWarning: the same on every rank"
 
 

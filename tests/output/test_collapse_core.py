@@ -1,4 +1,4 @@
-"""The console collapse's pure core (agent/collapse.py) and its two shells, driven in-process with times as numbers.
+"""The console collapse's pure core (output/collapse.py) and its two shells, driven in-process with times as numbers.
 
 Each row: lines fed as (time, rank, text) and ticks as (time, None, None); what prints, in order. A line that
 prints at once is written ``rank:text``; a closed window's line ``[ranks]:text``.
@@ -11,11 +11,11 @@ import os
 import pytest
 
 from dslaunch import wire
-from dslaunch.agent.collapse import DEFAULT, Collapsed, Collapser, Limits, agent_collapses, prefix_of, rank_ranges
-from dslaunch.agent.collapse_sink import SinkCollapse
-from dslaunch.agent.sink import Sink
+from dslaunch.output.collapse import DEFAULT, Collapsed, Collapser, Limits, agent_collapses, prefix_of, rank_ranges
+from dslaunch.output.collapse_agent import SinkCollapse
+from dslaunch.output.collapse_launcher import LineCollapse, without_flush_lines
+from dslaunch.output.sink import Sink
 from dslaunch.plan import LaunchPlan, NodePlan, Program
-from dslaunch.remote.console import LineCollapse, without_flush_lines
 from tests.plans import plan_of
 
 Step = tuple[float, int | None, str | None]  # (time, rank, text); rank None: a tick (a flush at time -1)

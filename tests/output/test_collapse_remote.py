@@ -1,7 +1,7 @@
 """The console collapse across hosts over a real sshd: 256 trivial ranks on 4 hosts (64 each), ssh and pdsh.
 
-Remote agents do not collapse; the launcher does, over every node's lines (remote/console.py). The ranks wait at
-a gate (tests/output/collapse_check.py), so every host's copies come within the window.
+Remote agents do not collapse; the launcher does, over every node's lines (output/collapse_launcher.py). The ranks
+wait at a gate (tests/output/collapse_check.py), so every host's copies come within the window.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""remote/lanes.py: output on its way to a stdout that may not be read; the reader of the transport never waits.
+"""output/lanes.py: output on its way to a stdout that may not be read; the reader of the transport never waits.
 
 In-process (threads and a pipe, no process): the pdsh and ssh runners' real-process cases are in
 test_unread_stdout.py.
@@ -10,8 +10,8 @@ import os
 import threading
 import time
 
-from dslaunch.agent.sink import Sink
-from dslaunch.remote.lanes import HeldLines, OutputLane, flush
+from dslaunch.output.lanes import HeldLines, OutputLane, flush
+from dslaunch.output.sink import Sink
 
 
 def _reader(fd: int, got: bytearray, start: threading.Event) -> threading.Thread:

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import DSLAUNCH, job_processes, wait_until_gone
+from tests.helpers import DSLAUNCH, SCRIPTS, job_processes, wait_until_gone
 from tests.output.watch import Watch
 
 pytestmark = pytest.mark.launch
 
-SCRIPTS = Path(__file__).parent / "scripts"
 P0 = b"[rank0]: "
 RSS_BUDGET_MB = 64
 

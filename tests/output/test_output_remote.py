@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from testbeds.ssh_cluster import SshCluster
-from tests.helpers import DSLAUNCH
+from tests.helpers import DSLAUNCH, SCRIPTS
 from tests.remote.launch import RUNNERS, base_args, clean_env, run
 
 pytestmark = [pytest.mark.launch, pytest.mark.cluster]
 
-SCRIPT = str(Path(__file__).parent / "scripts" / "long_and_forged.py")
+SCRIPT = str(SCRIPTS / "long_and_forged.py")
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
@@ -45,7 +45,7 @@ def test_a_reader_that_never_reads_cannot_delay_fail_fast_remote(
     args = [*base_args(ssh_cluster, runner, ["node1", "node2"], slots=1), "--export", f"STAMP={stamp}"]
     read_end, write_end = os.pipe()
     proc = subprocess.Popen(
-        [*DSLAUNCH, *args, str(Path(__file__).parent / "scripts" / "flood_then_fail.py")],
+        [*DSLAUNCH, *args, str(SCRIPTS / "flood_then_fail.py")],
         stdout=write_end,
         stderr=subprocess.PIPE,
         env=clean_env(),

@@ -9,8 +9,8 @@ import time
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dslaunch.agent.relay import LINE_LIMIT, READ_SIZE, LineRelay
-from dslaunch.agent.sink import Sink
+from dslaunch.output.relay import LINE_LIMIT, READ_SIZE, LineRelay
+from dslaunch.output.sink import Sink
 
 P = b"[rank0]: "
 

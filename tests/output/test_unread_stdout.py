@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from testbeds.ssh_cluster import SshCluster
-from tests.helpers import DSLAUNCH
+from tests.helpers import DSLAUNCH, SCRIPTS
 from tests.remote.launch import RUNNERS, base_args, clean_env
 
 pytestmark = [pytest.mark.launch]
 
-SCRIPT = str(Path(__file__).parent / "scripts" / "flood_one_fail_other.py")
+SCRIPT = str(SCRIPTS / "flood_one_fail_other.py")
 SUMMARY = b"rank 3 (local_rank 1, node 1) on host "
 
 

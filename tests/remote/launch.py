@@ -10,9 +10,9 @@ import uuid
 from pathlib import Path
 
 from testbeds.ssh_cluster import SshCluster, need
-from tests.helpers import DSLAUNCH, job_processes, wait_for_file, wait_until_gone
+from tests.helpers import DSLAUNCH, SCRIPTS, job_processes, wait_for_file, wait_until_gone
 
-SCRIPT = str(Path(__file__).parent / "scripts" / "job.py")
+SCRIPT = str(SCRIPTS / "job.py")
 RUNNERS = ("ssh", "pdsh")
 
 

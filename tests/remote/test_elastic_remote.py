@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from testbeds.ssh_cluster import SshCluster
+from tests.helpers import SCRIPTS
 from tests.remote.launch import RUNNERS, base_args, job_processes, records, run, start, wait_ready, wait_until_gone
 
 pytestmark = [pytest.mark.launch, pytest.mark.cluster]
 
-JOB = str(Path(__file__).parent / "scripts" / "elastic_job.py")
+JOB = str(SCRIPTS / "elastic_job.py")
 DEAD = "127.0.0.9"  # a loopback address nothing listens on: "connection refused" at once
 ADDRESS = {"node1": "127.0.0.2", "node2": "127.0.0.3", "node3": "127.0.0.4"}
 

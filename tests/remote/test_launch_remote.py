@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from testbeds.ssh_cluster import SshCluster
+from tests.helpers import SCRIPTS
 from tests.output.collapse_check import expand
 from tests.remote.launch import (
     RUNNERS,
@@ -396,7 +397,7 @@ def test_sigquit_prints_every_remote_stack_and_hang_timeout_ends_the_job(
     prints its stack with its host prefix and the job goes on; then --hang-timeout ends it with 124 (docs/hangs.md)."""
     run_id = f"quit{runner}{os.getpid()}"
     where = base_args(ssh_cluster, runner, ["node1", "node2"])
-    waiter = str(Path(__file__).parents[1] / "hangs" / "scripts" / "waiter.py")
+    waiter = str(SCRIPTS / "waiter.py")
     args = [*where, "--hang-timeout", "4", "--run-id", run_id, waiter, "silent", "1,1,1,1", str(tmp_path)]
     proc = start(args, cwd=tmp_path)
     try:

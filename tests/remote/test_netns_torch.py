@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from testbeds.netns_cluster import NetnsCluster
+from tests.helpers import SCRIPTS
 from tests.remote.launch import run, wait_until_gone
 
 pytestmark = [pytest.mark.torch, pytest.mark.launch, pytest.mark.cluster]
-SCRIPT = str(Path(__file__).parent / "scripts" / "torch_ranks.py")
+SCRIPT = str(SCRIPTS / "remote_torch_ranks.py")
 
 
 @pytest.mark.parametrize("runner", ["ssh"])  # one torch job keeps the suite light; pdsh runs the same plan

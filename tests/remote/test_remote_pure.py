@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan, RemoteSettings
-from dslaunch.remote import envs, preflight
+from dslaunch.remote import envs, probe
 from dslaunch.remote.command import agent_command
 from dslaunch.remote.sshconfig import resolve, valid_host
-from dslaunch.runners.pdsh import pdsh_argv, pdsh_env, pdsh_label, pdsh_labels
+from dslaunch.runners.pdsh.runner import pdsh_argv, pdsh_env, pdsh_label, pdsh_labels
 from tests.plans import make_plan
 
 ENV_FILE_CASES = [
@@ -239,7 +239,7 @@ def test_pdsh_env_keeps_user_args_and_adds_ours() -> None:
         pdsh_env(RemoteSettings(ssh_config="/a b/cfg"), {})
 
 
-EXPECTED = preflight.Expected(python="3.11.7", dslaunch="0.1.0", torch="2.13.0", gpus=0, port=29500)
+EXPECTED = probe.Expected(python="3.11.7", dslaunch="0.1.0", torch="2.13.0", gpus=0, port=29500)
 
 
 def _probe(**over: object) -> str:
@@ -254,7 +254,7 @@ def _probe(**over: object) -> str:
         "port_free": True,
         **over,
     }
-    return "noise\n" + preflight.MARK + json.dumps(data) + "\n"
+    return "noise\n" + probe.MARK + json.dumps(data) + "\n"
 
 
 @pytest.mark.parametrize(
@@ -272,7 +272,7 @@ def _probe(**over: object) -> str:
     ],
 )
 def test_preflight_rows(status: int, output: str, master: bool, ok: bool, problem: str | None) -> None:
-    row = preflight.evaluate("h", 2, master, EXPECTED, (status, output, "ssh: connect refused"))
+    row = probe.evaluate("h", 2, master, EXPECTED, (status, output, "ssh: connect refused"))
     assert row.ok is ok
     if problem:
         assert any(problem in p for p in row.problems), row.problems
@@ -282,11 +282,11 @@ def test_preflight_rows(status: int, output: str, master: bool, ok: bool, proble
 @pytest.mark.launch
 def test_preflight_probe_runs_here() -> None:
     out = subprocess.run(
-        ["sh", "-c", preflight.probe_command(sys.executable, 0)], capture_output=True, text=True, timeout=30
+        ["sh", "-c", probe.probe_command(sys.executable, 0)], capture_output=True, text=True, timeout=30
     )
-    data = preflight.parse_probe(out.stdout)
+    data = probe.parse_probe(out.stdout)
     assert data is not None and data["dslaunch"] == "0.1.0" and data["port_free"] is None
-    assert shlex.split(preflight.probe_command("/p y", 5))[0] == "/p y"
+    assert shlex.split(probe.probe_command("/p y", 5))[0] == "/p y"
 
 
 def test_master_address_from_ssh_config(tmp_path: Path) -> None:
@@ -337,7 +337,7 @@ def test_hosts_pdsh_cannot_tell_apart_are_refused() -> None:
 
 
 def test_pdsh_host_queue_spills_output_and_lets_events_pass() -> None:
-    from dslaunch.runners.pdsh_demux import HostLines as _Lines
+    from dslaunch.runners.pdsh.demux import HostLines as _Lines
 
     q = _Lines(budget=10)
     outputs = [f"line {i}\n" for i in range(6)]

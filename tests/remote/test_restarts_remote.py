@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from testbeds.ssh_cluster import SshCluster
+from tests.helpers import SCRIPTS
 from tests.remote.launch import RUNNERS, base_args, run, wait_until_gone
 
 pytestmark = [pytest.mark.launch, pytest.mark.cluster]
 
-FLAKY = str(Path(__file__).parents[1] / "core" / "scripts" / "flaky.py")
+FLAKY = str(SCRIPTS / "flaky.py")
 
 
 @pytest.mark.parametrize("runner", RUNNERS)

@@ -11,11 +11,12 @@ import pytest
 
 from dslaunch.remote.ssh_mux import SshMux, processes_naming
 from testbeds.ssh_cluster import SshCluster
+from tests.helpers import SCRIPTS
 from tests.remote.launch import base_args, run
 
 pytestmark = [pytest.mark.launch]
 
-OK_SCRIPT = str(Path(__file__).parent / "scripts" / "job.py")
+OK_SCRIPT = str(SCRIPTS / "job.py")
 
 
 def test_close_ends_what_names_its_folder_and_removes_it() -> None:

@@ -19,13 +19,13 @@ import pytest
 
 from dslaunch.remote import stage
 from testbeds.ssh_cluster import SshCluster
-from tests.helpers import wait_for_file
+from tests.helpers import SCRIPTS, wait_for_file
 from tests.remote.launch import base_args, run, start, stop, wait_ready, wait_until_gone
 
 pytestmark = [pytest.mark.launch, pytest.mark.cluster]
 
 PLANS = Path.home() / stage.PLAN_DIR
-OK_SCRIPT = str(Path(__file__).parent / "scripts" / "job.py")
+OK_SCRIPT = str(SCRIPTS / "job.py")
 
 
 def _python(tmp_path: Path, body: str) -> str:

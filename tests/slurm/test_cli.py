@@ -12,9 +12,10 @@ import sys
 import pytest
 
 from dslaunch.slurm import layout
+from tests.helpers import SCRIPTS
 from tests.plans import cli_error, dry_run_json
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "show_env.py")
+SCRIPT = str(SCRIPTS / "show_env.py")
 # Node names that resolve without Slurm, so no scontrol is asked for addresses.
 ALLOC = {"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "localhost,127.0.0.[2-3]", "SLURM_NNODES": "3"}
 STEP = {
@@ -59,7 +60,7 @@ def test_allocation_srun_line() -> None:
     assert plan["master_port"] == 0  # derived inside the step, alike on every node
     assert plan["commands"] == [
         "srun --nodes=3 --ntasks-per-node=1 --nodelist=localhost,127.0.0.2,127.0.0.3 --kill-on-bad-exit=1 "
-        f"--job-name=dslaunch-r1 {sys.executable} -m dslaunch.runners.slurm_task  # plan in $DSLAUNCH_PLAN_B64"
+        f"--job-name=dslaunch-r1 {sys.executable} -m dslaunch.runners.slurm.task  # plan in $DSLAUNCH_PLAN_B64"
     ]
 
 

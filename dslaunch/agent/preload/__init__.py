@@ -1,0 +1,1 @@
+"""``--preload``: the zygote that imports modules once per node, and warm restarts."""

@@ -1,0 +1,67 @@
+"""Which hosts an attempt runs on (pure): elastic node counts, spares and the hosts left out (docs/elastic.md).
+
+A plan with candidates (``plan.elastic``) runs each attempt on the first ``nnodes_max`` candidates, in hostfile
+order, that no earlier probe or attempt blamed; it cannot start below ``nnodes_min``. :func:`layout` lays the
+ranks out again on the hosts chosen (WORLD_SIZE, ranks, slots, MASTER_ADDR) and checks the mesh against the
+new world. ``job/attempts.py`` does the probing and the running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from dslaunch.mesh import MeshConfigError, parse_spec, resolve
+from dslaunch.plan import Elastic, LaunchPlan, assign_ranks
+
+Quarantine = Mapping[str, str]  # host -> why it is left out, in the order it was blamed
+
+
+def choose_hosts(elastic: Elastic, quarantine: Quarantine) -> tuple[str, ...]:
+    """The first ``nnodes_max`` candidates not left out, in hostfile order (spares fill in for lost nodes)."""
+    healthy = [c.host for c in elastic.candidates if c.host not in quarantine]
+    return tuple(healthy[: elastic.nnodes_max])
+
+
+def enough(elastic: Elastic, hosts: Sequence[str]) -> bool:
+    return len(hosts) >= elastic.nnodes_min
+
+
+def layout(plan: LaunchPlan, hosts: Sequence[str], master_addr: str) -> LaunchPlan:
+    """``plan`` on ``hosts`` (candidates of it): ranks in host order, rendezvous at ``master_addr``.
+
+    Raises :class:`MeshConfigError` when the plan's mesh (``DSLAUNCH_MESH``) cannot fit the new world.
+    """
+    by_host = {c.host: c for c in plan.elastic.candidates}
+    nodes = assign_ranks({host: by_host[host].slots for host in hosts})
+    world = sum(n.nproc for n in nodes)
+    mesh = dict(plan.env).get("DSLAUNCH_MESH")
+    if mesh is not None:
+        try:
+            resolve(parse_spec(mesh), world)
+        except MeshConfigError as exc:
+            raise MeshConfigError(
+                f"{exc.message} (on {len(nodes)} node(s), {world} ranks: {', '.join(hosts)})"
+            ) from None
+    return replace(plan, nodes=nodes, master_addr=master_addr)
+
+
+def left_out_line(quarantine: Quarantine, hosts: Sequence[str]) -> str:
+    """One line naming ``hosts`` (left out) and why."""
+    return "dslaunch: left out: " + ", ".join(f"{h} ({quarantine[h]})" for h in hosts)
+
+
+def shortfall(elastic: Elastic, quarantine: Quarantine, hosts: Sequence[str]) -> str:
+    """Why an attempt cannot start on ``hosts``, fewer than ``nnodes_min``: each missing host and why."""
+    need = elastic.nnodes_min
+    asked = f"--nnodes {need}:{elastic.nnodes_max}" if need != elastic.nnodes_max else f"{need} node(s)"
+    usable = ", ".join(hosts) or "none"
+    lines = [f"dslaunch: cannot start: the job needs {asked} and only {len(hosts)} host(s) are usable ({usable})"]
+    lines += [f"  {host}: {why}" for host, why in quarantine.items()]
+    what = "spare host is" if need == elastic.nnodes_max else "host above the minimum is"
+    lines.append(f"dslaunch: no {what} left; nothing was started (exit 255)")
+    return "\n".join(lines)
+
+
+def hosts_text(plan: LaunchPlan) -> str:
+    return ", ".join(n.host for n in plan.nodes)

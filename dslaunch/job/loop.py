@@ -1,0 +1,240 @@
+"""Launcher-side supervision shared by every runner: the I/O around ``job/state.py``.
+
+Each runner wraps its transport (a local subprocess, an ssh channel, ...) in an :class:`AgentHandle`.
+:func:`supervise` relays the agents' output, feeds their events, stream ends and dslaunch's signals to a
+:class:`JobState` and carries out what it decides, until every stream has closed.
+
+One thread per handle reads its lines: events go to the main loop, output into that handle's lane
+(``output/lanes.py``) and on into a bounded sink on our stdout (local agents write output themselves and send only
+events). A full sink holds up the lane, never the reader thread: an event never waits behind output.
+"""
+
+from __future__ import annotations
+
+import queue
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Protocol
+
+from dslaunch import wire
+from dslaunch.job.result import JobResult
+from dslaunch.job.state import (
+    FORWARDED,
+    KILL_GRACE,
+    STACKS,
+    STOP_SIGNALS,
+    Action,
+    AskStacks,
+    Forward,
+    JobState,
+    KillAll,
+    Outcome,
+    Say,
+    StopAll,
+)
+from dslaunch.job.summary import blamed_hosts, cause_line, format_summary
+from dslaunch.output import lanes
+from dslaunch.output.collapse_launcher import LineCollapse
+from dslaunch.output.sink import Sink, write_within
+from dslaunch.plan import LaunchPlan
+
+STALL = 0.5  # while stopping (and for the summary), a reader that takes nothing this long is given up on
+POLL = 0.05  # how often the loop looks at signals and the time while no event comes
+
+Inbox = queue.Queue[tuple[int, wire.Event | None]]  # events only (a few per rank); None: that stream ended
+
+
+class AgentHandle(Protocol):
+    node_rank: int
+    host: str
+
+    def lines(self) -> Iterator[str]:
+        """The agent's stream until it closes, in whole lines (newlines kept): an event line alone,
+        output lines one or more at a time (``wire.split_events``)."""
+
+    def stop(self) -> None:
+        """Ask the agent to tear its node down (idempotent)."""
+
+    def signal(self, signum: int) -> None:
+        """Forward a signal (SIGUSR1/SIGUSR2; SIGQUIT: ask for the ranks' stacks) to the agent's ranks."""
+
+    def kill(self) -> None:
+        """Hard-stop the agent's transport."""
+
+    def wait(self, timeout: float | None) -> int | None:
+        """The agent's exit status, or None if still running after ``timeout``."""
+
+
+def supervise(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> Outcome:
+    inbox: Inbox = queue.Queue()
+    caught: list[int] = []
+    sys.stdout.flush()
+    out = Sink(1, budget=lanes.SINK_BUDGET)
+    held = [lanes.OutputLane(out, i) for i in range(len(handles))]
+    console = _Console(plan, out) if plan.collapse_output else None
+    threads = [
+        threading.Thread(target=_pump, args=(i, h, inbox, held[i], console), daemon=True) for i, h in enumerate(handles)
+    ]
+    previous = {
+        s: signal.signal(s, lambda signum, _f: caught.append(signum)) for s in (*STOP_SIGNALS, *FORWARDED, STACKS)
+    }
+    try:
+        out.start()
+        for t in threads:
+            t.start()
+        outcome = _drive(plan, handles, inbox, caught, out, console=console)
+        if console is not None:
+            held.append(console.close())
+        lanes.flush(held, out, STALL if outcome.code else None)
+        lanes.ERR.flush(STALL if outcome.code else None)
+        _say_dropped(held, handles)
+        return outcome
+    finally:
+        lanes.ERR.collapse = None
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+class _Console:
+    """One attempt's console collapse of remote agents' lines (output/collapse_launcher.py): stdout on its way into the
+    nodes' lanes, stderr in ``lanes.ERR``; the lines of closed windows go into a lane of their own."""
+
+    def __init__(self, plan: LaunchPlan, out: Sink) -> None:
+        self.out = LineCollapse(plan)
+        self.err = LineCollapse(plan)
+        self.lane = lanes.OutputLane(out, "collapsed")
+        lanes.ERR.collapse = self.err
+
+    def put(self, lane: lanes.OutputLane, text: str) -> None:
+        if text := self.out.feed(text, time.monotonic()):
+            lane.put(text)
+
+    def flush_out(self, lane: lanes.OutputLane) -> None:
+        """A rank of ``lane``'s node failed: what stdout's collapse holds goes into that lane, before its next
+        lines (the ranks its agent stops)."""
+        if text := self.out.flush():
+            lane.put(text)
+
+    def pause_for_stacks(self, now: float) -> None:
+        self._write(self.out.pause_for_stacks(now), self.err.pause_for_stacks(now))
+
+    def tick(self, now: float) -> None:
+        self._write(self.out.due(now), self.err.due(now))
+
+    def flush(self) -> None:
+        self._write(self.out.flush(), self.err.flush())
+
+    def close(self) -> lanes.OutputLane:
+        """Everything held, out; the lane to wait for."""
+        self.flush()
+        lanes.ERR.collapse = None
+        self.lane.close()
+        return self.lane
+
+    def _write(self, out: str, err: str) -> None:
+        if out:
+            self.lane.put(out)
+        if err:
+            lanes.ERR.write(err.encode(), collapse=False)
+
+
+def _pump(index: int, handle: AgentHandle, inbox: Inbox, lane: lanes.OutputLane, console: _Console | None) -> None:
+    try:
+        for line in handle.lines():
+            event = wire.decode(line)
+            if event is None:
+                if console is None:
+                    lane.put(line)
+                else:
+                    console.put(lane, line)
+            else:
+                if console is not None and isinstance(event, wire.RankExit) and event.failed:
+                    console.flush_out(lane)
+                inbox.put((index, event))
+    finally:
+        lane.close()
+        inbox.put((index, None))
+
+
+def _say_dropped(held: Sequence[lanes.OutputLane], handles: Sequence[AgentHandle]) -> None:
+    for lane, h in zip(held, handles):
+        if lane.dropped:
+            text = f"dslaunch: {lane.dropped} bytes of output from {h.host} were dropped: our stdout was not read"
+            write_within(2, (text + "\n").encode(), STALL)
+
+
+def _drive(
+    plan: LaunchPlan,
+    handles: Sequence[AgentHandle],
+    inbox: Inbox,
+    caught: list[int],
+    out: Sink,
+    *,
+    console: _Console | None,
+) -> Outcome:
+    state = JobState(plan, [(h.node_rank, h.host) for h in handles])
+    while state.streams_open:
+        while caught:
+            _execute(state.on_signal(caught.pop(0), time.monotonic()), handles, console)
+        _execute(state.tick(time.monotonic()), handles, console)
+        if console is not None:
+            console.tick(time.monotonic())
+        if state.stopping and out.stalled(STALL):
+            out.abandon()  # let the reader threads drain the agents' streams
+        try:
+            index, event = inbox.get(timeout=POLL)
+        except queue.Empty:
+            continue
+        if event is None:
+            status = handles[index].wait(1.0) if state.wants_status(index) else None
+            _execute(state.on_stream_end(index, status, time.monotonic()), handles, console)
+        else:
+            _execute(state.on_event(index, event, time.monotonic()), handles, console)
+    for h in handles:
+        if h.wait(plan.shutdown_timeout + KILL_GRACE) is None:
+            h.kill()
+            h.wait(5.0)
+    return state.outcome()
+
+
+def _execute(actions: Sequence[Action], handles: Sequence[AgentHandle], console: _Console | None = None) -> None:
+    for action in actions:
+        if isinstance(action, StopAll):
+            from dslaunch.logs import get_logger
+
+            get_logger("launcher").info("teardown", reason=action.reason)
+            for h in handles:
+                h.stop()
+        elif isinstance(action, KillAll):
+            for h in handles:
+                h.kill()
+        elif isinstance(action, (Forward, AskStacks)):
+            signum = action.signum if isinstance(action, Forward) else STACKS
+            if signum == STACKS and console is not None:
+                console.pause_for_stacks(time.monotonic())
+            for h in handles:
+                h.signal(signum)
+        elif isinstance(action, Say):
+            write_within(2, (action.text + "\n").encode(), STALL)
+
+
+def report(outcome: Outcome, plan: LaunchPlan) -> JobResult:
+    """Print the failure summary (if any) to stderr after the ranks' output; return the attempt's result.
+
+    A stderr nobody reads (``2>&1 | sleep 30``) gets it for ``STALL`` seconds at most; the
+    launcher's log file (``--log-dir``) always gets it.
+    """
+    summary = format_summary(outcome, plan)
+    if summary:
+        from dslaunch.logs import file_record
+
+        file_record("launcher", "job failed", summary=summary, code=outcome.code)
+        write_within(2, (summary + "\n").encode(), STALL)
+    return JobResult(outcome.code, cause_line(outcome), retry=outcome.signal is None, blamed=blamed_hosts(outcome))
+
+
+def supervise_and_report(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> JobResult:
+    return report(supervise(plan, handles), plan)

@@ -1,0 +1,91 @@
+"""The words for how an attempt ended (pure): the failure summary for stderr and the one-line cause."""
+
+from __future__ import annotations
+
+import signal
+
+from dslaunch import wire
+from dslaunch.job import hang
+from dslaunch.job.state import Outcome
+from dslaunch.plan import LaunchPlan
+from dslaunch.wire import RankExit
+
+
+def _how(cause: RankExit) -> str:
+    return f"was killed by {cause.signal}" if cause.signal else f"exited with code {cause.code}"
+
+
+def cause_line(outcome: Outcome) -> str:
+    """What ended the attempt, in a few words ("" on success)."""
+    if outcome.code == 0:
+        return ""
+    if outcome.signal is not None:
+        return f"dslaunch received {signal.Signals(outcome.signal).name}"
+    if outcome.hang is not None:
+        culprits = [str(rank) for rank, _host in outcome.hang.culprits[:8]]
+        named = f"rank{'s' if len(culprits) > 1 else ''} {', '.join(culprits)}" if culprits else "unknown"
+        return f"hang: no progress for {outcome.hang.timeout:g} s (least progress: {named})"
+    cause = outcome.root_cause
+    if cause is not None:
+        how = _how(cause)
+        return f"rank {cause.rank} on {cause.host} {how}"
+    if outcome.lost_node is not None:
+        return f"node {outcome.lost_node[0]} ({outcome.lost_node[1]}) disappeared"
+    return f"a node agent failed with exit code {outcome.code}"
+
+
+def blamed_hosts(outcome: Outcome) -> tuple[tuple[str, str], ...]:
+    """The host that failed as a node (its agent or connection lost), with why; a rank's failure blames none."""
+    if outcome.lost_node is None or outcome.root_cause is not None or outcome.signal is not None:
+        return ()
+    _node_rank, host, status = outcome.lost_node
+    signame = wire.exit_code_of(status)[1] if status else None
+    how = f"killed by {signame}" if signame else f"status {status}"
+    return ((host, f"its node agent or connection was lost ({how})"),)
+
+
+def format_summary(outcome: Outcome, plan: LaunchPlan) -> str | None:
+    """A short, human summary of a failed run for stderr; None on success."""
+    if outcome.code == 0:
+        return None
+    lines: list[str] = []
+    if outcome.signal is not None:
+        name = signal.Signals(outcome.signal).name
+        lines.append(f"dslaunch: received {name}; stopped all {plan.world_size} ranks (exit {outcome.code})")
+    cause = outcome.root_cause
+    if outcome.hang is not None and outcome.signal is None:
+        lines.extend(hang.summary(outcome.hang, plan, outcome.code))
+    elif cause is not None:
+        how = _how(cause)
+        lines.append(
+            f"dslaunch: job failed: rank {cause.rank} (local_rank {cause.local_rank}, node {cause.node_rank}) "
+            f"on host {cause.host} {how} [root cause: first failure]"
+        )
+        detail = (cause.error or "").rstrip("\n").splitlines() or list(cause.stderr_tail)
+        if detail:
+            label = (
+                ("traceback" if cause.error.startswith("Traceback") else "error")
+                if cause.error
+                else "last stderr lines"
+            )
+            lines.append(f"  {label}:")
+            lines.extend(f"  | {text}" for text in detail[-20:])
+        if any("EADDRINUSE" in text or "ddress already in use" in text for text in detail):
+            lines.append(
+                f"dslaunch: hint: the rendezvous port {plan.master_port} on {plan.master_addr} is taken (another "
+                "job?): give another --master-port, or --master-port 0 for a free one"
+            )
+        others = sum(1 for e in outcome.exits if e.by_agent)
+        if others:
+            lines.append(f"dslaunch: {others} other rank(s) were stopped because of it")
+    elif outcome.lost_node is not None:
+        node_rank, host, status = outcome.lost_node
+        signame = wire.exit_code_of(status)[1] if status else None
+        how = f"was killed by {signame}" if signame else f"ended (status {status})"
+        lines.append(
+            f"dslaunch: node {node_rank} ({host}) disappeared: its agent {how} "
+            "without reporting; all other nodes were stopped"
+        )
+    elif outcome.signal is None:
+        lines.append(f"dslaunch: job failed with exit code {outcome.code}")
+    return "\n".join(lines)

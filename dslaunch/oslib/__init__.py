@@ -1,0 +1,1 @@
+"""Linux helpers: process control, this host's processes, cores, GPUs, owner-only files."""

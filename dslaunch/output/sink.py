@@ -1,0 +1,192 @@
+"""Output on its way to one file descriptor: a bounded queue that one writer thread drains.
+
+Whoever feeds a sink never blocks on the reader at the other end: the node agent stops reading
+a rank's pipe while its sink is ``full`` (so a slow or stopped reader slows the ranks, whose
+writes block, never the agent's handling of exits and signals), and memory stays near
+``budget``. The writer writes whole lines; on a terminal it also writes each stream's latest
+``\\r`` state (a progress bar), replaced by a newer one while the writer is still busy.
+A reader that stopped (``stalled``) can be given up on with ``abandon``; from then on
+everything is dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+
+from dslaunch.output.relay import Piece
+
+BUDGET = 4 << 20  # bytes accepted and not yet written, before the feeder must stop
+_WRITE = 256 << 10  # per writev: small enough that a slow reader still shows progress often
+_IOV = 512
+
+
+class Sink:
+    def __init__(self, fd: int, *, budget: int = BUDGET, live: bool = False, wake: int | None = None) -> None:
+        self.fd = fd
+        self.budget = budget
+        self.live = live  # a terminal: \r states are shown as they come
+        self._wake = wake  # written to after a write while the feeder waits for room or idleness
+        self._cond = threading.Condition()
+        self._items: deque[tuple[object, Sequence[Piece]]] = deque()
+        self._urgent: deque[bytes] = deque()
+        self._bars: dict[object, bytes] = {}
+        self.queued = 0  # bytes accepted and not written yet
+        self._busy = False
+        self.dead = False  # the reader is gone (EPIPE) or was given up on: everything is dropped
+        self.progress = time.monotonic()
+        self.want_wake = False
+        self._dangling: object = None  # the stream whose bar the cursor sits after (terminal)
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"dslaunch-sink-{self.fd}", daemon=True)
+            self._thread.start()
+
+    @property
+    def full(self) -> bool:
+        return self.queued >= self.budget and not self.dead
+
+    @property
+    def idle(self) -> bool:
+        with self._cond:
+            return self.dead or not (self._busy or self._items or self._urgent or self._bars)
+
+    def stalled(self, seconds: float) -> bool:
+        """Busy with a write that has made no progress for ``seconds``."""
+        return self._busy and time.monotonic() - self.progress > seconds
+
+    def put(self, key: object, pieces: Sequence[Piece], bar: bytes | None = None) -> None:
+        """Queue ``pieces`` (whole lines) of stream ``key``; ``bar`` is its live state (None: none)."""
+        size = sum(len(p) for p in pieces)
+        with self._cond:
+            if self.dead:
+                return
+            if size:
+                self._items.append((key, pieces))
+                self.queued += size
+            if bar is None:
+                self._bars.pop(key, None)
+            else:
+                self._bars[key] = bar
+            self._cond.notify_all()
+
+    def put_wait(self, key: object, data: bytes) -> None:
+        """Like ``put``, but wait while the queue is full (a feeder that may block: back-pressure)."""
+        with self._cond:
+            while self.queued >= self.budget and not self.dead:
+                self._cond.wait()
+        self.put(key, [data])
+
+    def put_urgent(self, data: bytes) -> None:
+        """A line that goes before everything queued (an event sharing the stream with output)."""
+        with self._cond:
+            if not self.dead:
+                self._urgent.append(data)
+                self._cond.notify_all()
+
+    def abandon(self) -> None:
+        with self._cond:
+            self.dead = True
+            self._items.clear()
+            self._urgent.clear()
+            self._bars.clear()
+            self.queued = 0
+            self._cond.notify_all()
+
+    def wait_idle(self, stall: float | None) -> None:
+        """Until everything is written; with ``stall``, give up once a write makes no progress that long."""
+        self.start()
+        with self._cond:
+            while not (self.dead or not (self._busy or self._items or self._urgent or self._bars)):
+                if stall is not None and self.stalled(stall):
+                    break
+                self._cond.wait(0.05)
+        if stall is not None and not self.idle:
+            self.abandon()
+
+    # ---- the writer thread ------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._items or self._urgent or self._bars):
+                    self._cond.wait()
+                bufs: list[Piece] = list(self._urgent)
+                self._urgent.clear()
+                for key, pieces in self._items:
+                    if self._dangling is not None and key != self._dangling:
+                        bufs.append(b"\n")  # never glue a line onto another stream's bar
+                    self._dangling = None
+                    bufs.extend(pieces)
+                self._items.clear()
+                for key, bar in self._bars.items():
+                    if self._dangling is not None and key != self._dangling:
+                        bufs.append(b"\n")
+                    self._dangling = key
+                    bufs.append(bar)
+                self._bars.clear()
+                self.queued = sum(len(b) for b in bufs)  # all of it is in this batch now, bars included
+                self._busy = True
+                self.progress = time.monotonic()
+            self._write_all(bufs)
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+            self._poke()
+
+    def _written(self, n: int) -> None:
+        with self._cond:
+            self.queued = max(0, self.queued - n)
+            self.progress = time.monotonic()
+            self._cond.notify_all()
+        if self.queued < self.budget // 2:
+            self._poke()
+
+    def _poke(self) -> None:
+        if self.want_wake and self._wake is not None:
+            self.want_wake = False
+            try:
+                os.write(self._wake, b"\0")
+            except OSError:
+                pass
+
+    def _write_all(self, bufs: list[Piece]) -> None:
+        pending = deque(memoryview(b) for b in bufs if len(b))
+        while pending and not self.dead:
+            batch: list[memoryview] = []
+            size = 0
+            for view in pending:
+                batch.append(view)
+                size += len(view)
+                if size >= _WRITE or len(batch) >= _IOV:
+                    break
+            try:
+                n = os.writev(self.fd, batch)
+            except BlockingIOError:  # someone made the shared file description non-blocking
+                select.select([], [self.fd], [], 1.0)
+                continue
+            except OSError:  # EPIPE and the like: nobody will read the rest
+                self.abandon()
+                return
+            self._written(n)
+            while n:
+                head = pending[0]
+                if n >= len(head):
+                    n -= len(head)
+                    pending.popleft()
+                else:
+                    pending[0] = head[n:]
+                    n = 0
+
+
+def write_within(fd: int, data: bytes, timeout: float) -> bool:
+    """Write ``data`` to ``fd`` unless that takes longer than ``timeout`` (a reader that stopped reading)."""
+    sink = Sink(fd)
+    sink.put(None, [data])
+    sink.wait_idle(timeout)
+    return not sink.dead

@@ -1,0 +1,1 @@
+"""The Slurm runner: srun from an allocation, and what runs inside each srun task."""

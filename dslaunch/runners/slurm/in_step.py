@@ -1,0 +1,235 @@
+"""Running inside an srun task: as the node agent of this task's node, or as one rank.
+
+Node mode spawns the node agent for this node only and supervises it like
+any runner. A failing node tells the other tasks of the step at once with
+``scancel --signal=URG`` (ignored by default in every process, so only the
+dslaunch tasks react); they stop their ranks and exit 1, so srun, which
+reports the highest task code, ends the step with the failing rank's code.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from types import FrameType
+from typing import Any
+
+from dslaunch import wire
+from dslaunch.job.loop import report, supervise
+from dslaunch.job.result import JobResult
+from dslaunch.job.state import Outcome, lost_node_code
+from dslaunch.plan import LaunchPlan
+from dslaunch.runners.local import LocalAgent
+from dslaunch.slurm import layout
+from dslaunch.slurm.step import node_rank_of, resolve_port
+
+PEER_FAILED = signal.SIGURG
+# --launcher slurm's launcher turns its SIGQUIT into this, for every process of the step: ignored by default
+# everywhere, so only the dslaunch tasks react (a SIGQUIT would kill the ranks' children, srun aborts on it).
+STACKS_REQUEST = signal.SIGWINCH
+PEER_STOPPED_CODE = 1
+
+
+SETTLE = 2.0  # before a restart, this long without a peer's signal: none of the last attempt's is still coming
+
+
+@dataclass
+class _Peers:
+    """This task's view of the step's other tasks, kept across attempts (restarts)."""
+
+    signalled_at: float = -SETTLE  # monotonic time of the last PEER_FAILED
+    current: StepAgent | None = None
+    told: bool = False  # this task told the others its node failed, in the current attempt
+    listening: bool = False
+
+    def on_signal(self, _signum: int, _frame: object) -> None:
+        self.signalled_at = time.monotonic()
+        if self.current is not None:
+            self.current.stop()
+
+
+_peers = _Peers()
+
+
+def run_node(plan: LaunchPlan, env: Mapping[str, str] | None = None, *, last: bool = False) -> JobResult:
+    """Be the node agent for this task's node for one attempt; return how it ended.
+
+    With restarts, every task runs its own attempts: a failing node tells the others at once
+    (``scancel --signal=URG``), each stops its ranks, and each starts the next attempt once no
+    such signal has come for ``SETTLE`` seconds, so a late one cannot stop the new attempt.
+    ``last``: this process exits after this attempt (srun mode's task), so a SIGTERM after it stays harmless.
+    """
+    env = os.environ if env is None else env
+    plan = resolve_port(plan, env)
+    node_rank = node_rank_of(plan, env)
+    if not _peers.listening:
+        previous = signal.signal(PEER_FAILED, _peers.on_signal)
+        _peers.listening = plan.restarts.max_restarts > 0  # else restore the handler after this attempt
+    if plan.restarts.count:
+        while (wait := _peers.signalled_at + SETTLE - time.monotonic()) > 0:
+            time.sleep(wait)
+    started = time.monotonic()
+    _peers.told = False
+    stacks = signal.signal(STACKS_REQUEST, _ask_for_stacks)
+    late = _LateTerm(signal.getsignal(signal.SIGTERM))  # a SIGTERM once supervise() has returned: see _after
+    signal.signal(signal.SIGTERM, late)
+    try:
+        _peers.current = StepAgent(plan, node_rank, on_failure=lambda: _tell_once(plan, env))
+        outcome = supervise(plan, [_peers.current])
+    finally:
+        signal.signal(STACKS_REQUEST, stacks)
+        _peers.current = None
+        if not _peers.listening:
+            signal.signal(PEER_FAILED, previous)
+    late.ended = True
+    try:
+        result = _after(outcome, plan, env, started)
+    finally:
+        if not last:
+            signal.signal(signal.SIGTERM, late.previous)
+    return replace(result, retry=False) if late.seen else result
+
+
+class _LateTerm:
+    """SIGTERM outside supervise(): handled as before until the attempt ended, then only recorded."""
+
+    def __init__(self, previous: Callable[[int, FrameType | None], Any] | int | None) -> None:
+        self.previous = previous
+        self.ended = False
+        self.seen = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.ended:
+            self.seen = True
+        elif callable(self.previous):
+            self.previous(signum, frame)
+        elif self.previous != signal.SIG_IGN:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)  # dies as it would have
+
+
+def _after(outcome: Outcome, plan: LaunchPlan, env: Mapping[str, str], started: float) -> JobResult:
+    """The attempt's result, once this node's ranks are down; this node's own failure is told to the others.
+
+    Told, the others stop and exit 1 at once, and srun's --kill-on-bad-exit SIGTERMs this task while it
+    still reports: that SIGTERM is recorded, not fatal (:class:`_LateTerm`), or srun would end
+    with 143 instead of the failing rank's code (or this node's lost-agent code).
+    """
+    node_rank = node_rank_of(plan, env)
+    peer_failed = _peers.signalled_at >= started and not _peers.told
+    if peer_failed and outcome.code:  # also when Slurm's --kill-on-bad-exit SIGTERM came first: exit 1, not 143
+        print(
+            f"dslaunch: node {node_rank} ({plan.node(node_rank).host}) stopped: another node of the "
+            "Slurm step failed (its log names the root cause)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return JobResult(PEER_STOPPED_CODE, "another node of the Slurm step failed", retry=outcome.signal is None)
+    if outcome.code and (outcome.root_cause is not None or outcome.lost_node is not None):
+        _tell_once(plan, env)
+    return report(_without_kill_on_bad_exit(outcome), plan)
+
+
+def _without_kill_on_bad_exit(outcome: Outcome) -> Outcome:
+    """The outcome without a SIGTERM that came after this node had failed and told the others.
+
+    The peers stop at once and exit 1; srun's --kill-on-bad-exit then SIGTERMs this task while it
+    is still tearing down, and srun would report 143 instead of the failing rank's code.
+    """
+    failed = outcome.root_cause is not None or outcome.lost_node is not None
+    if outcome.signal == signal.SIGTERM and failed and _peers.told:
+        return replace(outcome, code=_code_without_signal(outcome), signal=None)
+    return outcome
+
+
+def _code_without_signal(outcome: Outcome) -> int:
+    if outcome.root_cause is not None:
+        return outcome.root_cause.code
+    assert outcome.lost_node is not None
+    return lost_node_code(outcome.lost_node[2])
+
+
+def _ask_for_stacks(_signum: int, _frame: object) -> None:
+    if signal.getsignal(signal.SIGQUIT) not in (signal.SIG_DFL, signal.SIG_IGN, None):  # supervise() is running
+        os.kill(os.getpid(), signal.SIGQUIT)
+
+
+def _tell_once(plan: LaunchPlan, env: Mapping[str, str]) -> None:
+    if not _peers.told and len(plan.nodes) > 1:
+        _peers.told = True
+        _tell_peers(env)
+
+
+class StepAgent(LocalAgent):
+    """This node's agent; USR1/USR2 are not relayed when Slurm signals every process of the step itself.
+
+    ``on_failure`` runs as soon as a rank of this node fails on its own (not stopped by the agent).
+    """
+
+    def __init__(self, plan: LaunchPlan, node_rank: int, on_failure: Callable[[], None] | None = None) -> None:
+        super().__init__(plan, node_rank)
+        self.relay_user_signals = not plan.slurm.signals_ranks
+        self._on_failure = on_failure
+
+    def lines(self) -> Iterator[str]:
+        for line in super().lines():
+            if self._on_failure is not None:
+                event = wire.decode(line)
+                if isinstance(event, wire.RankExit) and event.failed and not event.by_agent:
+                    self._on_failure()
+            yield line
+
+    def signal(self, signum: int) -> None:
+        if self.relay_user_signals or signum not in (signal.SIGUSR1, signal.SIGUSR2):
+            super().signal(signum)
+
+
+def _tell_peers(env: Mapping[str, str]) -> None:
+    scancel = shutil.which("scancel")
+    job, step = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"), env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")
+    if scancel is None or not job or step is None:
+        return
+    try:
+        subprocess.run(
+            [scancel, "--quiet", f"--signal={PEER_FAILED.name[3:]}", f"{job}.{step}"],
+            timeout=10,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # best effort: tasks that already ended make scancel complain
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+
+
+def exec_rank(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> None:
+    """Become the rank this task stands for (never returns)."""
+    from dslaunch.agent import ranks as rankspec
+
+    env = os.environ if env is None else env
+    plan = resolve_port(plan, env)
+    step = layout.read_step(env)
+    node = plan.node(step.nodeid)
+    local = step.localid
+    error_file = os.path.join(plan.log_dir, f"rank{node.ranks[local]}.error.json") if plan.log_dir else ""
+    rank_environ = rankspec.rank_env(plan, node, local, env, error_file)
+    if not error_file:  # TORCHELASTIC_ERROR_FILE stays "", as torchrun sets it without a log dir
+        rank_environ.pop("DSLAUNCH_ERROR_FILE", None)
+    # Slurm's numbering, also under --distribution=cyclic (the plan numbers ranks node by node).
+    rank_environ["RANK"] = rank_environ["ROLE_RANK"] = str(step.procid)
+    if "CUDA_VISIBLE_DEVICES" in env:
+        rank_environ["CUDA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"]  # Slurm's GPU binding wins
+    else:
+        rank_environ.pop("CUDA_VISIBLE_DEVICES", None)
+    argv = rankspec.rank_argv(plan, local)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if plan.cwd:
+        os.chdir(plan.cwd)
+    os.execvpe(argv[0], argv, rank_environ)

@@ -1,0 +1,163 @@
+"""``--launcher slurm``: srun one task per node from an allocation, or act inside an srun step.
+
+The mode is the plan's ``slurm.mode``, set by ``cli/slurm_hosts``:
+``srun`` (run the srun line and wait for it), ``node`` (this srun task is its
+node's agent) or ``rank`` (this srun task becomes one rank).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from dslaunch import wire
+from dslaunch.job.result import JobResult, stopped
+from dslaunch.plan import LaunchPlan
+from dslaunch.remote.common import START_FAILED
+from dslaunch.runners.slurm import in_step
+from dslaunch.runners.slurm.stderr import SrunErrors
+from dslaunch.slurm import srun, step, step_errors
+
+_STDERR_WAIT = 5.0  # after srun ended, for the rest of its stderr to be passed on
+_RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
+
+
+def srun_line(plan: LaunchPlan) -> list[str]:
+    return srun.srun_argv(
+        plan,
+        exclude=plan.slurm.exclude,
+        launcher_args=plan.launcher_args,
+        environ=os.environ,
+    )
+
+
+class SlurmRunner:
+    name = "slurm"
+
+    def describe(self, plan: LaunchPlan) -> list[str]:
+        mode = plan.slurm.mode
+        if mode == "srun":
+            return [shlex.join(srun_line(plan)) + f"  # plan in ${wire.PLAN_VAR}"]
+        if mode == "node":
+            node = step.node_rank_of(plan, _environ())
+            return [
+                f"this srun task is the node agent of node {node}: "
+                + shlex.join([plan.program.python, "-m", "dslaunch.agent", "--node-rank", str(node)])
+            ]
+        from dslaunch.agent.ranks import rank_argv
+
+        return ["this srun task becomes its rank: " + shlex.join(rank_argv(plan, 0))]
+
+    def probe(self, plan: LaunchPlan, hosts: list[str]) -> dict[str, str]:
+        """Spares and node ranges: the hosts of the allocation that fail --preflight's checks, through srun."""
+        from dslaunch.runners.preflight import probe_hosts
+
+        return probe_hosts(plan, hosts)
+
+    def run(self, plan: LaunchPlan) -> JobResult:
+        mode = plan.slurm.mode
+        if mode == "node":
+            return in_step.run_node(plan)
+        if mode == "rank":
+            in_step.exec_rank(plan)
+        return _run_srun(srun_line(plan), plan, srun.srun_env(plan, os.environ))
+
+
+def _environ() -> dict[str, str]:
+    return dict(os.environ)
+
+
+def _run_srun(argv: list[str], plan: LaunchPlan, env: dict[str, str]) -> JobResult:
+    """Run srun in the foreground; its exit code is the step's.
+
+    A first SIGINT/SIGTERM/SIGHUP becomes ``scancel --signal=TERM`` on the step, so ranks get
+    a graceful SIGTERM (srun itself would SIGKILL them); a second one, or a step that does not
+    end within the grace period, goes to srun, which then forces the step down.
+    """
+    caught: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, _f: caught.append(signum)) for s in _RELAYED}
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    except OSError as exc:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        print(f"dslaunch: cannot run srun: {exc}", file=sys.stderr)
+        return JobResult(START_FAILED, f"cannot run srun: {exc}")
+    assert proc.stderr is not None
+    errors = SrunErrors(os.dup(proc.stderr.fileno()))
+    proc.stderr.close()
+    stop = _Stop()
+    try:
+        while True:
+            try:
+                code = proc.wait(0.1)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            while caught:
+                _relay(caught.pop(0), proc, plan, stop)
+            if stop.deadline is not None and time.monotonic() > stop.deadline:
+                stop.deadline = None
+                proc.send_signal(signal.SIGTERM)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    lost = step_errors.lost_nodes(errors.lines(_STDERR_WAIT))
+    if stop.signal is not None:
+        return stopped(128 + stop.signal, f"dslaunch received {signal.Signals(stop.signal).name}")
+    code = 128 - code if code < 0 else code
+    if not code:
+        return JobResult(0, "")
+    cause = f"the srun step ended with exit {code}"
+    if lost:
+        cause += "; lost " + ", ".join(f"{host} ({why})" for host, why in lost)
+    return JobResult(code, cause, blamed=lost)
+
+
+@dataclass
+class _Stop:
+    signal: int | None = None  # the first stop signal dslaunch received
+    deadline: float | None = None  # when srun itself is told, if the step has not ended by then
+
+
+def _relay(signum: int, proc: subprocess.Popen[bytes], plan: LaunchPlan, stop: _Stop) -> None:
+    """What a signal to dslaunch becomes for the srun step."""
+    if signum in (signal.SIGUSR1, signal.SIGUSR2):
+        proc.send_signal(signum)  # srun hands it to every process of the step
+    elif signum == signal.SIGQUIT:  # srun would abort the step: ask each task for its node's stacks
+        _signal_step(plan, str(int(in_step.STACKS_REQUEST)))  # scancel knows no WINCH by name
+    elif stop.signal is None and _signal_step(plan, "TERM"):
+        stop.signal = signum
+        stop.deadline = time.monotonic() + plan.shutdown_timeout + 5.0
+    else:
+        stop.signal = stop.signal or signum
+        proc.send_signal(signal.SIGTERM)
+
+
+def _signal_step(plan: LaunchPlan, name: str) -> bool:
+    """Send signal ``name`` (TERM, or a number) to every process of our step (found by name); False if that failed."""
+    job = os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")
+    try:
+        listing = subprocess.run(
+            ["squeue", "-h", "-s", "-j", str(job), "-o", "%i %j"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout
+        steps = [line.split()[0] for line in listing.splitlines() if line.split()[1:] == [srun.step_name(plan)]]
+        if not job or not steps:
+            return False
+        return (
+            subprocess.run(
+                ["scancel", f"--signal={name}", steps[0]], capture_output=True, timeout=10, check=False
+            ).returncode
+            == 0
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False

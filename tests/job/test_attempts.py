@@ -1,0 +1,156 @@
+"""--max-restarts on this machine: a failed attempt is torn down and started again, a signal never is."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import DSLAUNCH, SCRIPTS, run_cli, wait_for_file, wait_until_gone
+from tests.plans import cli_error
+
+FLAKY = str(SCRIPTS / "flaky.py")
+
+
+def _attempts(folder: Path) -> list[tuple[int, int, int]]:
+    lines = (folder / "attempts.txt").read_text().split("\n")
+    return sorted(tuple(int(x) for x in line.split()) for line in lines if line)  # type: ignore[misc]
+
+
+@pytest.mark.launch
+def test_fails_on_the_first_attempt_and_succeeds_on_the_second(tmp_path: Path) -> None:
+    res = run_cli(
+        ["--nproc-per-node", "2", "--master-port", "0", "--max-restarts", "1", "--restart-delay", "0.2",
+         FLAKY, str(tmp_path), "1", "1", "7"]
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    seen = _attempts(tmp_path)  # rank 0 may be stopped in attempt 0 before it writes
+    assert (0, 1, 1) in seen and [a for a in seen if a[0] == 1] == [(1, 0, 1), (1, 1, 1)]
+    assert {a for a, _r, _m in seen} == {0, 1}
+    assert (
+        "attempt 1 of 2 failed (rank 1 on localhost exited with code 7); restarting every rank in 0.2 s" in res.stderr
+    )
+    assert "the job ran 2 times (--max-restarts 1)" in res.stderr
+    assert "attempt 2: exit 0: succeeded" in res.stderr
+
+
+@pytest.mark.launch
+@pytest.mark.parametrize("restarts", [0, 2])
+def test_always_failing_exits_with_its_code_after_n_plus_one_attempts(tmp_path: Path, restarts: int) -> None:
+    res = run_cli(
+        ["--nproc-per-node", "2", "--master-port", "0", "--max-restarts", str(restarts), "--restart-delay", "0",
+         FLAKY, str(tmp_path), "0", "99", "5", "30"]
+    )  # fmt: skip
+    assert res.returncode == 5, res.stderr
+    assert sorted({a for a, _r, _m in _attempts(tmp_path)}) == list(range(restarts + 1))
+    assert res.stderr.count("rank 0 (local_rank 0, node 0) on host localhost exited with code 5") == restarts + 1
+    if restarts:
+        summary = res.stderr[res.stderr.index("the job ran") :]
+        assert summary.count("exit 5: rank 0 on localhost exited with code 5") == restarts + 1
+    else:
+        assert "attempt" not in res.stderr  # no restarts: the usual summary only
+
+
+@pytest.mark.launch
+def test_a_lost_node_agent_is_restarted(tmp_path: Path) -> None:
+    """Two local nodes; node 1's agent is SIGKILLed in the first attempt: the job is started again and ends 0."""
+    rid = f"lost{time.monotonic_ns()}"
+    proc = subprocess.Popen(
+        [*DSLAUNCH, "--hostfile", str(_two_nodes(tmp_path)), "--launcher", "local", "--master-port", "0",
+         "--run-id", rid, "--max-restarts", "1", "--restart-delay", "0", FLAKY, str(tmp_path), "-1", "0", "0", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert wait_for_file(str(tmp_path / "attempts.txt"), 20)
+        agent = _agent_of_node(proc.pid, 1)
+        agent.kill()
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "node 1 (127.0.0.2) disappeared" in err and "the job ran 2 times" in err
+    assert wait_until_gone(rid, 5) == []
+
+
+def _two_nodes(tmp_path: Path) -> Path:
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost slots=1\n127.0.0.2 slots=1\n")
+    return hosts
+
+
+def _agent_of_node(launcher: int, node_rank: int):  # type: ignore[no-untyped-def]
+    import psutil
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for child in psutil.Process(launcher).children():
+            for rank in child.children():
+                if rank.environ().get("NODE_RANK") == str(node_rank):
+                    return child
+        time.sleep(0.05)
+    raise AssertionError(f"no agent for node {node_rank}")
+
+
+@pytest.mark.launch
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_during_the_restart_delay_ends_at_once(tmp_path: Path, sig: int, code: int) -> None:
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as err_file:
+        proc = subprocess.Popen(
+            [*DSLAUNCH, "--nproc-per-node", "1", "--master-port", "0", "--max-restarts", "3", "--restart-delay",
+             "60", FLAKY, str(tmp_path), "0", "9", "3"],
+            stdout=subprocess.DEVNULL, stderr=err_file, text=True,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while "restarting every rank in 60 s" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sent = time.monotonic()
+        proc.send_signal(sig)
+        proc.wait(timeout=10)
+        took = time.monotonic() - sent
+    finally:
+        proc.kill()
+    err = log.read_text()
+    assert proc.returncode == code, err
+    assert took < 2.0, f"took {took:.1f} s"
+    assert f"received {signal.Signals(sig).name} while waiting to restart; not restarting" in err
+    assert len(_attempts(tmp_path)) == 1
+
+
+@pytest.mark.launch
+def test_a_signal_during_an_attempt_is_never_restarted(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [*DSLAUNCH, "--nproc-per-node", "2", "--master-port", "0", "--max-restarts", "3", "--restart-delay", "0",
+         FLAKY, str(tmp_path), "-1", "0", "0", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert wait_for_file(str(tmp_path / "attempts.txt"), 20)
+        while len(_attempts(tmp_path)) < 2:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    assert {a for a, _r, _m in _attempts(tmp_path)} == {0}
+    assert "restarting" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--max-restarts", "-1"], "--max-restarts"),
+        (["--max-restarts", "x"], "--max-restarts"),
+        (["--max-restarts", "10001"], "--max-restarts"),
+        (["--restart-delay", "nan"], "--restart-delay"),
+        (["--restart-delay", "-2"], "--restart-delay"),
+    ],
+)
+def test_bad_restart_values_exit_2(args: list[str], words: str) -> None:
+    code, err = cli_error([*args, FLAKY])
+    assert code == 2 and words in err, err

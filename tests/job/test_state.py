@@ -1,0 +1,278 @@
+"""The launcher's supervision decisions (job/state.py), in-process: events, stream ends, signals and the
+time go in, actions and the outcome come out. No processes, no sleeps: time is an argument."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, replace
+
+import pytest
+
+from dslaunch import wire
+from dslaunch.job import hang
+from dslaunch.job.state import Action, AskStacks, Forward, JobState, KillAll, Outcome, Say, StopAll, lost_node_code
+from dslaunch.job.summary import cause_line, format_summary
+from dslaunch.plan import LaunchPlan
+from dslaunch.wire import RankExit
+from tests.plans import make_plan
+
+PLAN = make_plan(hosts=("a", "b"), slots=("0", "1"))  # node 0: ranks 0, 1 on a; node 1: ranks 2, 3 on b
+HANGS = replace(PLAN, hang_timeout=5.0)
+MPI_HANGS = replace(HANGS, launcher="openmpi")
+NODES = ((0, "a"), (1, "b"))  # the handles' (node_rank, host), by index
+
+
+def _exit(rank: int, code: int = 1, ts: float = 1.0, *, by_agent: bool = False) -> RankExit:
+    node = rank // 2
+    return RankExit(rank, rank % 2, node, "ab"[node], 100 + rank, code, None, ts, by_agent)
+
+
+@dataclass(frozen=True)
+class Ev:
+    index: int
+    event: wire.Event
+    now: float = 0.0
+
+
+@dataclass(frozen=True)
+class End:
+    index: int
+    status: int | None
+    now: float = 0.0
+
+
+@dataclass(frozen=True)
+class Sig:
+    signum: int
+    now: float = 0.0
+
+
+@dataclass(frozen=True)
+class Tick:
+    now: float
+
+
+Step = Ev | End | Sig | Tick
+
+
+def _feed(state: JobState, step: Step) -> tuple[Action, ...]:
+    if isinstance(step, Ev):
+        return state.on_event(step.index, step.event, step.now)
+    if isinstance(step, End):
+        return state.on_stream_end(step.index, step.status, step.now)
+    if isinstance(step, Sig):
+        return state.on_signal(step.signum, step.now)
+    return state.tick(step.now)
+
+
+def _run(steps: list[Step], plan: LaunchPlan = PLAN) -> tuple[JobState, list[tuple[Action, ...]]]:
+    state = JobState(plan, NODES)
+    return state, [_feed(state, step) for step in steps]
+
+
+DONE_OK = [Ev(0, wire.Done(0, 0)), End(0, None), Ev(1, wire.Done(1, 0)), End(1, None)]
+STOP_RANK = StopAll("rank 0 on a failed")
+
+# (steps, the actions each step returns, the outcome's code, root cause rank, lost node)
+CASES = {
+    "success": (DONE_OK, [(), (), (), ()], 0, None, None),
+    "the earlier ts wins, whatever the arrival order": (
+        [Ev(0, _exit(0, 3, ts=2.0)), Ev(1, _exit(2, 4, ts=1.0))],
+        [(STOP_RANK,), ()],
+        4,
+        2,
+        None,
+    ),
+    "a rank the agent stopped is never the root cause": (
+        [Ev(0, _exit(0, 143, ts=0.5, by_agent=True)), Ev(1, _exit(2, 7, ts=1.0))],
+        [(), (StopAll("rank 2 on b failed"),)],
+        7,
+        2,
+        None,
+    ),
+    "a late failure with an earlier ts, after the stop, still wins": (
+        [Ev(0, _exit(0, 2, ts=5.0)), Ev(1, _exit(3, 9, ts=1.0, by_agent=False)), End(0, None), End(1, None)],
+        [(STOP_RANK,), (), (), ()],
+        9,
+        3,
+        None,
+    ),
+    "a stream that ends without Done is a lost node": (
+        [End(1, -9), Ev(0, _exit(0, 143, by_agent=True)), End(0, None)],
+        [(StopAll("lost node 1"),), (), ()],
+        137,
+        None,
+        (1, "b", -9),
+    ),
+    "a failing rank first: the end of the streams is no lost node": (
+        [Ev(0, _exit(1, 5)), End(0, None), End(1, -15)],
+        [(StopAll("rank 1 on a failed"),), (), ()],
+        5,
+        1,
+        None,
+    ),
+    "a stream end after Done is no lost node": (
+        [Ev(1, wire.Done(1, 0)), End(1, None)],
+        [(), ()],
+        0,
+        None,
+        None,
+    ),
+    "Done != 0 stops all and is the code": (
+        [Ev(1, wire.Done(1, 3)), End(1, None), Ev(0, wire.Done(0, 0)), End(0, None)],
+        [(StopAll("a node agent failed"),), (), (), ()],
+        3,
+        None,
+        None,
+    ),
+    "a rank failure beats a later Done code": (
+        [Ev(0, _exit(0, 6)), Ev(0, wire.Done(0, 1)), End(0, None)],
+        [(STOP_RANK,), (), ()],
+        6,
+        0,
+        None,
+    ),
+    "a signal is no lost node and sets 128+N": (
+        [Sig(signal.SIGTERM), End(0, 1), End(1, None)],
+        [(StopAll("signal SIGTERM"),), (), ()],
+        143,
+        None,
+        None,
+    ),
+    "the signal's code wins over a root cause": (
+        [Ev(0, _exit(0, 1)), Sig(signal.SIGINT)],
+        [(STOP_RANK,), ()],
+        130,
+        0,
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize(("steps", "actions", "code", "cause", "lost"), CASES.values(), ids=CASES.keys())
+def test_decisions(
+    steps: list[Step],
+    actions: list[tuple[Action, ...]],
+    code: int,
+    cause: int | None,
+    lost: tuple[int, str, int | None] | None,
+) -> None:
+    state, got = _run(steps)
+    assert got == actions
+    outcome = state.outcome()
+    assert outcome.code == code
+    assert (outcome.root_cause.rank if outcome.root_cause else None) == cause
+    assert outcome.lost_node == lost
+    assert outcome.exits == tuple(s.event for s in steps if isinstance(s, Ev) and isinstance(s.event, RankExit))
+
+
+def test_a_second_stop_signal_kills_once_and_the_first_names_the_code() -> None:
+    state, got = _run([Sig(signal.SIGINT), Sig(signal.SIGTERM), Sig(signal.SIGINT), Tick(100.0)])
+    assert got == [(StopAll("signal SIGINT"),), (KillAll(),), (), ()]  # the deadline does not kill again
+    assert state.outcome().code == 130 and state.outcome().signal == signal.SIGINT
+
+
+def test_the_kill_deadline_comes_shutdown_timeout_plus_grace_after_the_stop() -> None:
+    deadline = 10.0 + PLAN.shutdown_timeout + 3.0  # the agents get 3 s beyond their own --shutdown-timeout
+    state, got = _run([Tick(9.0), Ev(0, _exit(0), now=10.0), Tick(deadline), Tick(deadline + 0.01), Tick(99.0)])
+    assert got == [(), (STOP_RANK,), (), (KillAll(),), ()]
+    assert state.killed
+
+
+@pytest.mark.parametrize(
+    ("plan", "steps", "actions"),
+    [
+        (PLAN, [Sig(signal.SIGUSR1), Sig(signal.SIGUSR2)], [(Forward(signal.SIGUSR1),), (Forward(signal.SIGUSR2),)]),
+        (PLAN, [Sig(signal.SIGQUIT)], [(AskStacks(),)]),
+        (
+            PLAN,
+            [Ev(0, _exit(0)), Sig(signal.SIGQUIT), Sig(signal.SIGUSR1)],
+            [(STOP_RANK,), (), (Forward(signal.SIGUSR1),)],
+        ),
+        (
+            replace(PLAN, launcher="openmpi"),
+            [Sig(signal.SIGQUIT)],
+            [(Say("dslaunch: stacks on demand are not available with --launcher openmpi"),)],
+        ),
+    ],
+    ids=["usr1-usr2-forwarded", "quit-asks-stacks", "no-stacks-while-stopping", "no-stacks-under-mpirun"],
+)
+def test_signals_that_do_not_stop_the_job(
+    plan: LaunchPlan, steps: list[Step], actions: list[tuple[Action, ...]]
+) -> None:
+    state, got = _run(steps, plan)
+    assert got == actions
+    assert state.outcome().signal is None
+
+
+def _stacks(node: int, *ranks: tuple[int, str, int, float]) -> Ev:
+    return Ev(node, wire.Stacks(node, "ab"[node], ranks))
+
+
+IDLE = [Ev(0, wire.Idle(0, True, 2)), Tick(1.0), Ev(1, wire.Idle(1, True, 2)), Tick(2.0)]
+DECLARED = Say("dslaunch: hang: no rank made progress for 5 s: asking every rank for its stack")
+
+
+def test_a_hang_is_declared_when_every_node_is_idle_and_settled_once_all_reported() -> None:
+    steps: list[Step] = [
+        *IDLE,
+        _stacks(0, (0, "collective", 4, 6.0), (1, "collective", 4, 6.0)),
+        Tick(3.0),  # node 1 has not reported: wait
+        _stacks(1, (2, "running", 4, 6.0), (3, "collective", 4, 6.0)),
+        Tick(3.1),
+        Tick(3.2),
+    ]
+    state, got = _run(steps, HANGS)
+    assert got == [(), (), (), (DECLARED, AskStacks()), (), (), (), (StopAll("hang"),), ()]
+    outcome = state.outcome()
+    assert outcome.code == hang.HANG_EXIT
+    assert outcome.hang is not None and outcome.hang.culprits == ((2, "b"),)
+    assert cause_line(outcome) == "hang: no progress for 5 s (least progress: rank 2)"
+
+
+def test_a_hang_settles_after_report_wait_without_every_report() -> None:
+    steps: list[Step] = [*IDLE, _stacks(0, (0, "running", 1, 6.0)), Tick(2.0 + hang.REPORT_WAIT)]
+    state, got = _run([*steps, Tick(2.0 + hang.REPORT_WAIT + 0.01)], HANGS)
+    assert got[-2:] == [(), (StopAll("hang"),)]
+    outcome = state.outcome()
+    assert outcome.code == 124 and outcome.hang is not None and outcome.hang.unreported == (1,)
+
+
+def test_progress_again_or_no_hang_timeout_is_no_hang() -> None:
+    steps: list[Step] = [*IDLE[:3], Ev(0, wire.Idle(0, False, 2)), Tick(2.0)]
+    assert _run(steps, HANGS)[1][-1] == ()
+    assert _run(IDLE, PLAN)[1][-1] == ()
+
+
+def test_no_hang_is_declared_while_stopping() -> None:
+    _state, got = _run([IDLE[0], Ev(0, _exit(0)), *IDLE[1:]], HANGS)
+    assert all(not isinstance(a, (Say, AskStacks)) for actions in got for a in actions)
+
+
+def test_under_mpirun_a_hang_is_said_and_stops_the_job_at_once() -> None:
+    state, got = _run(IDLE, MPI_HANGS)
+    declared = Say("dslaunch: hang: no rank made progress for 5 s: stopping the job")
+    assert got[-1] == (declared, StopAll("hang"))
+    assert state.outcome().hang is not None and state.outcome().code == 124
+
+
+@pytest.mark.parametrize(("status", "code"), [(-9, 137), (-15, 143), (None, 1), (0, 1), (5, 5)])
+def test_a_lost_nodes_status_becomes_the_exit_code(status: int | None, code: int) -> None:
+    assert lost_node_code(status) == code
+    assert _run([End(0, status)])[0].outcome().code == code
+
+
+def test_the_summary_of_outcomes_the_state_makes() -> None:
+    outcome = _run([Sig(signal.SIGTERM)])[0].outcome()
+    assert format_summary(outcome, PLAN) == "dslaunch: received SIGTERM; stopped all 4 ranks (exit 143)"
+    assert cause_line(outcome) == "dslaunch received SIGTERM"
+    lost = _run([End(1, -9)])[0].outcome()
+    assert cause_line(lost) == "node 1 (b) disappeared"
+    failed = _run([Ev(0, _exit(2, 3)), Ev(0, _exit(0, 143, by_agent=True))])[0].outcome()
+    assert cause_line(failed) == "rank 2 on b exited with code 3"
+    assert format_summary(failed, PLAN) == (
+        "dslaunch: job failed: rank 2 (local_rank 0, node 1) on host b exited with code 3 [root cause: first failure]"
+        "\ndslaunch: 1 other rank(s) were stopped because of it"
+    )
+    assert format_summary(Outcome(0), PLAN) is None and cause_line(Outcome(0)) == ""
+    assert cause_line(_run([Ev(1, wire.Done(1, 2))])[0].outcome()) == "a node agent failed with exit code 2"

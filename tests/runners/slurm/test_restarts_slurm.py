@@ -1,0 +1,58 @@
+"""--max-restarts under real Slurm: the srun step is run again (allocation mode), or every task of
+``srun dslaunch`` restarts its node together with the others (node mode)."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import wait_until_gone
+from tests.runners.slurm.test_cluster import ROOT, _run
+
+pytestmark = [pytest.mark.launch, pytest.mark.cluster]
+
+FLAKY = str(ROOT / "tests" / "core" / "scripts" / "flaky.py")
+DSLAUNCH = [sys.executable, "-m", "dslaunch"]
+
+
+def _seen(folder: Path) -> list[tuple[int, ...]]:
+    return [tuple(int(x) for x in line.split()) for line in (folder / "attempts.txt").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("mode", ["allocation", "node"])
+def test_fails_on_attempt_0_and_succeeds_on_attempt_1(slurm_env: dict[str, str], tmp_path: Path, mode: str) -> None:
+    run_id = "slurmrs-" + uuid.uuid4().hex[:8]
+    args = ["--nproc-per-node", "2", "--run-id", run_id, "--max-restarts", "1", "--restart-delay", "0.5"]
+    script = [FLAKY, str(tmp_path), "3", "1", "7", "1"]
+    if mode == "allocation":
+        argv = ["salloc", "-N2", *DSLAUNCH, "--launcher", "slurm", *args, *script]
+    else:
+        argv = ["srun", "-N2", "--ntasks-per-node=1", *DSLAUNCH, "--master-port", "0", *args, *script]
+    res = _run(argv, slurm_env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    seen = _seen(tmp_path)
+    assert sorted(r for a, r, _m in seen if a == 1) == [0, 1, 2, 3], seen
+    assert {a for a, _r, _m in seen} == {0, 1}
+    assert "rank 3 (local_rank 1, node 1) on host n2 exited with code 7" in res.stderr
+    assert wait_until_gone(run_id, 10) == []
+
+
+def test_always_failing_step_exits_with_its_code_after_n_plus_one(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    run_id = "slurmrs-" + uuid.uuid4().hex[:8]
+    res = _run(
+        ["srun", "-N2", "--ntasks-per-node=1", *DSLAUNCH, "--nproc-per-node", "1", "--master-port", "0",
+         "--run-id", run_id, "--max-restarts", "2", "--restart-delay", "0", FLAKY, str(tmp_path), "1", "99", "6", "30"],
+        slurm_env,
+    )  # fmt: skip
+    assert res.returncode == 6, res.stdout + res.stderr
+    assert sorted({a for a, _r, _m in _seen(tmp_path)}) == [0, 1, 2]
+    assert wait_until_gone(run_id, 10) == []
+
+
+def test_rank_mode_refuses_restarts(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    res = _run(["srun", "-N1", "-n2", *DSLAUNCH, "--max-restarts", "1", FLAKY, str(tmp_path), "0", "0", "0"], slurm_env)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "rank mode" in res.stderr and "--max-restarts" in res.stderr and "Traceback" not in res.stderr

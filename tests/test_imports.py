@@ -1,0 +1,288 @@
+"""Import hygiene: the CLI and node agent start without torch or paramiko (click's import-allowlist idea), and the
+layers of dslaunch/ hold (a static check of every import; docs/architecture.md, "Layers")."""
+
+from __future__ import annotations
+
+import ast
+import collections
+import functools
+import itertools
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+HEAVY = ("torch", "paramiko", "numpy")
+
+
+def imported_after(code: str) -> set[str]:
+    probe = f"{code}\nimport sys, json\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    import json
+
+    return set(json.loads(out.splitlines()[-1]))
+
+
+@pytest.mark.launch
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import dslaunch",
+        "import dslaunch.cli",
+        "from dslaunch.cli.command import build_command; build_command()",
+        "import dslaunch.agent.__main__, dslaunch.agent.run_node, dslaunch.agent.node_loop",
+        "import dslaunch.bootstrap.__main__",
+        "from dslaunch.runners import get_runner; get_runner('local')",
+    ],
+)
+def test_no_heavy_imports(code: str) -> None:
+    heavy = {m for m in imported_after(code) if m.split(".")[0] in HEAVY}
+    assert not heavy, f"{code!r} imports {sorted(heavy)}"
+
+
+@pytest.mark.launch
+def test_help_runs_without_heavy_imports() -> None:
+    code = "import sys\nfrom dslaunch.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass"
+    heavy = {m for m in imported_after(code) if m.split(".")[0] in HEAVY}
+    assert not heavy
+
+
+# ---- layers: a static check over every import in dslaunch/ (docs/architecture.md, "Layers") ----------------------
+#
+# Every module is parsed with ast; every import counts, lazy function-level and TYPE_CHECKING ones included
+# (a lazy import still makes the importing module depend on the imported one). `from X import y` is the module
+# X.y when that is a module, else X; relative imports are resolved against the importing module.
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "dslaunch"
+
+
+@dataclass(frozen=True)
+class Import:
+    src: str  # importing module, e.g. "dslaunch.agent.node_loop"
+    dst: str  # a dslaunch module ("dslaunch.cli.render") or a third-party/stdlib top-level name ("click")
+    where: str  # "dslaunch/agent/node_loop.py:39"
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.src} imports {self.dst}"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@functools.cache
+def modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _targets(module: str, path: Path, node: ast.Import | ast.ImportFrom) -> list[str]:
+    known = modules()
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if node.level:
+        base = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        target = ".".join([*base, node.module] if node.module else base)
+    else:
+        target = node.module or ""
+    return [f"{target}.{a.name}" if f"{target}.{a.name}" in known else target for a in node.names]
+
+
+@functools.cache
+def imports() -> tuple[Import, ...]:
+    found = []
+    for module, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for target in _targets(module, path, node):
+                    dst = target if target.split(".")[0] == "dslaunch" else target.split(".")[0]
+                    if dst != module:
+                        found.append(Import(module, dst, f"{path.relative_to(ROOT)}:{node.lineno}"))
+    return tuple(found)
+
+
+def imports_of(module: str) -> list[Import]:
+    return [i for i in imports() if i.src == module]
+
+
+def package_of(module: str) -> str:
+    """The package graph's node: the first level under dslaunch (cli, runners, agent, ...; plan, wire, ... for
+    top-level modules). ``dslaunch`` itself is the public facade; a ``__main__`` module is an entry point that
+    nothing imports, a node of its own."""
+    parts = module.split(".")
+    if len(parts) == 1 or parts[0] != "dslaunch":
+        return module
+    return ".".join(parts[1:]) if parts[-1] == "__main__" else parts[1]
+
+
+def _under(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def reaching(start: str, forbidden: tuple[str, ...], through: tuple[str, ...] = ("dslaunch",)) -> list[Import] | None:
+    """The shortest import chain from ``start`` to a module under ``forbidden``, following dslaunch modules."""
+    seen = {start}
+    queue: collections.deque[tuple[str, list[Import]]] = collections.deque([(start, [])])
+    while queue:
+        module, chain = queue.popleft()
+        for edge in imports_of(module):
+            if _under(edge.dst, forbidden):
+                return [*chain, edge]
+            if edge.dst not in seen and _under(edge.dst, through):
+                seen.add(edge.dst)
+                queue.append((edge.dst, [*chain, edge]))
+    return None
+
+
+def _explain(chains: list[list[Import]]) -> str:
+    return "\n".join("\n  then ".join(str(edge) for edge in chain) for chain in chains)
+
+
+def test_the_scan_sees_lazy_relative_and_from_imports() -> None:
+    edges = {(i.src, i.dst) for i in imports()}
+    assert ("dslaunch.job.loop", "dslaunch.wire") in edges  # from dslaunch import wire: a module
+    assert ("dslaunch.bootstrap.engine", "torch") in edges  # lazy, inside a function
+    assert ("dslaunch.cli.command", "dslaunch") in edges  # from dslaunch import __version__: the facade
+    assert len(modules()) > 60
+
+
+# The node agent and the rank bootstrap run on every node, often in a bare environment: never the CLI or click.
+NODE_SIDE = ("dslaunch.agent", "dslaunch.bootstrap")
+CLI = ("dslaunch.cli", "click")
+
+
+@pytest.mark.parametrize("module", [m for m in sorted(modules()) if _under(m, NODE_SIDE)])
+def test_agent_and_bootstrap_never_import_the_cli(module: str) -> None:
+    chain = reaching(module, CLI)
+    if chain:
+        pytest.fail(f"{module} reaches the CLI:\n{_explain([chain])}", pytrace=False)
+
+
+# Leaf modules: what they may import from dslaunch (besides the stdlib, dslaunch.errors and dslaunch.limits; nothing
+# third-party).
+LEAVES: dict[str, tuple[str, ...]] = {
+    "dslaunch.errors": (),  # the one user-error base every parser raises
+    "dslaunch.limits": (),  # caps and ASCII-only numbers for every parser
+    "dslaunch.plan": (),  # the frozen plan every layer passes around
+    "dslaunch.wire": ("dslaunch.plan",),  # the launcher <-> agent wire: it encodes the plan
+    "dslaunch.inputs.hostfile": (),
+    "dslaunch.agent.mpi_env": (),
+    "dslaunch.oslib.prctl": (),
+    "dslaunch.oslib.binding": (),
+    "dslaunch.inputs.config": (
+        "dslaunch.inputs.userfiles",
+    ),  # the capped read of a user's file (userfiles: stdlib only)
+    "dslaunch.oslib.procs": (),  # a job's processes on this host, from /proc: the agent's sweep and the reaper
+    "dslaunch.masking": (),  # secret masking: the CLI's dry run and the agent's debug log
+    "dslaunch.oslib.gpus": (),  # visible GPU ids without torch: the CLI and preflight
+    "dslaunch.inputs.userfiles": (),  # capped reads of the files a user names
+    "dslaunch.oslib.owner_only": (),  # owner-only folders and files for the logs
+    "dslaunch.nesting": (),  # a rank's own dslaunch: forget what its parent job set
+    "dslaunch.failure_bounds": (),  # head-and-tail caps on a failure's text, for the bootstrap and the agent
+    "dslaunch.mesh": (),  # mesh spec and layout (pure); bootstrap.mesh_build adds torch
+    "dslaunch.logs.spec": (),
+    # Slurm's pure side: environment, hostlists, task layout, srun lines (runners put it to work)
+    "dslaunch.slurm.address": (),
+    "dslaunch.slurm.hostlist": (),
+    "dslaunch.slurm.layout": ("dslaunch.plan", "dslaunch.slurm.hostlist"),
+    "dslaunch.slurm.srun": ("dslaunch.plan", "dslaunch.wire"),
+    "dslaunch.slurm.step": ("dslaunch.plan", "dslaunch.slurm.layout"),
+}
+STDLIB = frozenset(sys.stdlib_module_names) | {"__future__"}
+
+
+@pytest.mark.parametrize("module", sorted(LEAVES))
+def test_leaf_modules_import_only_their_allow_list(module: str) -> None:
+    assert module in modules(), f"{module} is gone: update LEAVES"
+    allowed_here = {*LEAVES[module], *STDLIB, "dslaunch.errors", "dslaunch.limits"}
+    bad = [i for i in imports_of(module) if i.dst not in allowed_here]
+    allowed = ", ".join(LEAVES[module]) or "nothing"
+    if bad:
+        pytest.fail(
+            f"{module} may import the stdlib and {allowed}; it imports:\n" + "\n".join(map(str, bad)), pytrace=False
+        )
+
+
+# Code that runs inside the user's ranks never pulls in launcher code (nor click or paramiko).
+RANK_SIDE = (
+    "dslaunch.bootstrap",  # with its mesh_build, comm and timers
+    "dslaunch.mesh",
+    "dslaunch.compat",
+)
+LAUNCHER_SIDE = (
+    "dslaunch.cli",
+    "dslaunch.runners",
+    "dslaunch.remote",
+    "dslaunch.agent",
+    "dslaunch.slurm.srun",
+    "click",
+    "paramiko",
+)
+
+
+@pytest.mark.parametrize("module", [m for m in sorted(modules()) if _under(m, RANK_SIDE)])
+def test_rank_side_never_imports_the_launcher_side(module: str) -> None:
+    chain = reaching(module, LAUNCHER_SIDE)
+    if chain:
+        pytest.fail(f"rank-side {module} reaches launcher code:\n{_explain([chain])}", pytrace=False)
+
+
+def _cycle(graph: dict[str, dict[str, Import]]) -> list[Import] | None:
+    """One cycle of ``graph`` (node -> {node: the first import making that edge}), as its edges."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[Import] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, {})):
+            if state.get(nxt) == 1:
+                loop = [*path[path.index(nxt) :], nxt]
+                return [graph[a][b] for a, b in itertools.pairwise(loop)]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def _graph(node_of: Callable[[str], str]) -> dict[str, dict[str, Import]]:
+    graph: dict[str, dict[str, Import]] = collections.defaultdict(dict)
+    for i in imports():
+        a, b = node_of(i.src), node_of(i.dst) if i.dst in modules() else None
+        if b is not None and a != b:
+            graph[a].setdefault(b, i)
+    return graph
+
+
+def test_no_cycles_between_packages() -> None:
+    cycle = _cycle(_graph(package_of))
+    if cycle:
+        path = " -> ".join([package_of(e.src) for e in cycle] + [package_of(cycle[0].src)])
+        pytest.fail(f"package cycle {path}:\n  " + "\n  ".join(map(str, cycle)), pytrace=False)
+
+
+# Module cycles inside a package. One is known and kept: the engine hands its process groups to teardown, and
+# teardown (imported by the bootstrap before torch) finds the engine only at exit, once torch is imported.
+KNOWN_MODULE_CYCLES = ({"dslaunch.bootstrap.engine", "dslaunch.bootstrap.teardown"},)
+
+
+def test_no_cycles_between_modules() -> None:
+    graph = _graph(lambda m: m)
+    for known in KNOWN_MODULE_CYCLES:
+        for a in known:
+            for b in known:
+                graph[a].pop(b, None)
+    cycle = _cycle(graph)
+    if cycle:
+        pytest.fail("module cycle:\n  " + "\n  ".join(map(str, cycle)), pytrace=False)
