@@ -34,42 +34,6 @@ def _views(stdout: str) -> dict[int, dict[str, object]]:
     return {int(v["rank"]): v for v in found}
 
 
-# ---- pure -------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "cores"),
-    [("0", (0,)), ("1,3-5,7", (1, 3, 4, 5, 7)), ("8-9,0-1", (8, 9, 0, 1)), (" 2 , 4-4 ", (2, 4))],
-)
-def test_parse_core_list(text: str, cores: tuple[int, ...]) -> None:
-    assert binding.parse_core_list(text) == cores
-
-
-@pytest.mark.parametrize(
-    ("text", "needle"),
-    [
-        ("", "bad item"),
-        ("a", "bad item"),
-        ("5-3", "backwards"),
-        ("1,1", "more than once"),
-        ("0-2,2", "more than once"),
-        ("-1", "bad item"),
-        ("1-", "bad item"),
-    ],
-)
-def test_bad_core_list(text: str, needle: str) -> None:
-    with pytest.raises(binding.CoreListError, match=needle):
-        binding.parse_core_list(text)
-
-
-def test_compress_and_slices() -> None:
-    assert binding.compress((0, 1, 2, 5, 7, 8)) == "0-2,5,7-8"
-    cores = tuple(range(8))
-    assert [binding.rank_cores(cores, 3, r) for r in range(3)] == [(0, 1), (2, 3), (4, 5)]
-    assert [binding.rank_cores((4, 5), 3, r) for r in range(3)] == [(4,), (5,), (4,)]  # shared, never empty
-    assert binding.cores_for(None, 2, 0) is None
-
-
 # ---- real runs --------------------------------------------------------------------------------
 
 
