@@ -174,9 +174,7 @@ LEAVES: dict[str, tuple[str, ...]] = {
     "dslaunch.agent.mpi_env": (),
     "dslaunch.oslib.prctl": (),
     "dslaunch.oslib.binding": (),
-    "dslaunch.inputs.config": (
-        "dslaunch.inputs.userfiles",
-    ),  # the capped read of a user's file (userfiles: stdlib only)
+    "dslaunch.inputs.config": ("dslaunch.inputs.userfiles",),  # the capped read of a user's file
     "dslaunch.oslib.procs": (),  # a job's processes on this host, from /proc: the agent's sweep and the reaper
     "dslaunch.masking": (),  # secret masking: the CLI's dry run and the agent's debug log
     "dslaunch.oslib.gpus": (),  # visible GPU ids without torch: the CLI and preflight
@@ -270,6 +268,71 @@ def test_no_cycles_between_packages() -> None:
     if cycle:
         path = " -> ".join([package_of(e.src) for e in cycle] + [package_of(cycle[0].src)])
         pytest.fail(f"package cycle {path}:\n  " + "\n  ".join(map(str, cycle)), pytrace=False)
+
+
+# ---- one rule per package: which other packages (or top-level modules) it may import -----------------------------
+# The package graph's node is a first-level package or a top-level module (package_of). Every node must be listed
+# here, so a new package states its place; an edge missing from its row fails the test. The order below is the
+# order of the layers, from the shared vocabulary up to the CLI.
+BASE = ("errors", "limits")  # the user-error base and the caps every parser checks: anyone may import them
+PACKAGE_RULES: dict[str, tuple[str, ...]] = {
+    # shared vocabulary and cross-process contracts
+    "errors": (),
+    "limits": (),
+    "plan": (),
+    "wire": ("plan",),  # what crosses the launcher <-> agent boundary: it encodes the plan
+    "masking": (),
+    "nesting": (),
+    "failure_bounds": (),
+    "mesh": BASE,
+    # leaves grouped by kind
+    "inputs": BASE,  # what users hand us (pure)
+    "oslib": BASE,  # Linux helpers
+    "slurm": (*BASE, "plan", "wire"),  # Slurm's pure side
+    "output": (*BASE, "plan", "wire"),  # rank output, on both sides of the wire
+    "logs": (*BASE, "mesh", "oslib"),
+    "report": (*BASE, "inputs", "logs"),
+    # the rank side: never the launcher's code
+    "bootstrap": (*BASE, "failure_bounds", "inputs", "logs", "mesh", "oslib", "slurm"),
+    "compat": (*BASE, "bootstrap", "mesh"),
+    "dslaunch": ("bootstrap", "logs"),  # the public facade: engine(), get_logger(), heartbeat()
+    # the node agent: runs ranks (its zygote runs the bootstrap), never the launcher's code
+    "agent": (*BASE, "bootstrap", "failure_bounds", "logs", "masking", "nesting", "oslib", "output", "plan", "wire"),
+    # the launcher side
+    "job": (*BASE, "logs", "mesh", "output", "plan", "wire"),  # the job core: no transport
+    "remote": (*BASE, "dslaunch", "oslib", "output", "plan", "wire"),  # ssh/pdsh plumbing
+    "runners": (*BASE, "agent", "job", "logs", "masking", "oslib", "output", "plan", "remote", "slurm", "wire"),
+    "cli": (
+        *BASE,
+        *("dslaunch", "inputs", "job", "logs", "masking", "mesh", "nesting", "oslib", "plan", "remote", "report"),
+        *("runners", "slurm", "wire"),
+    ),
+}
+
+
+def test_every_package_has_a_rule() -> None:
+    nodes = {package_of(m) for m in modules() if not m.endswith("__main__")}
+    assert sorted(nodes - set(PACKAGE_RULES)) == [], "state each new package's imports in PACKAGE_RULES"
+    assert sorted(set(PACKAGE_RULES) - nodes) == [], "PACKAGE_RULES names a package that is gone"
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGE_RULES))
+def test_each_package_imports_only_what_its_rule_allows(package: str) -> None:
+    allowed = set(PACKAGE_RULES[package])
+    bad = [
+        str(i)
+        for i in imports()
+        if package_of(i.src) == package and i.dst in modules() and package_of(i.dst) not in {package, *allowed}
+    ]
+    if bad:
+        pytest.fail(f"{package} may import {', '.join(sorted(allowed)) or 'nothing'}; it imports:\n" + "\n".join(bad))
+
+
+def test_the_job_core_and_output_know_no_transport() -> None:
+    transports = ("dslaunch.runners", "dslaunch.remote", "dslaunch.slurm", "dslaunch.agent", "paramiko")
+    for start in [m for m in modules() if _under(m, ("dslaunch.job", "dslaunch.output"))]:
+        chain = reaching(start, transports)
+        assert chain is None, f"{start} reaches a transport:\n{_explain([chain])}"
 
 
 # Module cycles inside a package. One is known and kept: the engine hands its process groups to teardown, and
