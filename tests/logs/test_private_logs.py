@@ -3,7 +3,8 @@
 
 The files are made in two places: the loggers and the report (``dslaunch/logs``, ``dslaunch/report``), and the
 node agent and the rank bootstrap (each rank's ``rank<N>.stdout.log``/``.stderr.log`` and its error file). Each
-place has a test of its own here, so a failure names the place that still follows the umask.
+place has a test of its own here, so a failure names the place that still follows the umask. The helpers
+themselves are tested in tests/oslib/test_owner_only.py.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from dslaunch.oslib.owner_only import private_dir, private_open
 from tests.helpers import DSLAUNCH, SCRIPTS
 
 SCRIPT = SCRIPTS / "private_ranks.py"
@@ -34,7 +34,9 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A failing 2-rank job and its report, under umask 000, into a --log-dir two folders below an existing one."""
     top = tmp_path_factory.mktemp("private") / "new"
     logs = top / "logs"
-    job = _unmasked(["--nproc-per-node", "2", "--master-port", "0", "--log-dir", str(logs), str(SCRIPT)], FAIL_RANK="1")
+    gate = tmp_path_factory.mktemp("gate")
+    args = ["--nproc-per-node", "2", "--master-port", "0", "--log-dir", str(logs), str(SCRIPT)]
+    job = _unmasked(args, FAIL_RANK="1", GATE_DIR=str(gate))
     assert job.returncode == 1 and "rank failed on purpose" in job.stderr, job.stderr
     report = _unmasked(["--report", str(logs)])
     assert report.returncode == 0, report.stderr
@@ -68,34 +70,3 @@ def test_the_ranks_output_and_error_files_are_private(made: Path) -> None:
     names = {p.name for p in made.rglob("*")}
     assert {"rank0.stdout.log", "rank1.stderr.log", "rank1.error.json"} <= names
     assert _too_open(made, agent_and_rank=True) == {}
-
-
-def test_the_helpers_follow_no_umask_but_a_stricter_one(tmp_path: Path) -> None:
-    old = os.umask(0)
-    try:
-        private_dir(str(tmp_path / "a" / "b"))
-        with private_open(str(tmp_path / "a" / "b" / "f.log"), "a", encoding="utf-8") as f:
-            f.write("x\n")
-            assert f.name == str(tmp_path / "a" / "b" / "f.log")
-        os.umask(0o077 | 0o100)
-        with private_open(str(tmp_path / "a" / "g.bin"), "wb"):
-            pass
-    finally:
-        os.umask(old)
-    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "a").rglob("*")}
-    assert modes == {"b": 0o700, "f.log": 0o600, "g.bin": 0o600}
-    assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o700
-
-
-def test_existing_folders_and_files_are_left_as_they_are(tmp_path: Path) -> None:
-    (tmp_path / "shared").mkdir(mode=0o755)
-    (tmp_path / "shared" / "old.log").write_text("a\n")
-    os.chmod(tmp_path / "shared" / "old.log", 0o644)
-    private_dir(str(tmp_path / "shared"))
-    with private_open(str(tmp_path / "shared" / "old.log"), "a", encoding="utf-8") as f:
-        f.write("b\n")
-    assert stat.S_IMODE((tmp_path / "shared").stat().st_mode) == 0o755
-    assert stat.S_IMODE((tmp_path / "shared" / "old.log").stat().st_mode) == 0o644
-    assert (tmp_path / "shared" / "old.log").read_text() == "a\nb\n"
-    with pytest.raises(FileExistsError):
-        private_dir(str(tmp_path / "shared" / "old.log" / "x"))

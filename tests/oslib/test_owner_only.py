@@ -58,3 +58,13 @@ def test_a_folder_where_a_file_is_meets_an_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(OSError):
         private_dir(str(tmp_path / "file" / "logs"))
+
+
+def test_a_stricter_umask_is_kept(tmp_path: Path) -> None:
+    old = os.umask(0o177)  # not even the owner's execute bit on a file; folders still get 0700 at most
+    try:
+        with private_open(str(tmp_path / "g.bin"), "wb"):
+            pass
+    finally:
+        os.umask(old)
+    assert _mode(tmp_path / "g.bin") == FILE_MODE & ~0o177
