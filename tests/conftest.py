@@ -177,8 +177,23 @@ def _no_job_outlives_its_test() -> Iterator[None]:
 SHARED_BEDS = {"slurm_cluster": "slurm", "slurm_env": "slurm", "netns_cluster": "netns"}
 
 
+# The slowest first: a worker that picks up a 40 s torch test or the Slurm bed near the end keeps the whole run
+# waiting while the others idle (xdist hands out work in collection order). A test file moves as a whole, with its
+# slowest test's tier, so its module-scoped fixtures (a network-namespace bed) are still made once.
+TIERS = ("torch", "cluster", "launch")
+
+
+def _tier(item: pytest.Item) -> int:
+    marks = _marks(item)
+    return next((i for i, mark in enumerate(TIERS) if mark in marks), len(TIERS))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         group = next((SHARED_BEDS[f] for f in getattr(item, "fixturenames", ()) if f in SHARED_BEDS), None)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    module_tier: dict[str, int] = {}
+    for item in items:
+        module_tier[item.nodeid.split("::")[0]] = min(_tier(item), module_tier.get(item.nodeid.split("::")[0], 9))
+    items.sort(key=lambda item: module_tier[item.nodeid.split("::")[0]])
