@@ -19,7 +19,7 @@ import os
 import selectors
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
@@ -49,7 +49,7 @@ from dslaunch.output.sink import Sink
 from dslaunch.plan import LaunchPlan
 
 if TYPE_CHECKING:
-    from dslaunch.agent.preload.zygote import Zygote
+    from dslaunch.agent.preload.client import Zygote
 
 _BAR_PAUSE = 0.02  # a stream showing a \r bar that writes little is read at most this often
 _PID_POLL = 0.05  # a rank without a pidfd is polled this often
@@ -180,7 +180,8 @@ class NodeLoop:
         return found
 
     # ---- spawning -------------------------------------------------------
-    def start(self, error_dir: str) -> None:
+    def start(self, error_dir: str, warm: Mapping[int, Zygote | None] | None = None) -> None:
+        """Start the ranks; ``warm``: the zygotes a local launcher keeps for the job (preload/warm.py)."""
         import subprocess  # keep agent start-up lean
 
         prctl.set_child_subreaper()
@@ -190,10 +191,10 @@ class NodeLoop:
         self.progress = progress = ProgressWatch(self.plan, self.node.node_rank, error_dir)
         self.fs_clock_offset = fs_clock_offset(log_dir or error_dir)
         zygote = None
-        if self.plan.preload:  # --preload: fork the ranks from one process that imported the modules (zygote.py)
-            from dslaunch.agent.preload.zygote import for_node
+        if self.plan.preload:  # --preload: fork the ranks from one process that imported the modules (preload/)
+            from dslaunch.agent.preload.client import for_node
 
-            zygote = for_node(self.plan, self.node, os.environ, error_dir)
+            zygote = for_node(self.plan, self.node, os.environ, error_dir, warm)
         try:
             self._start_ranks(subprocess, zygote, progress, log_dir, error_dir)
         finally:
@@ -542,7 +543,7 @@ class NodeLoop:
 
     def _kill_descendants(self) -> None:
         ranks = {r.pid for r in self.ranks}
-        waiters = [w for r in self.ranks if (w := getattr(r.proc, "waiter", None))]  # warm ranks' (zygote_warm.py)
+        waiters = [w for r in self.ranks if (w := getattr(r.proc, "waiter", None))]  # warm ranks' (preload/warm.py)
         found = [pid for root in (os.getpid(), *waiters) for pid in procs.descendants(root) if pid not in ranks]
         for pid in found:
             kill(pid)

@@ -7,10 +7,14 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import BinaryIO, TextIO, cast
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, BinaryIO, TextIO, cast
 
 from dslaunch.agent.node_loop import NodeLoop
 from dslaunch.plan import LaunchPlan
+
+if TYPE_CHECKING:
+    from dslaunch.agent.preload.client import Zygote
 
 
 def read_line(fd: int) -> tuple[bytes, bytes]:
@@ -26,12 +30,19 @@ def read_line(fd: int) -> tuple[bytes, bytes]:
 
 
 def run_node(
-    plan: LaunchPlan, node_rank: int, control: BinaryIO | None, pending: bytes = b"", events: int | None = None
+    plan: LaunchPlan,
+    node_rank: int,
+    control: BinaryIO | None,
+    pending: bytes = b"",
+    events: int | None = None,
+    *,
+    warm: Mapping[int, Zygote | None] | None = None,
 ) -> int:
     """Supervise this node's ranks until they end; return the node's exit code.
 
     Rank output goes to fds 1 and 2; events to ``events`` when given (a forked local agent),
-    else on fd 1 as marked lines (a remote agent: one stream over the transport).
+    else on fd 1 as marked lines (a remote agent: one stream over the transport). ``warm``: the zygotes a local
+    launcher keeps for the whole job, by node rank (preload/warm.py), handed to its forked agent.
     """
     from dslaunch.logs import configure_agent
 
@@ -42,7 +53,7 @@ def run_node(
     error_dir = tempfile.mkdtemp(prefix=f"dslaunch-{plan.run_id}-")
     console, sys.stderr = sys.stderr, cast(TextIO, loop.console())
     try:
-        loop.start(error_dir)
+        loop.start(error_dir, warm)
         loop.feed_control(pending)  # control lines that arrived with the plan
         return loop.run()
     finally:

@@ -10,7 +10,8 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from dslaunch import wire
 from dslaunch.errors import DslaunchError
@@ -19,6 +20,10 @@ from dslaunch.job.result import JobResult
 from dslaunch.oslib import prctl, procs
 from dslaunch.plan import LaunchPlan
 from dslaunch.remote.common import START_FAILED
+
+if TYPE_CHECKING:
+    from dslaunch.agent.preload.client import Zygote
+    from dslaunch.agent.preload.warm import WarmZygotes
 
 
 def _reset_signal_handlers() -> None:
@@ -38,7 +43,7 @@ class _ForkedAgent:
     reads: no reader of the job's output can hold up an exit or a teardown.
     """
 
-    def __init__(self, plan: LaunchPlan, node_rank: int) -> None:
+    def __init__(self, plan: LaunchPlan, node_rank: int, warm: Mapping[int, Zygote | None] | None = None) -> None:
         from dslaunch.agent.run_node import run_node
 
         in_r, in_w = os.pipe()
@@ -60,7 +65,7 @@ class _ForkedAgent:
                     os._exit(143)
                 if plan.cwd:
                     os.chdir(plan.cwd)
-                code = run_node(plan, node_rank, control=sys.stdin.buffer, events=ev_w)
+                code = run_node(plan, node_rank, control=sys.stdin.buffer, events=ev_w, warm=warm)
             except BaseException:  # noqa: BLE001 - report, then leave without running the launcher's code
                 import traceback
 
@@ -101,11 +106,11 @@ class LocalAgent:
     the node's processes once it sees the agent gone, as the remote reaper does (docs/teardown.md).
     """
 
-    def __init__(self, plan: LaunchPlan, node_rank: int) -> None:
+    def __init__(self, plan: LaunchPlan, node_rank: int, warm: Mapping[int, Zygote | None] | None = None) -> None:
         self.node_rank = node_rank
         self.host = plan.node(node_rank).host
         self.run_id = plan.run_id
-        self.proc = _ForkedAgent(plan, node_rank)
+        self.proc = _ForkedAgent(plan, node_rank, warm)
         self._stopped = False
         self._done = False  # the agent sent Done: it has swept its node itself
         self._swept = False
@@ -151,6 +156,9 @@ class LocalAgent:
 class LocalRunner:
     name = "local"
 
+    def __init__(self) -> None:
+        self._warm: WarmZygotes | None = None  # --preload with restarts: one zygote per node for the whole job
+
     def describe(self, plan: LaunchPlan) -> list[str]:
         return [f"node agent {n.node_rank} ({n.host}): forked from the launcher on this machine" for n in plan.nodes]
 
@@ -159,14 +167,16 @@ class LocalRunner:
             plan = plan.with_port(port_on_this_machine(plan.master_addr))
         else:
             check_port_free(plan.master_addr, plan.master_port)
-        from dslaunch.agent.preload import warm
+        from dslaunch.agent.preload.warm import WarmZygotes
 
         handles = []
         prctl.load()
-        warm.prepare(plan)  # --preload with restarts: one zygote per node for the whole job
+        if self._warm is None:  # kept for every attempt of the job: the agents, forks of this process, get it
+            self._warm = WarmZygotes()
+        self._warm.prepare(plan)
         try:
             for node in plan.nodes:
-                handles.append(LocalAgent(plan, node.node_rank))
+                handles.append(LocalAgent(plan, node.node_rank, self._warm.zygotes))
         except OSError as exc:  # fork or pipe refused (process or fd limits)
             for h in handles:
                 h.kill()

@@ -14,7 +14,7 @@ from tests.gpu.launch import FACTS, SCRIPTS, Cuda, facts, launch, visible_count
 pytestmark = [pytest.mark.gpu, pytest.mark.torch, pytest.mark.launch]
 # A module on PYTHONPATH, as a user's own package would be; the job's PYTHONPATH is kept after it.
 PATH_ENV = {"PYTHONPATH": os.pathsep.join(p for p in (str(SCRIPTS / "preload"), os.environ.get("PYTHONPATH")) if p)}
-# zygote.fork_blocker()'s reasons that a CUDA initialisation can trip, in the order it checks them
+# server.fork_blocker()'s reasons that a CUDA initialisation can trip, in the order it checks them
 REFUSED = re.compile(
     r"^dslaunch: warning: --preload torch,cuda_at_import on localhost: this node's ranks exec'd instead: "
     r"(the preloaded process runs \d+ threads|torch\.cuda is initialised in the preloaded process"

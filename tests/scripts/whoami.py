@@ -4,7 +4,7 @@ import os
 import sys
 
 with open("/proc/self/cmdline", "rb") as f:
-    forked = b"dslaunch.agent.preload.zygote" in f.read()
+    forked = b"dslaunch.agent.preload.server" in f.read()
 stdin = os.readlink("/proc/self/fd/0")
 print(
     f"rank={os.environ['RANK']} forked={forked} preloaded={'preload_plain' in sys.modules}"

@@ -1,4 +1,4 @@
-"""A warm zygote's side of warm restarts (zygote_warm.py): each rank's waiter, and the exit-code pipe.
+"""A warm zygote's side of warm restarts (warm.py): each rank's waiter, and the exit-code pipe.
 
 The waiter is the intermediate process of the zygote's double fork, kept: the rank's parent and a child
 subreaper, it writes the rank's exit code on a pipe the agent reads, and when the agent is gone it ends the

@@ -4,16 +4,18 @@ the whole job, so a restart forks its ranks from a process that has imported the
 A zygote started by the launcher outlives each attempt's node agent, so the ranks it forks cannot become the
 agent's children (only a process's ancestors can adopt it). Each rank gets a *waiter* instead: the intermediate
 process of the double fork stays, as the rank's parent and a child subreaper (what the rank double-forks stays
-below it). The waiter writes the rank's exit code on a pipe the agent reads (:class:`zygote.ForkedRank`), and
+below it). The waiter writes the rank's exit code on a pipe the agent reads (:class:`client.ForkedRank`), and
 when the agent is gone, however it went, it kills the rank's process group and everything below itself, and
 exits (waiter.py). The agent's teardown also kills what is below each waiter (node_loop). The zygote's
-parent-death signal is on the launcher, which closes it when it exits (:func:`close_all`, atexit); the zygote
-waits for its waiters first. A zygote lacks ``NODE_RANK`` in its own environment (``zygote._process_env``), so
-the per-node sweep at each attempt's end (procs.kill_job) leaves it alone.
+parent-death signal is on the launcher, which closes it when it exits (:meth:`WarmZygotes.close_all`, atexit);
+the zygote waits for its waiters first. A zygote lacks ``NODE_RANK`` in its own environment
+(``client._process_env``), so the per-node sweep at each attempt's end (procs.kill_job) leaves it alone.
 
 Before each attempt after the first the launcher asks every zygote whether it can still fork (the same checks
 as before every fork: one thread, no accelerator); one that cannot is replaced, with a one-line warning.
-docs/preload.md, docs/restarts.md.
+
+The kept zygotes live in a :class:`WarmZygotes` that the local runner owns for the job and hands to each attempt's
+agents (forks of the launcher) as an argument: no module global crosses that fork. docs/preload.md, docs/restarts.md.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from dslaunch.agent.preload.zygote import WARM, Zygote, exchange
+from dslaunch.agent.preload import client
 
 if TYPE_CHECKING:
     from dslaunch.plan import LaunchPlan
@@ -36,35 +38,16 @@ def wanted(plan: LaunchPlan) -> bool:
     return bool(plan.preload) and not plan.program.no_python and plan.restarts.max_restarts > 0
 
 
-def prepare(plan: LaunchPlan) -> None:
-    """Before an attempt: every node of ``plan`` has its zygote, started now or kept from the last attempt if it
-    can still fork (else replaced, with a warning). Runs in the launcher's main thread (the parent-death signal
-    of the zygote follows the thread that started it)."""
-    if not wanted(plan) or plan.bind_cores is not None:
-        return  # the agent says why it does not preload (zygote.for_node)
-    for node in plan.nodes:
-        if node.node_rank in WARM and WARM[node.node_rank] is None:
-            continue  # it could not start: said once
-        kept = WARM.get(node.node_rank)
-        if kept is not None:
-            why = check(kept)
-            if why is None:
-                continue
-            print(f"dslaunch: warning: {kept.label}: replaced for this attempt: {why}", file=sys.stderr, flush=True)
-            kept.close()
-        WARM[node.node_rank] = _start(plan, node.node_rank)
-
-
 CHECK_TIMEOUT = 5.0  # seconds for a kept zygote to answer the check; one that does not is hung: killed, replaced
 
 
-def check(zygote: Zygote, timeout: float = CHECK_TIMEOUT) -> str | None:
+def check(zygote: client.Zygote, timeout: float = CHECK_TIMEOUT) -> str | None:
     """Why ``zygote`` must not fork another attempt's ranks, or None."""
     if zygote.proc is None or zygote.proc.poll() is not None:
         return "the preloaded process is gone"
     zygote.sock.settimeout(timeout)
     try:
-        reply = exchange(zygote.sock, {"check": True})
+        reply = zygote.request({"check": True})
     except TimeoutError:
         zygote.proc.kill()
         return f"the preloaded process did not answer within {timeout:g} s"
@@ -75,22 +58,46 @@ def check(zygote: Zygote, timeout: float = CHECK_TIMEOUT) -> str | None:
     return None if reply.get("ok") is True else str(reply.get("fallback") or "the preloaded process is gone")
 
 
-def _start(plan: LaunchPlan, node_rank: int) -> Zygote | None:
-    import atexit
+class WarmZygotes:
+    """The launcher's zygotes, one per node for the whole job: the local runner owns it for the job, and hands
+    :attr:`zygotes` to each attempt's node agents (forks of the launcher) as an argument (client.for_node)."""
 
-    from dslaunch.agent import ranks
-    from dslaunch.agent.preload import zygote
+    def __init__(self) -> None:
+        # node rank -> its zygote (None: it could not start one, and said why)
+        self.zygotes: dict[int, client.Zygote | None] = {}
 
-    if not WARM:
-        atexit.register(close_all)
-    node = plan.node(node_rank)
-    env = ranks.rank_env(plan, node, 0, os.environ, os.devnull)  # the zygote itself never writes an error file
-    return zygote.start(plan.preload, plan.program.python, env, plan.cwd, node.host, warm=True)
+    def prepare(self, plan: LaunchPlan) -> None:
+        """Before an attempt: every node of ``plan`` has its zygote, started now or kept from the last attempt if it
+        can still fork (else replaced, with a warning). Runs in the launcher's main thread (the parent-death signal
+        of the zygote follows the thread that started it)."""
+        if not wanted(plan) or plan.bind_cores is not None:
+            return  # the agent says why it does not preload (client.for_node)
+        for node in plan.nodes:
+            if node.node_rank in self.zygotes and self.zygotes[node.node_rank] is None:
+                continue  # it could not start: said once
+            kept = self.zygotes.get(node.node_rank)
+            if kept is not None:
+                why = check(kept)
+                if why is None:
+                    continue
+                print(f"dslaunch: warning: {kept.label}: replaced for this attempt: {why}", file=sys.stderr, flush=True)
+                kept.close()
+            self.zygotes[node.node_rank] = self._start(plan, node.node_rank)
 
+    def _start(self, plan: LaunchPlan, node_rank: int) -> client.Zygote | None:
+        import atexit
 
-def close_all() -> None:
-    """End every warm zygote (with the job): each waits for its waiters, whose agents are gone by now."""
-    for node_rank, kept in list(WARM.items()):
-        if kept is not None:
-            kept.close()
-        del WARM[node_rank]
+        from dslaunch.agent import ranks
+
+        if not self.zygotes:
+            atexit.register(self.close_all)
+        node = plan.node(node_rank)
+        env = ranks.rank_env(plan, node, 0, os.environ, os.devnull)  # the zygote itself never writes an error file
+        return client.start(plan.preload, plan.program.python, env, plan.cwd, node.host, warm=True)
+
+    def close_all(self) -> None:
+        """End every warm zygote (with the job): each waits for its waiters, whose agents are gone by now."""
+        for node_rank, kept in list(self.zygotes.items()):
+            if kept is not None:
+                kept.close()
+            del self.zygotes[node_rank]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dslaunch.agent.preload import zygote
+from dslaunch.agent.preload import client
 from dslaunch.cli.core_options import preload_modules
 from dslaunch.errors import DslaunchError
 from tests.helpers import DSLAUNCH, SCRIPTS, run_cli
@@ -125,13 +125,13 @@ def test_an_import_time_variable_that_differs_between_ranks_execs_that_rank() ->
 
 def test_env_difference_covers_the_built_in_list_and_extra_names() -> None:
     base = {"OMP_NUM_THREADS": "1", "RANK": "0", "TORCHELASTIC_ERROR_FILE": "/a", "CUDA_VISIBLE_DEVICES": "0"}
-    assert zygote.env_difference(base, {**base, "RANK": "1", "TORCHELASTIC_ERROR_FILE": "/b"}) is None
-    assert zygote.env_difference(base, {**base, "CUDA_VISIBLE_DEVICES": "1"}) is None  # read at CUDA init
-    assert zygote.env_difference(base, {**base, "OMP_NUM_THREADS": "2"}) == "OMP_NUM_THREADS"
-    assert zygote.env_difference(base, {**base, "LD_PRELOAD": "x.so"}) == "LD_PRELOAD"
-    extra = {**base, zygote.EXTRA_ENV_VAR: "RANK,HF_*"}
-    assert zygote.env_difference(extra, {**extra, "RANK": "1"}) == "RANK"
-    assert zygote.env_difference(extra, {**extra, "HF_HOME": "/x"}) == "HF_HOME"
+    assert client.env_difference(base, {**base, "RANK": "1", "TORCHELASTIC_ERROR_FILE": "/b"}) is None
+    assert client.env_difference(base, {**base, "CUDA_VISIBLE_DEVICES": "1"}) is None  # read at CUDA init
+    assert client.env_difference(base, {**base, "OMP_NUM_THREADS": "2"}) == "OMP_NUM_THREADS"
+    assert client.env_difference(base, {**base, "LD_PRELOAD": "x.so"}) == "LD_PRELOAD"
+    extra = {**base, client.EXTRA_ENV_VAR: "RANK,HF_*"}
+    assert client.env_difference(extra, {**extra, "RANK": "1"}) == "RANK"
+    assert client.env_difference(extra, {**extra, "HF_HOME": "/x"}) == "HF_HOME"
 
 
 @pytest.mark.launch

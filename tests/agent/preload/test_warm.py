@@ -128,7 +128,7 @@ def test_sigkill_of_the_launcher_during_the_restart_delay_leaves_nothing() -> No
             line = proc.stderr.readline()
             assert line, "the launcher ended before its restart delay"
         zygote = psutil.Process(proc.pid).children()
-        assert len(zygote) == 1 and "dslaunch.agent.preload.zygote" in " ".join(
+        assert len(zygote) == 1 and "dslaunch.agent.preload.server" in " ".join(
             zygote[0].cmdline()
         )  # kept for attempt 1
         proc.kill()
@@ -150,7 +150,7 @@ def test_a_killed_agent_takes_its_warm_ranks_with_it() -> None:
     try:
         assert proc.stdout is not None
         pids = [int(LINE.search(proc.stdout.readline().decode())[5]) for _ in range(2)]  # type: ignore[index]
-        agent = next(p for p in psutil.Process(proc.pid).children() if "zygote" not in " ".join(p.cmdline()))
+        agent = next(p for p in psutil.Process(proc.pid).children() if "preload.server" not in " ".join(p.cmdline()))
         assert not agent.children()
         ranks = [psutil.Process(pid) for pid in pids]  # before the kill: a rank may be gone by the time we look
         agent.kill()

@@ -16,7 +16,7 @@ import dslaunch
 
 def forked() -> bool:
     with open("/proc/self/cmdline", "rb") as f:
-        return b"dslaunch.agent.preload.zygote" in f.read()
+        return b"dslaunch.agent.preload.server" in f.read()
 
 
 def cuda_backend(pg: dist.ProcessGroup, device: torch.device) -> str | None:

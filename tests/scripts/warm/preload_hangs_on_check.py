@@ -4,14 +4,14 @@ fork (a zygote stuck in a preloaded module's code): the launcher must replace it
 import sys
 import time
 
-serving = sys.modules["__main__"]  # the zygote runs as ``python -m dslaunch.agent.preload.zygote``
-_answer = serving._answer
+serving = sys.modules["__main__"]  # the zygote runs as ``python -m dslaunch.agent.preload.server``
+_answer = serving.Server._answer
 
 
-def _hang_on_check(sock, data, fds, warm):  # type: ignore[no-untyped-def]
+def _hang_on_check(self, data, fds):  # type: ignore[no-untyped-def]
     if data.get("check"):
         time.sleep(3600)
-    return _answer(sock, data, fds, warm)
+    return _answer(self, data, fds)
 
 
-serving._answer = _hang_on_check
+serving.Server._answer = _hang_on_check
