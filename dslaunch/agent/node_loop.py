@@ -7,10 +7,9 @@ becomes the agent's child, and is killed when the ranks are done, as is
 anything of the job's that is still left on this node (docs/teardown.md).
 The loop wakes on rank output, rank exit (pidfd), the control channel,
 signals and the output sinks, tells :class:`NodeState` what happened and
-executes what it answers; it decides nothing itself. Rank output goes
-through ``relay`` (prefixes, long lines, ``\\r`` bars) into one ``Sink`` per
-output fd, which a writer thread drains: the loop itself never blocks on a
-reader, and stops reading a rank while its sink is full (docs/output.md).
+executes what it answers; it decides nothing itself. Rank output is
+``output/pump.py``'s: the loop never blocks on a reader, and stops reading a
+rank while its sink is full (docs/output.md).
 """
 
 from __future__ import annotations
@@ -20,40 +19,26 @@ import selectors
 import signal
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
 from dslaunch import wire
 from dslaunch.agent import node_state as ns
 from dslaunch.agent import ranks as rankspec
 from dslaunch.agent.failures import ErrorRecord, keep_tail, read_error_file, tail_lines
-from dslaunch.agent.node_io import (
-    drain,
-    enlarge_pipe,
-    fs_clock_offset,
-    kill,
-    killpg,
-    pidfd_of,
-    rank_preexec,
-    same_file,
-)
+from dslaunch.agent.node_io import fs_clock_offset, kill, killpg, pidfd_of, rank_preexec
 from dslaunch.agent.watch import ProgressWatch
 from dslaunch.logs import get_logger, phases
 from dslaunch.oslib import prctl, procs
 from dslaunch.oslib.owner_only import private_dir, private_open
-from dslaunch.output import collapse
-from dslaunch.output.collapse_agent import SinkCollapse
 from dslaunch.output.prefix import output_prefix
-from dslaunch.output.relay import READ_SIZE, LineRelay, Piece
-from dslaunch.output.sink import Sink
+from dslaunch.output.pump import OutputPump, SinkWriter
 from dslaunch.plan import LaunchPlan
 
 if TYPE_CHECKING:
     from dslaunch.agent.preload.client import Zygote
 
-_BAR_PAUSE = 0.02  # a stream showing a \r bar that writes little is read at most this often
 _PID_POLL = 0.05  # a rank without a pidfd is polled this often
-_TAIL_READS = 8  # chunks of a failed rank's stderr read at its exit, for the summary
 
 
 def _log_debug(event: str, argv: list[str], **kw: object) -> None:
@@ -67,7 +52,9 @@ def _log_debug(event: str, argv: list[str], **kw: object) -> None:
 
 
 @dataclass
-class _Rank:
+class _RankProcess:
+    """A started rank as the loop knows it: its process, error file, log files and stderr tail."""
+
     rank: int
     local_rank: int
     proc: Any  # subprocess.Popen, or zygote.ForkedRank
@@ -77,51 +64,8 @@ class _Rank:
     error_file: str
     stdout_log: IO[bytes] | None = None
     stderr_log: IO[bytes] | None = None
-    tail: bytes = b""  # the last error_record.TAIL_BYTES of its stderr
-    streams: list[_Stream] = field(default_factory=list)
+    tail: bytes = b""  # the last failures.TAIL_BYTES of its stderr
     reaped: bool = False
-
-
-@dataclass(eq=False)
-class _Stream:
-    """One of a rank's pipes on its way to a sink."""
-
-    fd: int
-    pipe: IO[bytes]
-    rank: _Rank
-    relay: LineRelay
-    sink: Sink
-    log: IO[bytes] | None
-    is_err: bool
-    resume_at: float = 0.0  # a bar that writes little is read again only from then
-    watched: bool = False
-    roomy: bool = False  # its pipe was enlarged for a bar
-    collapse: SinkCollapse | None = None  # identical lines of many ranks print once (output/collapse.py)
-
-    def put(self, pieces: list[Piece], bar: bytes | None) -> None:
-        if self.collapse is None:
-            self.sink.put(self, pieces, bar)
-        else:
-            self.collapse.put(self, self.rank.rank, self.rank.prefix, pieces, bar, now=time.monotonic())
-
-
-class _Pipes:
-    """``node_state.Pipes`` over the loop's streams and sinks."""
-
-    def __init__(self, loop: NodeLoop) -> None:
-        self._loop = loop
-
-    @property
-    def open(self) -> bool:
-        return bool(self._loop.streams)
-
-    @property
-    def reading_all(self) -> bool:
-        return not any(stream.sink.full for stream in self._loop.streams.values())
-
-    @property
-    def drained(self) -> bool:
-        return all(sink.idle for sink in self._loop.sinks)
 
 
 class NodeLoop:
@@ -140,9 +84,8 @@ class NodeLoop:
         self.node = plan.node(node_rank)
         self.control = control
         self.events = events
-        self.ranks: list[_Rank] = []
-        self.by_rank: dict[int, _Rank] = {}
-        self.streams: dict[int, _Stream] = {}
+        self.ranks: list[_RankProcess] = []
+        self.by_rank: dict[int, _RankProcess] = {}
         self.sel = selectors.DefaultSelector()
         self._round: ns.DeathWindow | None = None  # while the ranks the last wait found ended are reaped
         self.state = ns.NodeState(
@@ -152,32 +95,12 @@ class NodeLoop:
             slurm_signals_ranks=plan.slurm.signals_ranks,
             now=time.monotonic(),
         )
-        self._pipes = _Pipes(self)
         self._control = wire.ControlReader()
-        self._sink_wake, wake_w = os.pipe()
-        os.set_blocking(self._sink_wake, False)
-        os.set_blocking(wake_w, False)
-        # Live bars only on a terminal, never on a stream that also carries events.
-        self.out_sink = Sink(out, live=events is not None and os.isatty(out), wake=wake_w)
-        self.err_sink = (
-            self.out_sink if same_file(out, err) else Sink(err, live=os.isatty(err), wake=wake_w)
-        )  # one writer for `2>&1`, so stdout and stderr lines never interleave mid-line
-        self.sinks = [self.out_sink] if self.err_sink is self.out_sink else [self.out_sink, self.err_sink]
-        self.collapses = self._collapses(plan, forked=events is not None)
-        # where the launcher collapses this agent's stderr, it is told to print what it holds when a rank fails
-        self._flush_mark = plan.collapse_output and self.err_sink.fd not in self.collapses
+        self.output = OutputPump(
+            plan, node_rank, self.sel, out=out, err=err, forked=events is not None, on_read=self._on_read
+        )
         self.progress: ProgressWatch | None = None
         self.fs_clock_offset = 0.0  # of the error files' folder (node_io.fs_clock_offset)
-
-    def _collapses(self, plan: LaunchPlan, forked: bool) -> dict[int, SinkCollapse]:
-        """By sink fd: where this agent writes ranks' lines to the console itself, it collapses them."""
-        if not plan.collapse_output:
-            return {}
-        found: dict[int, SinkCollapse] = {}
-        for sink, wanted in zip((self.out_sink, self.err_sink), collapse.agent_collapses(plan.launcher, forked)):
-            if wanted and sink.fd not in found:
-                found[sink.fd] = SinkCollapse(sink, self.node.host, with_host=len(plan.nodes) > 1)
-        return found
 
     # ---- spawning -------------------------------------------------------
     def start(self, error_dir: str, warm: Mapping[int, Zygote | None] | None = None) -> None:
@@ -229,7 +152,7 @@ class NodeLoop:
             phases.record("spawned", env=env, rank=rank, local_rank=local_rank, pid=proc.pid)
 
     def _add_rank(self, rank: int, local_rank: int, proc: Any, error_file: str, log_dir: str | None) -> None:
-        r = _Rank(
+        r = _RankProcess(
             rank=rank,
             local_rank=local_rank,
             proc=proc,
@@ -243,15 +166,8 @@ class NodeLoop:
             r.stderr_log = private_open(os.path.join(log_dir, f"rank{rank}.stderr.log"), "ab")
         self.ranks.append(r)
         self.by_rank[rank] = r
-        pipes = ((proc.stdout, self.out_sink, r.stdout_log), (proc.stderr, self.err_sink, r.stderr_log))
-        for pipe, sink, log in pipes:
-            assert pipe is not None  # Popen(stdout=PIPE) always gives one
-            fd = pipe.fileno()
-            os.set_blocking(fd, False)
-            relay = LineRelay(r.prefix, live=sink.live)
-            self.streams[fd] = stream = _Stream(fd, pipe, r, relay, sink, log, is_err=pipe is proc.stderr)
-            stream.collapse = self.collapses.get(sink.fd)
-            r.streams.append(stream)
+        assert proc.stdout is not None and proc.stderr is not None  # Popen(stdout=PIPE) always gives them
+        self.output.add(rank, r.prefix, proc.stdout, proc.stderr, (r.stdout_log, r.stderr_log))
         if r.pidfd is not None:
             self.sel.register(r.pidfd, selectors.EVENT_READ, ("exit", r))
 
@@ -273,12 +189,10 @@ class NodeLoop:
         caught = (*ns.TEARDOWN_SIGNALS, *ns.FORWARD_SIGNALS, ns.STACKS)
         old_handlers = {s: signal.signal(s, lambda *_: None) for s in caught}
         self.sel.register(wake_r, selectors.EVENT_READ, ("signal", None))
-        self.sel.register(self._sink_wake, selectors.EVENT_READ, ("sink", None))
         if self.control is not None:
             os.set_blocking(self.control.fileno(), False)
             self.sel.register(self.control.fileno(), selectors.EVENT_READ, ("control", None))
-        for sink in self.sinks:
-            sink.start()  # threads only now: the ranks were forked from a single-threaded process
+        self.output.start()
         try:
             code = self._loop()
         finally:
@@ -288,11 +202,9 @@ class NodeLoop:
             self._kill_leftovers()
             if self.progress is not None:
                 self.progress.close()
-            for held in self.collapses.values():
-                held.flush()
+            self.output.flush_held()
         self._emit(wire.encode(wire.Done(node_rank=self.node.node_rank, code=code)))
-        for sink in self.sinks:
-            sink.wait_idle(ns.STALL if self.state.stopping else None)
+        self.output.wait_idle(ns.STALL if self.state.stopping else None)
         return code
 
     def _loop(self) -> int:
@@ -307,8 +219,7 @@ class NodeLoop:
             for key, _ in ready:
                 self._dispatch(key)
             self._round = None
-            for held in self.collapses.values():
-                held.tick(time.monotonic())
+            self.output.tick(time.monotonic())
             for r in self.ranks:
                 if r.pidfd is None and not r.reaped:
                     self._reap(r, block=False)
@@ -319,7 +230,7 @@ class NodeLoop:
     def _settle(self, now: float) -> int | None:
         """What the state asks for before the wait; the exit code once it says the node is done."""
         while True:
-            actions = self.state.tick(now, self._pipes)
+            actions = self.state.tick(now, self.output)
             self._apply(actions)
             for action in actions:
                 if isinstance(action, ns.Finish):
@@ -329,25 +240,21 @@ class NodeLoop:
 
     def _timeout(self, now: float) -> float | None:
         """How long the next wait may be: the state's limit, a paused pipe's resumption, polls, the progress watch."""
-        timeouts = [self._watch(now), self.state.wait_cap(now)]
+        timeouts = [self.output.watch(now), self.state.wait_cap(now), self.output.next_due(now)]
         alive = self.state.alive
         if any(r.pidfd is None and not r.reaped for r in self.ranks):
             timeouts.append(_PID_POLL)
         if not alive:
-            for sink in self.sinks:
-                sink.want_wake = True  # waiting for pipes to close and output to drain
+            self.output.wake_when_written()  # waiting for pipes to close and output to drain
         if self.progress is not None and alive:
             timeouts.append(self.progress.due(now))
-        timeouts.extend(max(0.0, due - now) for held in self.collapses.values() if (due := held.next_due()) is not None)
         known = [t for t in timeouts if t is not None]
         return min(known) if known else None
 
     def _dispatch(self, key: selectors.SelectorKey) -> None:
         kind, what = key.data
         if kind == "pipe":
-            if self.streams.get(key.fd) is what:  # not closed earlier in this round
-                self._catch_up(self.streams[key.fd])
-                self._read(self.streams[key.fd])
+            self.output.read_ready(what)
         elif kind == "exit":
             if not what.reaped:
                 self._reap(what)
@@ -356,14 +263,7 @@ class NodeLoop:
         elif kind == "signal":
             self._read_signals(key.fd)
         elif kind == "sink":
-            drain(key.fd)
-
-    def _flush_collapsed(self) -> None:
-        """A rank failed: what its ranks' lines held prints before the failure is known, here or in the launcher."""
-        for held in self.collapses.values():
-            held.flush()
-        if self._flush_mark:
-            self.err_sink.put(self, [wire.FLUSH_LINE.encode() + b"\n"])
+            self.output.woken()
 
     def _apply(self, actions: Iterable[ns.Action]) -> None:
         for action in actions:
@@ -371,7 +271,7 @@ class NodeLoop:
                 self._emit(wire.encode(action.event))
             elif isinstance(action, ns.Exited):
                 if action.result.failed:
-                    self._flush_collapsed()
+                    self.output.rank_failed()
                 self._emit(wire.encode(action.result))
                 _record_exit(action.result)
             elif isinstance(action, ns.Signal):
@@ -382,81 +282,23 @@ class NodeLoop:
             elif isinstance(action, ns.RequestStacks):
                 self._print_stacks()
             elif isinstance(action, ns.AbandonStalledReaders):
-                self._give_up_stalled_readers()
+                for fd in self.output.abandon_stalled(ns.STALL):
+                    get_logger("agent").info("output reader stalled while stopping: dropping rank output", fd=fd)
             elif isinstance(action, ns.StopReading):
                 self._kill_descendants()  # what holds the pipes open outlived its rank
-                for stream in list(self.streams.values()):
-                    self._close_stream(stream)
+                self.output.stop_reading()
 
-    def _watch(self, now: float) -> float | None:
-        """Watch the pipes whose sink has room and that are not paused; the time until one resumes."""
-        resume: float | None = None
-        for stream in self.streams.values():
-            if stream.sink.full:
-                stream.sink.want_wake = True  # before the check below: no wake-up can be missed
-            want = not stream.sink.full and now >= stream.resume_at
-            if want != stream.watched:
-                if want:
-                    self.sel.register(stream.fd, selectors.EVENT_READ, ("pipe", stream))
-                else:
-                    self.sel.unregister(stream.fd)
-                stream.watched = want
-            if not want and not stream.sink.full:
-                wait = stream.resume_at - now
-                resume = wait if resume is None else min(resume, wait)
-        return resume
-
-    def _give_up_stalled_readers(self) -> None:
-        for sink in self.sinks:
-            if not sink.dead and sink.stalled(ns.STALL):
-                sink.abandon()
-                get_logger("agent").info("output reader stalled while stopping: dropping rank output", fd=sink.fd)
-
-    # ---- rank output ----------------------------------------------------
-    def _catch_up(self, stream: _Stream) -> None:
-        """Before new output of a rank, what its paused bar stream holds: keep its order across the two pipes."""
-        for other in stream.rank.streams:
-            if other is not stream and other.fd in self.streams and other.resume_at > time.monotonic():
-                other.resume_at = 0.0
-                while self._read(other) == READ_SIZE:
-                    pass
-
-    def _read(self, stream: _Stream) -> int:
-        """Read one chunk from a rank's pipe into its sink; its size (0: nothing to read, or the end)."""
-        try:
-            chunk = os.read(stream.fd, READ_SIZE)
-        except BlockingIOError:
-            return 0
-        now = time.monotonic()
+    def _on_read(self, rank: int, chunk: bytes, is_err: bool, now: float) -> None:
+        """Output (or a pipe's end, ``chunk`` empty) was read from ``rank``'s pipe."""
         self.state.on_read(now)
-        if not chunk:
-            self._close_stream(stream)
-            return 0
-        if stream.log is not None:
-            stream.log.write(chunk)
-            stream.log.flush()
-        if stream.is_err:
-            stream.rank.tail = keep_tail(stream.rank.tail, chunk)
-        if self.progress is not None:
-            self.progress.output(stream.rank.rank, chunk, stream.is_err)
-        pieces, bar = stream.relay.feed(chunk)
-        stream.put(pieces, bar)
-        if stream.relay.barred and len(chunk) < READ_SIZE:
-            if not stream.roomy:
-                stream.roomy = True
-                enlarge_pipe(stream.fd)  # the rank writes on while we pause
-            stream.resume_at = now + _BAR_PAUSE
-        return len(chunk)
-
-    def _close_stream(self, stream: _Stream) -> None:
-        if stream.watched:
-            self.sel.unregister(stream.fd)
-        del self.streams[stream.fd]
-        stream.pipe.close()
-        stream.put(stream.relay.close(), None)
+        if chunk and is_err:
+            r = self.by_rank[rank]
+            r.tail = keep_tail(r.tail, chunk)
+        if chunk and self.progress is not None:
+            self.progress.output(rank, chunk, is_err)
 
     # ---- rank exits -----------------------------------------------------
-    def _reap(self, r: _Rank, block: bool = True) -> None:
+    def _reap(self, r: _RankProcess, block: bool = True) -> None:
         returncode = r.proc.wait() if block else r.proc.poll()
         if returncode is None:
             return
@@ -470,18 +312,12 @@ class NodeLoop:
         record = ErrorRecord()
         tail: tuple[str, ...] = ()
         if returncode:  # its last stderr lines may still be in the pipe: they belong in the summary
-            self._read_last_stderr(r)
+            self.output.read_last_stderr(r.rank)
             record, tail = read_error_file(r.error_file, self.fs_clock_offset), tail_lines(r.tail)
         now, wall = time.monotonic(), time.time()
         self._apply(
             self.state.on_rank_exit(r.rank, returncode, record, stderr_tail=tail, now=now, wall=wall, died=self._round)
         )
-
-    def _read_last_stderr(self, r: _Rank) -> None:
-        for stream in [s for s in r.streams if s.is_err and s.fd in self.streams]:
-            for _ in range(_TAIL_READS):
-                if not self._read(stream):
-                    break
 
     # ---- control and signals ---------------------------------------------
     def _read_control(self) -> None:
@@ -518,13 +354,8 @@ class NodeLoop:
 
     def _print_stacks(self) -> None:
         """Every live rank prints its stack; the job goes on (agent/watch.py)."""
-        if self.progress is None:
-            return
-        for held in self.collapses.values():
-            held.pause_for_stacks(time.monotonic())
-        for rank, text in self.progress.request_stacks():
-            if rank in self.by_rank:
-                self.err_sink.put(self, [self.by_rank[rank].prefix + text.encode() + b"\n"])
+        if self.progress is not None:
+            self.output.put_stacks(self.progress.request_stacks())
 
     # ---- the end ----------------------------------------------------------
     def _kill_leftovers(self) -> None:
@@ -556,7 +387,7 @@ class NodeLoop:
     def _emit(self, line: str) -> None:
         """An event: on its own pipe when there is one (the launcher always reads it), else before queued output."""
         if self.events is None:
-            self.out_sink.put_urgent(line.encode())
+            self.output.put_urgent(line.encode())
             return
         data = memoryview(line.encode())
         try:
@@ -565,21 +396,9 @@ class NodeLoop:
         except OSError:
             pass
 
-    def console(self) -> _Console:
+    def console(self) -> SinkWriter:
         """A stand-in for ``sys.stderr``: the agent's own log lines queue with the ranks' stderr."""
-        return _Console(self.err_sink)
-
-
-class _Console:
-    def __init__(self, sink: Sink) -> None:
-        self.sink = sink
-
-    def write(self, text: str) -> int:
-        self.sink.put(self, [text.encode("utf-8", "replace")])
-        return len(text)
-
-    def flush(self) -> None:
-        pass
+        return self.output.console()
 
 
 def _record_exit(result: wire.RankExit) -> None:

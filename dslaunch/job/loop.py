@@ -37,7 +37,7 @@ from dslaunch.job.state import (
 )
 from dslaunch.job.summary import blamed_hosts, cause_line, format_summary
 from dslaunch.output import lanes
-from dslaunch.output.collapse_launcher import LineCollapse
+from dslaunch.output.remote_console import RemoteConsole
 from dslaunch.output.sink import Sink, write_within
 from dslaunch.plan import LaunchPlan
 
@@ -74,7 +74,7 @@ def supervise(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> Outcome:
     sys.stdout.flush()
     out = Sink(1, budget=lanes.SINK_BUDGET)
     held = [lanes.OutputLane(out, i) for i in range(len(handles))]
-    console = _Console(plan, out) if plan.collapse_output else None
+    console = RemoteConsole(plan, out) if plan.collapse_output else None
     threads = [
         threading.Thread(target=_pump, args=(i, h, inbox, held[i], console), daemon=True) for i, h in enumerate(handles)
     ]
@@ -98,50 +98,7 @@ def supervise(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> Outcome:
             signal.signal(s, h)
 
 
-class _Console:
-    """One attempt's console collapse of remote agents' lines (output/collapse_launcher.py): stdout on its way into the
-    nodes' lanes, stderr in ``lanes.ERR``; the lines of closed windows go into a lane of their own."""
-
-    def __init__(self, plan: LaunchPlan, out: Sink) -> None:
-        self.out = LineCollapse(plan)
-        self.err = LineCollapse(plan)
-        self.lane = lanes.OutputLane(out, "collapsed")
-        lanes.ERR.collapse = self.err
-
-    def put(self, lane: lanes.OutputLane, text: str) -> None:
-        if text := self.out.feed(text, time.monotonic()):
-            lane.put(text)
-
-    def flush_out(self, lane: lanes.OutputLane) -> None:
-        """A rank of ``lane``'s node failed: what stdout's collapse holds goes into that lane, before its next
-        lines (the ranks its agent stops)."""
-        if text := self.out.flush():
-            lane.put(text)
-
-    def pause_for_stacks(self, now: float) -> None:
-        self._write(self.out.pause_for_stacks(now), self.err.pause_for_stacks(now))
-
-    def tick(self, now: float) -> None:
-        self._write(self.out.due(now), self.err.due(now))
-
-    def flush(self) -> None:
-        self._write(self.out.flush(), self.err.flush())
-
-    def close(self) -> lanes.OutputLane:
-        """Everything held, out; the lane to wait for."""
-        self.flush()
-        lanes.ERR.collapse = None
-        self.lane.close()
-        return self.lane
-
-    def _write(self, out: str, err: str) -> None:
-        if out:
-            self.lane.put(out)
-        if err:
-            lanes.ERR.write(err.encode(), collapse=False)
-
-
-def _pump(index: int, handle: AgentHandle, inbox: Inbox, lane: lanes.OutputLane, console: _Console | None) -> None:
+def _pump(index: int, handle: AgentHandle, inbox: Inbox, lane: lanes.OutputLane, console: RemoteConsole | None) -> None:
     try:
         for line in handle.lines():
             event = wire.decode(line)
@@ -173,7 +130,7 @@ def _drive(
     caught: list[int],
     out: Sink,
     *,
-    console: _Console | None,
+    console: RemoteConsole | None,
 ) -> Outcome:
     state = JobState(plan, [(h.node_rank, h.host) for h in handles])
     while state.streams_open:
@@ -200,7 +157,7 @@ def _drive(
     return state.outcome()
 
 
-def _execute(actions: Sequence[Action], handles: Sequence[AgentHandle], console: _Console | None = None) -> None:
+def _execute(actions: Sequence[Action], handles: Sequence[AgentHandle], console: RemoteConsole | None = None) -> None:
     for action in actions:
         if isinstance(action, StopAll):
             from dslaunch.logs import get_logger
