@@ -9,7 +9,7 @@ exit 134, after the script finished cleanly.
 
 The cure is to have no gloo worker left when finalisation starts. ``_finish_at_exit`` runs as the
 last atexit handler (the interpreter is whole, user handlers have run): it destroys every
-process group, drops the references dslaunch holds and collects garbage, so each
+process group, drops the references dslaunch holds and collects garbage (groups.py), so each
 ProcessGroupGloo destructor joins its workers, which drains their queues. If user
 objects still hold a group (a module-level model, Megatron-style globals), its workers
 stay; the rank then ends with ``os._exit`` after flushing its open files, skipping only
@@ -31,23 +31,18 @@ import traceback
 from collections.abc import Callable
 from typing import NoReturn
 
-from dslaunch.bootstrap import open_files
+from dslaunch.bootstrap import groups, open_files
 
-GLOO_WORKER = "pt_gloo_runloop"  # thread name ProcessGroupGloo gives its workers
 FINALIZE_ENV = "DSLAUNCH_RANK_FINALIZE"  # "1": ranks end with full finalisation (leak checkers, debuggers)
 
-_state: dict[str, object] = {"installed": False, "code": 0, "collected": False}
+_state: dict[str, object] = {"code": 0}
 
 
 def install() -> None:
     """Register :func:`_finish_at_exit` before user code runs, so it is the last atexit handler."""
-    if not _state["installed"]:
-        _state["installed"] = True
+    if not groups.ended_at_exit():
+        groups.end_at_exit()
         atexit.register(_finish_at_exit)
-
-
-def installed() -> bool:
-    return bool(_state["installed"])
 
 
 def set_exit_code(code: object) -> None:
@@ -64,48 +59,20 @@ def exit_status(code: object) -> int:
     return 1  # a message: Python prints it and exits 1
 
 
-def gloo_workers() -> list[int]:
-    """Thread ids of this process's live gloo worker threads."""
-    found = []
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm", encoding="ascii", errors="replace") as f:
-                if f.read().strip() == GLOO_WORKER:
-                    found.append(int(tid))
-        except OSError:
-            continue  # the thread ended while we looked
-    return found
-
-
-def shutdown_distributed(destroy_adopted: bool) -> list[int]:
-    """Destroy process groups, release dslaunch's references, collect; the gloo workers left alive."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is None:
-        return []  # torch.distributed never imported: no worker threads can exist
-    from dslaunch.bootstrap import engine as engine_module  # already imported with torch
-
-    current = engine_module.current()
-    owned = current is not None and current.owns_process_group
-    try:
-        if dist.is_available() and dist.is_initialized():
-            if destroy_adopted or owned:
-                dist.destroy_process_group()  # every group, WORLD included
-            elif current is not None and current.built_mesh is not None:
-                for group in current.built_mesh.own_groups():  # the user keeps WORLD; the mesh's groups are ours
-                    dist.destroy_process_group(group)
-    except Exception as exc:  # noqa: BLE001 - a broken group must not turn a clean exit into a traceback
-        print(f"dslaunch: destroying process groups at exit failed: {exc}", file=sys.stderr)
-    engine_module.release()
-    gc.collect()
-    _state["collected"] = True
-    return gloo_workers()
-
-
 def _finish_at_exit() -> None:
-    left = shutdown_distributed(destroy_adopted=True)
+    left = _shutdown_distributed()
     if left:
         open_files.save()
         os._exit(int(_state["code"]))  # type: ignore[call-overload]
+
+
+def _shutdown_distributed() -> list[int]:
+    """Every process group destroyed (groups.py), the engine's included; the gloo workers left alive."""
+    if sys.modules.get("torch.distributed") is None:
+        return []  # no group, and no engine: nothing to import at exit
+    from dslaunch.bootstrap import engine  # found only now, at exit: the bootstrap imports this module before torch
+
+    return groups.shutdown_distributed(engine.current(), engine.release, destroy_adopted=True)
 
 
 def end_rank(code: object) -> NoReturn:
@@ -120,7 +87,7 @@ def end_rank(code: object) -> NoReturn:
             _guarded(lambda: print(code, file=sys.stderr))  # SystemExit("message"): Python prints it, exits 1
         _guarded(_join_threads)
         _guarded(atexit._run_exitfuncs)  # the script's, logging's, multiprocessing's, weakref.finalize's; ours last
-        if not _state["collected"]:
+        if not groups.collected():
             _guarded(gc.collect)  # cyclic garbage: its __del__ and its files' close run, as at finalisation
         if not open_files.save() and status == 0:
             status = 120  # as Python, when stdout cannot be flushed at exit
