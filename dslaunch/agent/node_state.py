@@ -202,7 +202,9 @@ def cannot_start(who: RankId, program: str, reason: str, *, missing: bool, wall:
 
 # ---- the node ----------------------------------------------------------------------------------------------
 @dataclass
-class _Rank:
+class _RankStatus:
+    """What the decisions keep of a started rank: who it is, when we signalled it, how it ended."""
+
     who: RankId
     signalled_at: float | None = None  # wall time of our stop signal
     returncode: int | None = None
@@ -218,7 +220,7 @@ class NodeState:
         self.host = host
         self.shutdown_timeout = shutdown_timeout
         self.slurm_signals_ranks = slurm_signals_ranks  # Slurm already signals every rank: forward nothing
-        self.ranks: dict[int, _Rank] = {}  # in start order
+        self.ranks: dict[int, _RankStatus] = {}  # in start order
         self.root_cause: wire.RankExit | None = None
         self.stop_signal: int | None = None
         self.stop_deadline: float | None = None  # monotonic
@@ -237,7 +239,7 @@ class NodeState:
     # ---- events -------------------------------------------------------------
     def on_spawned(self, rank: int, local_rank: int, pid: int) -> tuple[Action, ...]:
         who = RankId(rank, local_rank, self.node_rank, self.host, pid)
-        self.ranks[rank] = _Rank(who)
+        self.ranks[rank] = _RankStatus(who)
         return (Emit(wire.Spawned(rank=rank, local_rank=local_rank, pid=pid, host=self.host)),)
 
     def on_cannot_start(

@@ -33,7 +33,9 @@ STARTUP = 60.0  # until its first progress (imports, rendezvous), a rank has at 
 
 
 @dataclass
-class _State:
+class _RankProgress:
+    """One rank as the progress watch follows it: its progress file, its progress, its stack request."""
+
     rank: int
     fd: int
     no_python: bool
@@ -57,7 +59,7 @@ class ProgressWatch:
         self.run_dir = run_dir
         self.timeout = plan.hang_timeout
         self.poll = min(1.0, self.timeout / 4) if self.timeout else None
-        self.ranks: dict[int, _State] = {}
+        self.ranks: dict[int, _RankProgress] = {}
         self.idle: tuple[bool, bool] = (False, True)  # reported: (idle, any rank left)
         self.next_poll = 0.0
         self.report_at: float | None = None
@@ -71,7 +73,7 @@ class ProgressWatch:
             os.ftruncate(fd, rankside.SIZE)
         except OSError:
             return  # no stacks or heartbeats for this rank; its output still counts
-        self.ranks[rank] = _State(rank, fd, self.plan.program.no_python, last=time.monotonic())
+        self.ranks[rank] = _RankProgress(rank, fd, self.plan.program.no_python, last=time.monotonic())
         env[rankside.ENV] = path
         if self.timeout is not None:
             where = self.plan.log_dir or tempfile.gettempdir()

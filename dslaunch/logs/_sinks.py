@@ -16,7 +16,7 @@ from dslaunch.logs import spec as S
 from dslaunch.oslib.owner_only import private_open
 
 
-class _State:
+class _LoggingState:
     """Process-global logging state (filled once by configure)."""
 
     def __init__(self) -> None:
@@ -32,10 +32,10 @@ class _State:
         self.who = ""
 
 
-_STATE = _State()
+_STATE = _LoggingState()
 
 
-def state() -> _State:
+def state() -> _LoggingState:
     return _STATE
 
 
