@@ -5,20 +5,23 @@ which checks its own options into a small frozen record; :mod:`dslaunch.cli.deci
 turns the records into the frozen plan; only then does anything change the world
 (logging set-up, pid file, preflight, the launch). Every :class:`DslaunchError`
 becomes a click usage error, exit 2, here and nowhere else.
+
+Start-up: importing this module loads click and the option areas' ``PARAMS`` only, which is all ``--help``,
+``--version`` and ``--report`` need; :mod:`dslaunch.cli.decide` (with the plan and every input parser) and what
+acts on the plan are imported by :func:`_run`, once the options are read.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from dslaunch import __version__, masking, nesting
+from dslaunch import __version__
 from dslaunch.cli import (
     core_options,
     deepspeed_flags,
@@ -26,13 +29,14 @@ from dslaunch.cli import (
     mesh_options,
     parity_options,
     remote_options,
-    render,
     restart_options,
 )
-from dslaunch.cli.decide import Choices, Decision, decide
 from dslaunch.cli.report_option import PARAMS as REPORT_PARAMS
 from dslaunch.errors import DslaunchError
-from dslaunch.plan import LaunchPlan
+
+if TYPE_CHECKING:
+    from dslaunch.cli.decide import Choices, Decision
+    from dslaunch.plan import LaunchPlan
 
 # Option areas, in --help order.
 AREAS = (deepspeed_flags, core_options, restart_options, log_options, remote_options, parity_options, mesh_options)
@@ -59,6 +63,8 @@ class DslaunchCommand(click.Command):
     """The command, with two steps before click reads any option (each a mechanism of its own, above click's)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        from dslaunch import nesting
+
         # A dslaunch run in a rank is a job of its own: it forgets what the enclosing job's launcher set in this
         # environment (DSLAUNCH_* and PET_* read as options, the run id) and the user did not change.
         nesting.forget_parent_job(os.environ)
@@ -68,6 +74,8 @@ class DslaunchCommand(click.Command):
 
 def choices_of(values: dict[str, Any], environ: Mapping[str, str]) -> Choices:
     """Parse every area's options (``values`` is click's, DeepSpeed spellings translated in place)."""
+    from dslaunch.cli.decide import Choices
+
     deepspeed_flags.translate(values)
     core = core_options.parse(values)
     return Choices(
@@ -82,6 +90,8 @@ def choices_of(values: dict[str, Any], environ: Mapping[str, str]) -> Choices:
 
 def decided(choices: Choices) -> Decision:
     """The frozen plan for ``choices``; its warnings go to stderr, once."""
+    from dslaunch.cli.decide import decide
+
     decision = decide(choices, os.environ)
     for warning in decision.warnings:
         click.echo(warning, err=True)
@@ -124,11 +134,17 @@ def _act(choices: Choices, decision: Decision) -> int:
 
 def _dry_run(plan: LaunchPlan, commands: list[str], secrets: frozenset[str], *, as_json: bool) -> None:
     if as_json:
+        import json
+
+        from dslaunch import masking
+
         data = plan.summary()
         data["commands"] = [masking.mask(c, secrets) for c in commands]
         data["env"] = {k: masking.mask_value(k, v, secrets) for k, v in plan.env}
         click.echo(json.dumps(data, indent=2))
     else:
+        from dslaunch.cli import render
+
         click.echo(render.plan_text(plan, commands, secrets))
 
 

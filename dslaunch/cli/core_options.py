@@ -7,20 +7,18 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
 
-from dslaunch.cli.files import read_option_file
 from dslaunch.cli.types import NodesType, NprocType, Seconds, Whole, pet
 from dslaunch.errors import DslaunchError
-from dslaunch.inputs import hostfile
-from dslaunch.inputs.config import ConfigError, hang_timeout, load_config
 from dslaunch.limits import MAX_WORLD_SIZE
-from dslaunch.oslib.binding import usable_cores
-from dslaunch.oslib.gpus import gpu_labels
-from dslaunch.plan import Program
+
+if TYPE_CHECKING:  # what parsing needs is imported when it runs: --help only needs PARAMS
+    from dslaunch.inputs import hostfile
+    from dslaunch.plan import Program
 
 DEFAULT_HOSTFILE = "/job/hostfile"  # DeepSpeed's default, read only if it exists
 DEFAULT_PORT = 29500
@@ -169,6 +167,9 @@ class CoreChoices:
 
 
 def parse(values: Mapping[str, Any]) -> CoreChoices:
+    from dslaunch.inputs.config import ConfigError, hang_timeout, load_config
+    from dslaunch.plan import Program
+
     if values["module"] and values["no_python"]:
         raise DslaunchError("--module and --no-python cannot be used together: pick one way to run SCRIPT")
     if values["as_json"] and not values["dry_run"]:
@@ -278,12 +279,19 @@ def _source(name: str) -> ParameterSource | None:
 
 
 def _read_hostfile(path: str, explicit: bool) -> hostfile.ResourcePool | None:
+    from dslaunch.cli.files import read_option_file
+    from dslaunch.inputs import hostfile
+
     text = read_option_file(path, "hostfile", "-H/--hostfile", required=explicit)
     return None if text is None else hostfile.parse_hostfile(text, path)
 
 
 def resource_pool(core: CoreChoices, environ: Mapping[str, str]) -> hostfile.ResourcePool:
     """Hosts and slots after the hostfile, filters and --num-* options."""
+    from dslaunch.inputs import hostfile
+    from dslaunch.oslib.binding import usable_cores
+    from dslaunch.oslib.gpus import gpu_labels
+
     nproc = core.nproc
     num_slots = nproc if isinstance(nproc, int) else None
     pool = core.pool

@@ -10,20 +10,23 @@ import sys
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from dslaunch.errors import DslaunchError
-from dslaunch.inputs.config import ConfigError, steps_per_print
-from dslaunch.logs import spec as S
-from dslaunch.plan import COLLAPSE_VAR, LaunchPlan
+
+if TYPE_CHECKING:  # imported where used: --help only needs PARAMS
+    from dslaunch.logs import spec as S
+    from dslaunch.plan import LaunchPlan
 
 
 # The callbacks' user errors propagate: the command's parsing is inside command.user_errors().
 def _level_option(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     if value is None or ctx.resilient_parsing:
         return value
+    from dslaunch.logs import spec as S
+
     if value.strip().lower() in ("help", "+help"):
         click.echo(S.help_text())
         ctx.exit(0)
@@ -35,6 +38,8 @@ def _level_option(ctx: click.Context, _param: click.Parameter, value: str | None
 
 
 def _ranks_option(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    from dslaunch.logs import spec as S
+
     try:
         return S.parse_ranks(value).canonical()
     except S.SpecError as exc:
@@ -92,6 +97,8 @@ PARAMS: list[click.Parameter] = [
 
 def merged_spec(cli: str | None, env_text: str | None, config: Mapping[str, Any]) -> S.LogSpec:
     """CLI over env over config, per key; errors name the source."""
+    from dslaunch.logs import spec as S
+
     spec = S.LogSpec()
     value = config.get("log_level")
     if value is not None:
@@ -133,6 +140,8 @@ class LogChoices:
 
     def rank_env(self, log_dir: str | None) -> dict[str, str]:
         """What every rank needs to log as the launcher was told to."""
+        from dslaunch.plan import COLLAPSE_VAR
+
         env = {
             "DSLAUNCH_LOG_LEVEL": self.spec.canonical(),
             "DSLAUNCH_LOG_FORMAT": self.fmt,
@@ -150,6 +159,9 @@ class LogChoices:
 
 
 def parse(values: Mapping[str, Any], config: Mapping[str, Any], environ: Mapping[str, str]) -> LogChoices:
+    from dslaunch.inputs.config import ConfigError, steps_per_print
+    from dslaunch.logs import spec as S
+
     try:
         every = steps_per_print(config)
     except ConfigError as exc:
@@ -169,6 +181,7 @@ def parse(values: Mapping[str, Any], config: Mapping[str, Any], environ: Mapping
 def configure(choices: LogChoices, plan: LaunchPlan, *, dry_run: bool) -> None:
     """Set up the launcher's own logging (a side effect: after the plan is frozen)."""
     from dslaunch.logs import _core
+    from dslaunch.logs import spec as S
 
     _core.configure(
         choices.spec,
@@ -194,6 +207,7 @@ def log_launch(
     """The launcher's record of what it runs (secrets masked)."""
     from dslaunch import masking
     from dslaunch.logs import _core
+    from dslaunch.logs import spec as S
 
     log = _core.get_logger(f"runner.{launcher}" if launcher.isidentifier() else "runner")
     if log.is_enabled_for(S.INFO):

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dslaunch.errors import DslaunchError
-from dslaunch.plan import NodePlan
 
 if TYPE_CHECKING:
     from dslaunch.mesh import MeshSpec
+    from dslaunch.plan import NodePlan
 
 # Kept in step with dslaunch.mesh.VALID_INPUT by a test; importing dslaunch.mesh here would slow --help.
 VALID_INPUT = "pp, dp_replicate, dp_shard (alias dp), cp, sp, tp, ep, etp"

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shlex
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +10,6 @@ from typing import Any
 import click
 
 from dslaunch.errors import DslaunchError
-from dslaunch.oslib import binding
 
 PARAMS: list[click.Parameter] = [
     click.Option(
@@ -69,6 +66,8 @@ def parse(values: Mapping[str, Any]) -> ParityChoices:
 def split_launcher_args(raw: str | None) -> tuple[str, ...]:
     if not raw:
         return ()
+    import shlex
+
     try:
         return tuple(shlex.split(raw))
     except ValueError as exc:
@@ -81,6 +80,8 @@ def _core_list(values: Mapping[str, Any]) -> tuple[int, ...] | None:
         if text:
             raise DslaunchError("--bind-core-list needs --bind-cores-to-rank")
         return None
+    from dslaunch.oslib import binding
+
     try:
         return binding.parse_core_list(text) if text else ()
     except binding.CoreListError as exc:
@@ -93,6 +94,8 @@ def check_core_list(cores: tuple[int, ...], most_ranks: int, *, need_numactl: bo
         raise DslaunchError(
             f"{len(cores)} core(s) cannot give each of {most_ranks} ranks a core of its own", option="--bind-core-list"
         )
+    import shutil  # with bz2 and lzma: only here
+
     if need_numactl and shutil.which("numactl") is None:
         raise DslaunchError("--bind-cores-to-rank needs numactl on PATH (apt-get install numactl)")
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from dslaunch.cli.files import read_option_file
 from dslaunch.cli.types import Seconds, Whole, pet
 from dslaunch.errors import DslaunchError
-from dslaunch.inputs import userfiles
 from dslaunch.limits import MAX_WORLD_SIZE
-from dslaunch.plan import RemoteSettings
+
+if TYPE_CHECKING:  # imported where used: --help only needs PARAMS
+    from dslaunch.plan import RemoteSettings
 
 PARAMS: list[click.Parameter] = [
     click.Option(
@@ -106,6 +106,8 @@ class RemoteChoices:
     preflight: bool
 
     def settings(self, ssh_config: str | None) -> RemoteSettings:
+        from dslaunch.plan import RemoteSettings
+
         return RemoteSettings(
             fanout=self.fanout,
             venv_script=self.venv_script,
@@ -117,12 +119,12 @@ class RemoteChoices:
 
 
 def parse(values: Mapping[str, Any], environ: Mapping[str, str]) -> RemoteChoices:
-    from dslaunch.remote import envs  # keep --help and local launches lean
-
     explicit: list[tuple[str, str]] = []
     for path in values.get("env_files") or ():
         explicit += read_env_file(os.path.abspath(path), explicit=True).items()
     for spec in values.get("exports") or ():
+        from dslaunch.remote import envs  # only with --export: keeps local launches lean
+
         try:
             item = envs.parse_export(spec, environ)
         except envs.EnvError as exc:
@@ -144,6 +146,7 @@ def parse(values: Mapping[str, Any], environ: Mapping[str, str]) -> RemoteChoice
 
 
 def read_env_file(path: str, explicit: bool) -> dict[str, str]:
+    from dslaunch.cli.files import read_option_file
     from dslaunch.remote import envs
 
     text = read_option_file(path, "env file", "--env-file", required=explicit)
@@ -187,5 +190,7 @@ def ssh_config_path(given: str | None) -> str | None:
     if not os.path.exists(given) or os.path.isdir(given):  # /dev/null is a valid "no config", as for ssh -F
         raise DslaunchError(f"ssh config {given!r} does not exist or is a directory", option="--ssh-config")
     if os.path.realpath(given) != os.devnull:  # read by the runners later: checked, not read, here
+        from dslaunch.inputs import userfiles
+
         userfiles.check_readable(given, "ssh config", option="--ssh-config")
     return os.path.abspath(given)

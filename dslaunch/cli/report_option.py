@@ -8,11 +8,11 @@ import os
 import click
 
 from dslaunch.errors import DslaunchError
-from dslaunch.oslib.owner_only import private_open
 
 
 def report(log_dir: str) -> tuple[str, str]:
     """The text table of ``log_dir``'s timeline and the path of the page written next to its logs."""
+    from dslaunch.oslib.owner_only import private_open
     from dslaunch.report import page, table, timeline
 
     found = timeline.load(log_dir)

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from dslaunch.cli.types import Seconds, Whole, pet
-from dslaunch.plan import Restarts
+
+if TYPE_CHECKING:
+    from dslaunch.plan import Restarts
 
 MAX_RESTARTS = 10_000
-DEFAULT_DELAY = Restarts().delay
+# Restarts().delay, kept in step by a test (tests/cli/test_areas.py): importing dslaunch.plan here would slow --help.
+DEFAULT_DELAY = 1.0
 
 PARAMS: list[click.Parameter] = [
     click.Option(
@@ -37,4 +40,6 @@ PARAMS: list[click.Parameter] = [
 
 
 def parse(values: Mapping[str, Any]) -> Restarts:
+    from dslaunch.plan import Restarts
+
     return Restarts(max_restarts=values["max_restarts"], delay=values["restart_delay"])
