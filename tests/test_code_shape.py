@@ -33,3 +33,43 @@ def test_the_rule_sees_a_long_function_and_a_long_method() -> None:
     source = f"def long():\n{body}\n\nclass C:\n    def method(self):\n    {body.replace(chr(10), chr(10) + '    ')}\n"
     assert [line.split()[1] for line in _long_functions(source, "m.py")] == ["long()", "method()"]
     assert _long_functions("def short():\n    return 1\n", "m.py") == []
+
+
+# ---- the tree: findable by what it does (docs/architecture.md, "Package map") -----------------------------------
+MAX_MODULE_LINES = 450
+MAX_TOP_LEVEL = 10  # the shared vocabulary and cross-process contracts; everything else lives in a package
+TESTS = PACKAGE.parent / "tests"
+
+
+def test_no_module_is_over_450_lines() -> None:
+    long = [
+        f"{p.relative_to(PACKAGE.parent)}: {n} lines"
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    ]
+    assert not long, "split these modules:\n" + "\n".join(long)
+
+
+def test_at_most_ten_modules_sit_loose_at_the_top_level() -> None:
+    loose = sorted(p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
+    assert len(loose) <= MAX_TOP_LEVEL, f"{len(loose)} loose modules: {loose}; group them into a package"
+
+
+def _private_classes() -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.name.startswith("_"):
+                found.setdefault(node.name, []).append(str(path.relative_to(PACKAGE.parent)))
+    return found
+
+
+def test_no_private_class_name_is_defined_in_two_modules() -> None:
+    twice = {name: where for name, where in _private_classes().items() if len(set(where)) > 1}
+    assert not twice, f"one name, several things: {twice}"
+
+
+def test_every_package_has_its_tests_under_the_same_path() -> None:
+    packages = sorted(p.parent.relative_to(PACKAGE) for p in PACKAGE.rglob("__init__.py") if p.parent != PACKAGE)
+    missing = [str(p) for p in packages if not any((TESTS / p).glob("test_*.py"))]
+    assert not missing, f"packages without tests/<package>/test_*.py: {missing}"
