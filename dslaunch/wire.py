@@ -31,8 +31,11 @@ if TYPE_CHECKING:
 PLAN_VAR = "DSLAUNCH_PLAN_B64"
 MARKER = "@dslaunch-event "
 STOP = "stop"
-FORWARDED_SIGNALS = ("SIGUSR1", "SIGUSR2")
-STACKS_SIGNAL = "SIGQUIT"  # not forwarded as is: the agent asks each rank for its stack (docs/hangs.md)
+# What a signal to dslaunch or to a node agent means, on both sides of the wire:
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # tear down; the exit is 128+N
+FORWARDED_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)  # passed on to every rank (control ``signal SIGUSR1``)
+STACKS_SIGNAL = signal.SIGQUIT  # not forwarded as is: the agent asks each rank for its stack (docs/hangs.md)
+_CONTROL_SIGNALS = {s.name: s for s in (*FORWARDED_SIGNALS, STACKS_SIGNAL)}  # what a control line may name
 
 
 class WireError(ValueError):
@@ -230,8 +233,8 @@ def control_stop() -> bytes:
 
 def control_signal(signum: int) -> bytes:
     name = signal.Signals(signum).name
-    if name not in (*FORWARDED_SIGNALS, STACKS_SIGNAL):
-        raise WireError(f"only {', '.join((*FORWARDED_SIGNALS, STACKS_SIGNAL))} are forwarded to ranks, not {name}")
+    if name not in _CONTROL_SIGNALS:
+        raise WireError(f"only {', '.join(_CONTROL_SIGNALS)} are forwarded to ranks, not {name}")
     return f"signal {name}\n".encode()
 
 
@@ -250,6 +253,6 @@ class ControlReader:
             line = raw.strip().decode("ascii", "replace")
             if line == STOP:
                 commands.append(STOP)
-            elif line.startswith("signal ") and line[7:] in (*FORWARDED_SIGNALS, STACKS_SIGNAL):
-                commands.append(int(signal.Signals[line[7:]]))
+            elif line.startswith("signal ") and line[7:] in _CONTROL_SIGNALS:
+                commands.append(int(_CONTROL_SIGNALS[line[7:]]))
         return commands

@@ -18,18 +18,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from dslaunch import wire
 from dslaunch.job import elastic
-from dslaunch.job.result import JobResult, stopped
+from dslaunch.job.result import START_FAILED, JobResult, stopped
 from dslaunch.mesh import MeshConfigError
 from dslaunch.plan import LaunchPlan
 
 if TYPE_CHECKING:
     from dslaunch.job.runner import Runner
 
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-START_FAILED = 255  # as every runner's start failure (remote.common.START_FAILED)
 Probe = Callable[[LaunchPlan, list[str]], dict[str, str]]  # (plan, hosts) -> the hosts that failed, with why
 Address = Callable[[LaunchPlan, str], str]  # (plan, host) -> the address its ranks reach it at
 
@@ -152,7 +149,7 @@ def attempts_summary(results: list[JobResult], limit: int, hosts: list[tuple[str
 def _stop_signals_caught() -> Iterator[list[int]]:
     """SIGINT/SIGTERM/SIGHUP are recorded (in the list given) instead of acted on, while in the block."""
     caught: list[int] = []
-    previous = {s: signal.signal(s, lambda signum, _f: caught.append(signum)) for s in _STOP_SIGNALS}
+    previous = {s: signal.signal(s, lambda signum, _f: caught.append(signum)) for s in wire.STOP_SIGNALS}
     try:
         yield caught
     finally:
@@ -170,8 +167,8 @@ def _sleep_unless_signalled(seconds: float, caught: list[int]) -> int | None:
 
 def _say(text: str) -> None:
     from dslaunch.logs import file_record
-    from dslaunch.output.sink import write_within
+    from dslaunch.output.sink import STALL, write_within
 
     file_record("launcher", "restart", text=text)
     sys.stdout.flush()
-    write_within(2, (text + "\n").encode(), 0.5)
+    write_within(2, (text + "\n").encode(), STALL)

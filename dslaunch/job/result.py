@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+START_FAILED = 255  # a job that could not start, every runner (ssh itself exits 255 when it cannot connect)
+
 
 @dataclass(frozen=True)
 class JobResult:

@@ -18,12 +18,11 @@ import time
 from typing import IO
 
 from dslaunch.output import collapse_launcher
-from dslaunch.output.sink import Sink
+from dslaunch.output.sink import STALL, Sink
 
 MEMORY = 512 << 10  # bytes a lane holds in memory before it spills
 SINK_BUDGET = 2 << 20  # bytes the launcher's stdout sink accepts ahead of its reader (the agent's: sink.BUDGET)
 SPILL_CAP = 1 << 30  # bytes a lane lets wait on disk; more is dropped (and counted) until the reader catches up
-ERR_STALL = 0.5  # at exit, a stderr that takes nothing this long is given up on
 
 
 class HeldLines:
@@ -184,7 +183,7 @@ class _ErrLane:
         with self.lock:
             if self.lane is None or self.lane.sink.dead:  # a stderr given up on gets a new chance
                 if self.lane is None:
-                    atexit.register(self.flush, ERR_STALL)
+                    atexit.register(self.flush, STALL)  # at exit: until written, or stalled that long
                 else:
                     self.lane.close()
                 sink = Sink(2)

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dslaunch.output.relay import Piece
 
 BUDGET = 4 << 20  # bytes accepted and not yet written, before the feeder must stop
+# While stopping, at exit or for a summary: a reader that takes nothing this long is given up on (every side uses it)
+STALL = 0.5
 _WRITE = 256 << 10  # per writev: small enough that a slow reader still shows progress often
 _IOV = 512
 

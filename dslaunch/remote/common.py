@@ -8,7 +8,6 @@ from collections.abc import Iterable
 from dslaunch.limits import ascii_int
 from dslaunch.plan import RemoteSettings
 
-START_FAILED = 255  # a job that could not start, every runner (ssh itself exits 255 when it cannot connect)
 KEEPALIVE_COUNT = 3  # unanswered keepalives before a node counts as lost (a network partition)
 
 
@@ -26,9 +25,10 @@ def write_err(data: bytes) -> None:
 
 def flush_err() -> None:
     """Until what ``write_err`` took is out, or our stderr took nothing for half a second."""
-    from dslaunch.output.lanes import ERR, ERR_STALL
+    from dslaunch.output.lanes import ERR
+    from dslaunch.output.sink import STALL
 
-    ERR.flush(ERR_STALL)
+    ERR.flush(STALL)
 
 
 def relay_lines(lines: Iterable[bytes]) -> None:

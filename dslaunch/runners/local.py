@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING
 from dslaunch import wire
 from dslaunch.errors import DslaunchError
 from dslaunch.job.loop import supervise_and_report
-from dslaunch.job.result import JobResult
+from dslaunch.job.result import START_FAILED, JobResult
 from dslaunch.oslib import prctl, procs
 from dslaunch.plan import LaunchPlan
-from dslaunch.remote.common import START_FAILED
 
 if TYPE_CHECKING:
     from dslaunch.agent.preload.client import Zygote

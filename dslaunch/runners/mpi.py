@@ -23,10 +23,9 @@ from dataclasses import dataclass
 from dslaunch import wire
 from dslaunch.errors import DslaunchError
 from dslaunch.job.loop import supervise_and_report
-from dslaunch.job.result import JobResult, stopped
+from dslaunch.job.result import START_FAILED, JobResult, stopped
 from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan, RemoteSettings
-from dslaunch.remote.common import START_FAILED
 
 HOSTFILE_TOKEN = "{hostfile}"  # replaced by the per-job hostfile's path
 SSH_TOKEN = "{ssh}"  # replaced by the per-job ssh wrapper's path (MPICH)

@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from dslaunch.job.result import JobResult
+from dslaunch.job.result import START_FAILED, JobResult
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import common
 from dslaunch.remote.command import reap_command
 
-START_FAILED = common.START_FAILED
 ALL_HOSTS = "(all)"  # a start failure that is no host's fault (pdsh cannot run, say)
 
 

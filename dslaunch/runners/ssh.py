@@ -16,7 +16,7 @@ from typing import Any
 
 from dslaunch import wire
 from dslaunch.job.loop import supervise_and_report
-from dslaunch.job.result import JobResult
+from dslaunch.job.result import START_FAILED, JobResult
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import common, rlimits
 from dslaunch.remote.command import agent_command
@@ -115,12 +115,12 @@ class SshAgent:
         while not self.channel.exit_status_ready():
             transport = self.channel.get_transport()
             if self.channel.closed or transport is None or not transport.is_active():
-                return common.START_FAILED
+                return START_FAILED
             if deadline is not None and time.monotonic() >= deadline:
                 return None
             time.sleep(0.02)
         status = self.channel.recv_exit_status()
-        return common.START_FAILED if status == -1 else status
+        return START_FAILED if status == -1 else status
 
 
 def connect_all(plan: LaunchPlan, settings: RemoteSettings) -> tuple[dict[int, Any], dict[str, str]]:

@@ -22,6 +22,7 @@ import threading
 import time
 
 from dslaunch import wire
+from dslaunch.job.result import START_FAILED
 from dslaunch.output.lanes import HeldLines as HostLines
 from dslaunch.remote import common
 
@@ -97,7 +98,7 @@ class PdshDemux:
         self._close_due(0)
         code = self.proc.wait()
         for host in self.queues:
-            self._close(host, code if code else common.START_FAILED)
+            self._close(host, code if code else START_FAILED)
 
     def _cut(self, block: bytes) -> None:
         """Whole lines: each host's output lines in the block to that host as one item, its label taken off every

@@ -156,8 +156,8 @@ def _code_without_signal(outcome: Outcome) -> int:
 
 
 def _ask_for_stacks(_signum: int, _frame: object) -> None:
-    if signal.getsignal(signal.SIGQUIT) not in (signal.SIG_DFL, signal.SIG_IGN, None):  # supervise() is running
-        os.kill(os.getpid(), signal.SIGQUIT)
+    if signal.getsignal(wire.STACKS_SIGNAL) not in (signal.SIG_DFL, signal.SIG_IGN, None):  # supervise() is running
+        os.kill(os.getpid(), wire.STACKS_SIGNAL)
 
 
 def _tell_once(plan: LaunchPlan, env: Mapping[str, str]) -> None:
@@ -186,7 +186,7 @@ class StepAgent(LocalAgent):
             yield line
 
     def signal(self, signum: int) -> None:
-        if self.relay_user_signals or signum not in (signal.SIGUSR1, signal.SIGUSR2):
+        if self.relay_user_signals or signum not in wire.FORWARDED_SIGNALS:
             super().signal(signum)
 
 

@@ -16,15 +16,14 @@ import time
 from dataclasses import dataclass
 
 from dslaunch import wire
-from dslaunch.job.result import JobResult, stopped
+from dslaunch.job.result import START_FAILED, JobResult, stopped
 from dslaunch.plan import LaunchPlan
-from dslaunch.remote.common import START_FAILED
 from dslaunch.runners.slurm import in_step
 from dslaunch.runners.slurm.stderr import SrunErrors
 from dslaunch.slurm import srun, step, step_errors
 
 _STDERR_WAIT = 5.0  # after srun ended, for the rest of its stderr to be passed on
-_RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
+_RELAYED = (*wire.STOP_SIGNALS, *wire.FORWARDED_SIGNALS, wire.STACKS_SIGNAL)
 
 
 def srun_line(plan: LaunchPlan) -> list[str]:
@@ -127,9 +126,9 @@ class _Stop:
 
 def _relay(signum: int, proc: subprocess.Popen[bytes], plan: LaunchPlan, stop: _Stop) -> None:
     """What a signal to dslaunch becomes for the srun step."""
-    if signum in (signal.SIGUSR1, signal.SIGUSR2):
+    if signum in wire.FORWARDED_SIGNALS:
         proc.send_signal(signum)  # srun hands it to every process of the step
-    elif signum == signal.SIGQUIT:  # srun would abort the step: ask each task for its node's stacks
+    elif signum == wire.STACKS_SIGNAL:  # srun would abort the step: ask each task for its node's stacks
         _signal_step(plan, str(int(in_step.STACKS_REQUEST)))  # scancel knows no WINCH by name
     elif stop.signal is None and _signal_step(plan, "TERM"):
         stop.signal = signum
