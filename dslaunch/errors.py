@@ -3,9 +3,12 @@
 Parsers raise subclasses of :class:`DslaunchError`; the CLI turns every one into a
 one-line message and exit 2 (``dslaunch.cli.command``), the rank bootstrap into a
 one-line message and exit 2 as well. ``option`` names the option to blame, if any.
+The one check for a bug is :func:`assert_never`: a ``match`` that misses a case.
 """
 
 from __future__ import annotations
+
+from typing import NoReturn
 
 
 class DslaunchError(ValueError):
@@ -13,3 +16,10 @@ class DslaunchError(ValueError):
         super().__init__(message)
         self.message = message
         self.option = option
+
+
+def assert_never(value: NoReturn) -> NoReturn:
+    """The ``case _:`` of a ``match`` over a union (the supervision shells' actions): mypy refuses the call while a
+    member of the union has no case of its own, and one that slips through fails here, never silently.
+    (``typing.assert_never`` is Python 3.11's; dslaunch runs on 3.10.)"""
+    raise AssertionError(f"unhandled: {value!r}")

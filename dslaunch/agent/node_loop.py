@@ -28,11 +28,13 @@ from dslaunch.agent import ranks as rankspec
 from dslaunch.agent.failures import ErrorRecord, keep_tail, read_error_file, tail_lines
 from dslaunch.agent.node_io import fs_clock_offset, kill, killpg, pidfd_of, rank_preexec
 from dslaunch.agent.watch import ProgressWatch
+from dslaunch.errors import assert_never
 from dslaunch.logs import get_logger, phases
 from dslaunch.oslib import prctl, procs
 from dslaunch.oslib.owner_only import private_dir, private_open
 from dslaunch.output.prefix import output_prefix
 from dslaunch.output.pump import OutputPump, SinkWriter
+from dslaunch.output.sink import STALL
 from dslaunch.plan import LaunchPlan
 
 if TYPE_CHECKING:
@@ -186,7 +188,7 @@ class NodeLoop:
         os.set_blocking(wake_r, False)
         os.set_blocking(wake_w, False)
         old_wakeup = signal.set_wakeup_fd(wake_w)
-        caught = (*ns.TEARDOWN_SIGNALS, *ns.FORWARD_SIGNALS, ns.STACKS)
+        caught = (*wire.STOP_SIGNALS, *wire.FORWARDED_SIGNALS, wire.STACKS_SIGNAL)
         old_handlers = {s: signal.signal(s, lambda *_: None) for s in caught}
         self.sel.register(wake_r, selectors.EVENT_READ, ("signal", None))
         if self.control is not None:
@@ -204,7 +206,7 @@ class NodeLoop:
                 self.progress.close()
             self.output.flush_held()
         self._emit(wire.encode(wire.Done(node_rank=self.node.node_rank, code=code)))
-        self.output.wait_idle(ns.STALL if self.state.stopping else None)
+        self.output.wait_idle(STALL if self.state.stopping else None)
         return code
 
     def _loop(self) -> int:
@@ -231,12 +233,9 @@ class NodeLoop:
         """What the state asks for before the wait; the exit code once it says the node is done."""
         while True:
             actions = self.state.tick(now, self.output)
-            self._apply(actions)
-            for action in actions:
-                if isinstance(action, ns.Finish):
-                    return action.code
-            if not any(isinstance(action, ns.StopReading) for action in actions):
-                return None  # else look again at once: the pipes were just closed
+            code = self._apply(actions)
+            if code is not None or not any(isinstance(action, ns.StopReading) for action in actions):
+                return code  # else look again at once: the pipes were just closed
 
     def _timeout(self, now: float) -> float | None:
         """How long the next wait may be: the state's limit, a paused pipe's resumption, polls, the progress watch."""
@@ -265,28 +264,39 @@ class NodeLoop:
         elif kind == "sink":
             self.output.woken()
 
-    def _apply(self, actions: Iterable[ns.Action]) -> None:
+    def _apply(self, actions: Iterable[ns.Action]) -> int | None:
+        """Carry out the state's actions, in order; the node's exit code once one says the node is done."""
+        code = None
         for action in actions:
-            if isinstance(action, ns.Emit):
-                self._emit(wire.encode(action.event))
-            elif isinstance(action, ns.Exited):
-                if action.result.failed:
-                    self.output.rank_failed()
-                self._emit(wire.encode(action.result))
-                _record_exit(action.result)
-            elif isinstance(action, ns.Signal):
-                for rank in action.ranks:
-                    killpg(self.by_rank[rank].pid, action.sig)
-            elif isinstance(action, ns.Stopping):
-                get_logger("agent").info("stopping ranks", signal=signal.Signals(action.sig).name)
-            elif isinstance(action, ns.RequestStacks):
-                self._print_stacks()
-            elif isinstance(action, ns.AbandonStalledReaders):
-                for fd in self.output.abandon_stalled(ns.STALL):
-                    get_logger("agent").info("output reader stalled while stopping: dropping rank output", fd=fd)
-            elif isinstance(action, ns.StopReading):
-                self._kill_descendants()  # what holds the pipes open outlived its rank
-                self.output.stop_reading()
+            match action:
+                case ns.Emit(event=event):
+                    self._emit(wire.encode(event))
+                case ns.Exited(result=result):
+                    if result.failed:
+                        self.output.rank_failed()
+                    self._emit(wire.encode(result))
+                    _record_exit(result)
+                case ns.Signal(ranks=ranks, signum=signum):
+                    for rank in ranks:
+                        killpg(self.by_rank[rank].pid, signum)
+                case ns.Stopping(signum=signum):
+                    get_logger("agent").info("stopping ranks", signal=signal.Signals(signum).name)
+                case ns.RequestStacks():
+                    self._print_stacks()
+                case ns.AbandonStalledReaders():
+                    self._give_up_stalled_readers()
+                case ns.StopReading():
+                    self._kill_descendants()  # what holds the pipes open outlived its rank
+                    self.output.stop_reading()
+                case ns.Finish(code=finished):
+                    code = finished
+                case _:
+                    assert_never(action)
+        return code
+
+    def _give_up_stalled_readers(self) -> None:
+        for fd in self.output.abandon_stalled(STALL):
+            get_logger("agent").info("output reader stalled while stopping: dropping rank output", fd=fd)
 
     def _on_read(self, rank: int, chunk: bytes, is_err: bool, now: float) -> None:
         """Output (or a pipe's end, ``chunk`` empty) was read from ``rank``'s pipe."""

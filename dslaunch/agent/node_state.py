@@ -6,7 +6,8 @@ command; output read; a moment passed) with the times as arguments, and executes
 back, in order. The first rank that fails on its own is the root cause: every other live rank gets
 SIGTERM once, and SIGKILL when ``shutdown_timeout`` has passed. A stop (control ``stop``, its EOF, or
 SIGINT/SIGTERM/SIGHUP to the agent) tears down the same way and ends the node with 128+N, unless a
-rank failed first.
+rank failed first. Once the node is done, :meth:`NodeState.tick` answers :class:`Finish` with its exit
+code (as ``job/state.py`` ends a job with its outcome).
 """
 
 from __future__ import annotations
@@ -17,14 +18,11 @@ from typing import Protocol
 
 from dslaunch import wire
 from dslaunch.agent.failures import ErrorRecord
+from dslaunch.output.sink import STALL
 
-STALL = 0.5  # while stopping, a reader that takes no output for this long is given up on
 HELD_OPEN = 0.5  # ranks gone, pipes silent this long (a grandchild holds them): stop reading
 DRAIN_POLL = 0.1  # ranks gone: how often to look at the pipes and sinks at the least
 KILL_REPEAT = 0.05  # past the deadline: SIGKILL again this often until every rank is reaped
-TEARDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-FORWARD_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
-STACKS = signal.SIGQUIT  # print every rank's stack (agent/watch.py)
 CLOCK_SLACK = 0.02  # a file's ctime comes from the kernel's coarse clock: up to a tick behind time.time()
 WRITE_SLACK = 0.1  # a rank's failure time may precede the change of its error file by this much at most
 
@@ -46,22 +44,22 @@ class Exited:
 
 @dataclass(frozen=True)
 class Signal:
-    """Send ``sig`` to each of these ranks' sessions."""
+    """Send ``signum`` to each of these ranks' sessions."""
 
     ranks: tuple[int, ...]
-    sig: int
+    signum: int
 
 
 @dataclass(frozen=True)
 class Stopping:
     """The teardown has begun (logged once)."""
 
-    sig: int
+    signum: int
 
 
 @dataclass(frozen=True)
 class RequestStacks:
-    """Every live rank prints its stack; the job goes on."""
+    """Every live rank prints its stack (agent/watch.py); the job goes on."""
 
 
 @dataclass(frozen=True)
@@ -281,11 +279,11 @@ class NodeState:
 
     def on_signal(self, signum: int, *, now: float, wall: float) -> tuple[Action, ...]:
         """A signal to the agent."""
-        if signum == STACKS:
+        if signum == wire.STACKS_SIGNAL:
             return self._stacks()
-        if signum in FORWARD_SIGNALS:
+        if signum in wire.FORWARDED_SIGNALS:
             return () if self.slurm_signals_ranks else self._to_alive(signum)
-        if signum in TEARDOWN_SIGNALS:
+        if signum in wire.STOP_SIGNALS:
             if self.stop_signal is None:
                 self.stop_signal = signum
             return self._teardown(signum, now, wall)
@@ -295,7 +293,7 @@ class NodeState:
         """A control command: ``stop``, or a signal number to pass to every live rank (a remote launcher's)."""
         if command == wire.STOP:
             return self.on_control_closed(now=now, wall=wall)
-        if command == STACKS:
+        if command == wire.STACKS_SIGNAL:
             return self._stacks()
         if isinstance(command, int):
             return self._to_alive(command)
@@ -354,21 +352,21 @@ class NodeState:
             return True
         return now - self.last_read > HELD_OPEN and pipes.reading_all
 
-    def _teardown(self, sig: int, now: float, wall: float) -> tuple[Action, ...]:
+    def _teardown(self, signum: int, now: float, wall: float) -> tuple[Action, ...]:
         actions: list[Action] = []
         if self.stop_deadline is None:
-            actions.append(Stopping(sig))
+            actions.append(Stopping(signum))
             self.stop_deadline = now + self.shutdown_timeout
         targets = tuple(rank for rank, r in self.ranks.items() if r.returncode is None and r.signalled_at is None)
         for rank in targets:  # one signal per rank per teardown
             self.ranks[rank].signalled_at = wall
         if targets:
-            actions.append(Signal(targets, sig))
+            actions.append(Signal(targets, signum))
         return tuple(actions)
 
     def _stacks(self) -> tuple[Action, ...]:
         return () if self.stopping else (RequestStacks(),)
 
-    def _to_alive(self, sig: int) -> tuple[Action, ...]:
+    def _to_alive(self, signum: int) -> tuple[Action, ...]:
         alive = self.alive
-        return (Signal(alive, sig),) if alive else ()
+        return (Signal(alive, signum),) if alive else ()

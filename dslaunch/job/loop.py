@@ -20,28 +20,26 @@ from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 from dslaunch import wire
+from dslaunch.errors import assert_never
 from dslaunch.job.result import JobResult
 from dslaunch.job.state import (
-    FORWARDED,
     KILL_GRACE,
-    STACKS,
-    STOP_SIGNALS,
     Action,
-    AskStacks,
-    Forward,
+    Finish,
     JobState,
     KillAll,
     Outcome,
+    RequestStacks,
     Say,
+    Signal,
     StopAll,
 )
 from dslaunch.job.summary import blamed_hosts, cause_line, format_summary
 from dslaunch.output import lanes
 from dslaunch.output.remote_console import RemoteConsole
-from dslaunch.output.sink import Sink, write_within
+from dslaunch.output.sink import STALL, Sink, write_within
 from dslaunch.plan import LaunchPlan
 
-STALL = 0.5  # while stopping (and for the summary), a reader that takes nothing this long is given up on
 POLL = 0.05  # how often the loop looks at signals and the time while no event comes
 
 Inbox = queue.Queue[tuple[int, wire.Event | None]]  # events only (a few per rank); None: that stream ended
@@ -79,7 +77,8 @@ def supervise(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> Outcome:
         threading.Thread(target=_pump, args=(i, h, inbox, held[i], console), daemon=True) for i, h in enumerate(handles)
     ]
     previous = {
-        s: signal.signal(s, lambda signum, _f: caught.append(signum)) for s in (*STOP_SIGNALS, *FORWARDED, STACKS)
+        s: signal.signal(s, lambda signum, _f: caught.append(signum))
+        for s in (*wire.STOP_SIGNALS, *wire.FORWARDED_SIGNALS, wire.STACKS_SIGNAL)
     }
     try:
         out.start()
@@ -133,10 +132,12 @@ def _drive(
     console: RemoteConsole | None,
 ) -> Outcome:
     state = JobState(plan, [(h.node_rank, h.host) for h in handles])
-    while state.streams_open:
+    while True:
         while caught:
             _execute(state.on_signal(caught.pop(0), time.monotonic()), handles, console)
-        _execute(state.tick(time.monotonic()), handles, console)
+        outcome = _execute(state.tick(time.monotonic()), handles, console)
+        if outcome is not None:  # every stream has closed
+            break
         if console is not None:
             console.tick(time.monotonic())
         if state.stopping and out.stalled(STALL):
@@ -154,28 +155,43 @@ def _drive(
         if h.wait(plan.shutdown_timeout + KILL_GRACE) is None:
             h.kill()
             h.wait(5.0)
-    return state.outcome()
+    return outcome
 
 
-def _execute(actions: Sequence[Action], handles: Sequence[AgentHandle], console: RemoteConsole | None = None) -> None:
+def _execute(
+    actions: Sequence[Action], handles: Sequence[AgentHandle], console: RemoteConsole | None = None
+) -> Outcome | None:
+    """Carry out the state's actions, in order; the job's outcome once one says the job is done."""
+    outcome = None
     for action in actions:
-        if isinstance(action, StopAll):
-            from dslaunch.logs import get_logger
+        match action:
+            case StopAll(reason=reason):
+                from dslaunch.logs import get_logger
 
-            get_logger("launcher").info("teardown", reason=action.reason)
-            for h in handles:
-                h.stop()
-        elif isinstance(action, KillAll):
-            for h in handles:
-                h.kill()
-        elif isinstance(action, (Forward, AskStacks)):
-            signum = action.signum if isinstance(action, Forward) else STACKS
-            if signum == STACKS and console is not None:
-                console.pause_for_stacks(time.monotonic())
-            for h in handles:
-                h.signal(signum)
-        elif isinstance(action, Say):
-            write_within(2, (action.text + "\n").encode(), STALL)
+                get_logger("launcher").info("teardown", reason=reason)
+                for h in handles:
+                    h.stop()
+            case KillAll():
+                for h in handles:
+                    h.kill()
+            case Signal(signum=signum):
+                _signal_all(handles, signum)
+            case RequestStacks():
+                if console is not None:
+                    console.pause_for_stacks(time.monotonic())
+                _signal_all(handles, wire.STACKS_SIGNAL)
+            case Say(text=text):
+                write_within(2, (text + "\n").encode(), STALL)
+            case Finish(outcome=finished):
+                outcome = finished
+            case _:
+                assert_never(action)
+    return outcome
+
+
+def _signal_all(handles: Sequence[AgentHandle], signum: int) -> None:
+    for h in handles:
+        h.signal(signum)
 
 
 def report(outcome: Outcome, plan: LaunchPlan) -> JobResult:

@@ -1,8 +1,9 @@
 """The launcher's supervision decisions, without I/O (``job/loop.py`` feeds it and carries them out).
 
 A :class:`JobState` is told each agent event, each agent stream's end, each signal dslaunch receives and the
-time, and answers with actions: stop every node, kill them, forward a signal, ask for stacks, print a line.
-At the end, :meth:`JobState.outcome` says how the job ended: one exit code and what caused it.
+time, and answers with actions: stop every node, kill them, pass a signal on, ask for stacks, print a line.
+Once every agent's stream has closed, :meth:`JobState.tick` answers :class:`Finish` with the :class:`Outcome`:
+one exit code and what caused it (as ``agent/node_state.py`` ends a node with its code).
 """
 
 from __future__ import annotations
@@ -16,9 +17,6 @@ from dslaunch.job import hang
 from dslaunch.plan import LaunchPlan
 from dslaunch.wire import RankExit
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # teardown, exit 128+N; a second one kills
-FORWARDED = (signal.SIGUSR1, signal.SIGUSR2)
-STACKS = signal.SIGQUIT  # every rank prints its stack; the job goes on (job/hang.py)
 KILL_GRACE = 3.0  # beyond --shutdown-timeout: how long the agents get to tear down before they are killed
 
 
@@ -35,15 +33,15 @@ class KillAll:
 
 
 @dataclass(frozen=True)
-class Forward:
+class Signal:
     """Pass ``signum`` on to every agent's ranks."""
 
     signum: int
 
 
 @dataclass(frozen=True)
-class AskStacks:
-    """Ask every agent for its ranks' stacks (SIGQUIT)."""
+class RequestStacks:
+    """Ask every agent for its ranks' stacks (``wire.STACKS_SIGNAL``); the job goes on (job/hang.py)."""
 
 
 @dataclass(frozen=True)
@@ -53,17 +51,26 @@ class Say:
     text: str
 
 
-Action = StopAll | KillAll | Forward | AskStacks | Say
-
-
 @dataclass(frozen=True)
 class Outcome:
+    """How the job ended: one exit code and what caused it."""
+
     code: int
     root_cause: RankExit | None = None
     lost_node: tuple[int, str, int | None] | None = None  # node_rank, host, status
     signal: int | None = None
     exits: tuple[RankExit, ...] = ()
     hang: hang.Hang | None = None  # --hang-timeout ended the job (exit hang.HANG_EXIT)
+
+
+@dataclass(frozen=True)
+class Finish:
+    """Every agent's stream has closed: the job ended with ``outcome``."""
+
+    outcome: Outcome
+
+
+Action = StopAll | KillAll | Signal | RequestStacks | Say | Finish
 
 
 def lost_node_code(status: int | None) -> int:
@@ -90,10 +97,6 @@ class JobState:
         self.hang: hang.Hang | None = None
         self.stopping_since: float | None = None
         self.killed = False
-
-    @property
-    def streams_open(self) -> bool:
-        return self.open_streams > 0
 
     @property
     def stopping(self) -> bool:
@@ -132,10 +135,13 @@ class JobState:
         return self._stop_all(now)
 
     def on_signal(self, signum: int, now: float) -> tuple[Action, ...]:
-        if signum in FORWARDED:
-            return (Forward(signum),)
-        if signum == STACKS:
-            return () if self.stopping else self._ask_stacks()
+        """A signal to dslaunch; once every stream has closed the job is over, and a signal changes nothing."""
+        if not self.open_streams:
+            return ()
+        if signum in wire.FORWARDED_SIGNALS:
+            return (Signal(signum),)
+        if signum == wire.STACKS_SIGNAL:
+            return () if self.stopping else self._request_stacks()
         kill: tuple[Action, ...] = ()
         if self.signal is not None and not self.killed:
             self.killed = True  # a second Ctrl-C: stop waiting for the grace period
@@ -145,7 +151,10 @@ class JobState:
         return (*kill, *self._stop_all(now))
 
     def tick(self, now: float) -> tuple[Action, ...]:
-        """What the passing of time decides: the kill deadline while stopping, else the hang watch."""
+        """What the passing of time decides: the end once every stream has closed, the kill deadline while
+        stopping, else the hang watch."""
+        if not self.open_streams:
+            return (Finish(self.outcome()),)
         if self.stopping_since is None:
             return self._watch_hang(now)
         if not self.killed and now - self.stopping_since > self.plan.shutdown_timeout + KILL_GRACE:
@@ -154,6 +163,7 @@ class JobState:
         return ()
 
     def outcome(self) -> Outcome:
+        """How the job ends, as far as it is known now (``Finish`` carries it at the end)."""
         return Outcome(self._code(), self.root_cause, self.lost_node, self.signal, tuple(self.exits), self.hang)
 
     def _watch_hang(self, now: float) -> tuple[Action, ...]:
@@ -162,15 +172,15 @@ class JobState:
             self.watch.declare(now)
             actions.append(Say(hang.declared_line(self.plan)))
             if hang.stacks_line(self.plan) is None:
-                actions.append(AskStacks())
+                actions.append(RequestStacks())
         if self.watch.asked_at is not None and self.watch.settled(self.finished, now):
             self.hang = self.watch.result(self.finished)
             actions.extend(self._stop_all(now))
         return tuple(actions)
 
-    def _ask_stacks(self) -> tuple[Action, ...]:
+    def _request_stacks(self) -> tuple[Action, ...]:
         refused = hang.stacks_line(self.plan)
-        return (Say(refused),) if refused is not None else (AskStacks(),)
+        return (Say(refused),) if refused is not None else (RequestStacks(),)
 
     def _stop_all(self, now: float) -> tuple[Action, ...]:
         if self.stopping_since is not None:

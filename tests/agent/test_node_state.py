@@ -15,7 +15,6 @@ from dslaunch.agent.failures import TAIL_BYTES, ErrorRecord, keep_tail, parse_er
 from dslaunch.agent.node_state import (
     HELD_OPEN,
     KILL_REPEAT,
-    STALL,
     AbandonStalledReaders,
     Action,
     DeathWindow,
@@ -30,6 +29,7 @@ from dslaunch.agent.node_state import (
     StopReading,
     rank_exit,
 )
+from dslaunch.output.sink import STALL
 
 TERM, INT, HUP, KILL = signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL
 GRACE = 5.0  # the plan's shutdown_timeout in these tests

@@ -1,5 +1,6 @@
 """The launcher's supervision decisions (job/state.py), in-process: events, stream ends, signals and the
-time go in, actions and the outcome come out. No processes, no sleeps: time is an argument."""
+time go in, actions come out, the last of them Finish with the outcome. No processes, no sleeps: time is an
+argument."""
 
 from __future__ import annotations
 
@@ -10,7 +11,18 @@ import pytest
 
 from dslaunch import wire
 from dslaunch.job import hang
-from dslaunch.job.state import Action, AskStacks, Forward, JobState, KillAll, Outcome, Say, StopAll, lost_node_code
+from dslaunch.job.state import (
+    Action,
+    Finish,
+    JobState,
+    KillAll,
+    Outcome,
+    RequestStacks,
+    Say,
+    Signal,
+    StopAll,
+    lost_node_code,
+)
 from dslaunch.job.summary import cause_line, format_summary
 from dslaunch.plan import LaunchPlan
 from dslaunch.wire import RankExit
@@ -160,10 +172,23 @@ def test_decisions(
     state, got = _run(steps)
     assert got == actions
     outcome = state.outcome()
+    ended = sum(isinstance(step, End) for step in steps) == len(NODES)
+    if ended:  # every stream closed: the next tick ends the job with its outcome
+        assert state.tick(1000.0) == (Finish(outcome),)
+    else:
+        assert Finish(outcome) not in state.tick(1000.0)
     assert outcome.code == code
     assert (outcome.root_cause.rank if outcome.root_cause else None) == cause
     assert outcome.lost_node == lost
     assert outcome.exits == tuple(s.event for s in steps if isinstance(s, Ev) and isinstance(s.event, RankExit))
+
+
+def test_the_job_finishes_once_every_stream_has_closed_and_a_later_signal_changes_nothing() -> None:
+    late = [Sig(signal.SIGINT), Sig(signal.SIGQUIT), Sig(signal.SIGUSR1)]
+    state, got = _run([*DONE_OK, *late, Tick(1.0)])
+    assert got == [(), (), (), (), (), (), (), (Finish(Outcome(0)),)]
+    assert state.outcome() == Outcome(0)
+    assert JobState(PLAN, ()).tick(0.0) == (Finish(Outcome(0)),)  # no agent: nothing to wait for
 
 
 def test_a_second_stop_signal_kills_once_and_the_first_names_the_code() -> None:
@@ -182,12 +207,12 @@ def test_the_kill_deadline_comes_shutdown_timeout_plus_grace_after_the_stop() ->
 @pytest.mark.parametrize(
     ("plan", "steps", "actions"),
     [
-        (PLAN, [Sig(signal.SIGUSR1), Sig(signal.SIGUSR2)], [(Forward(signal.SIGUSR1),), (Forward(signal.SIGUSR2),)]),
-        (PLAN, [Sig(signal.SIGQUIT)], [(AskStacks(),)]),
+        (PLAN, [Sig(signal.SIGUSR1), Sig(signal.SIGUSR2)], [(Signal(signal.SIGUSR1),), (Signal(signal.SIGUSR2),)]),
+        (PLAN, [Sig(signal.SIGQUIT)], [(RequestStacks(),)]),
         (
             PLAN,
             [Ev(0, _exit(0)), Sig(signal.SIGQUIT), Sig(signal.SIGUSR1)],
-            [(STOP_RANK,), (), (Forward(signal.SIGUSR1),)],
+            [(STOP_RANK,), (), (Signal(signal.SIGUSR1),)],
         ),
         (
             replace(PLAN, launcher="openmpi"),
@@ -223,7 +248,7 @@ def test_a_hang_is_declared_when_every_node_is_idle_and_settled_once_all_reporte
         Tick(3.2),
     ]
     state, got = _run(steps, HANGS)
-    assert got == [(), (), (), (DECLARED, AskStacks()), (), (), (), (StopAll("hang"),), ()]
+    assert got == [(), (), (), (DECLARED, RequestStacks()), (), (), (), (StopAll("hang"),), ()]
     outcome = state.outcome()
     assert outcome.code == hang.HANG_EXIT
     assert outcome.hang is not None and outcome.hang.culprits == ((2, "b"),)
@@ -246,7 +271,7 @@ def test_progress_again_or_no_hang_timeout_is_no_hang() -> None:
 
 def test_no_hang_is_declared_while_stopping() -> None:
     _state, got = _run([IDLE[0], Ev(0, _exit(0)), *IDLE[1:]], HANGS)
-    assert all(not isinstance(a, (Say, AskStacks)) for actions in got for a in actions)
+    assert all(not isinstance(a, (Say, RequestStacks)) for actions in got for a in actions)
 
 
 def test_under_mpirun_a_hang_is_said_and_stops_the_job_at_once() -> None:
