@@ -1,7 +1,16 @@
 # Two commands do all set-up on a fresh machine: `make demo` and `make test`.
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# What is installed in $(VENV), a stamp each: dslaunch (editable) with its runtime dependencies alone (`make demo`),
+# then the test extra (`make test`) and the lint extra (`make lint`).
 STAMP := $(VENV)/.dslaunch-installed
+TEST_STAMP := $(VENV)/.dslaunch-test
+LINT_STAMP := $(VENV)/.dslaunch-lint
+# The torch a venv without one gets: pyproject's floor, pinned as .ci/run pins it, so pip never picks the newest
+# torch, a CUDA build of about 5 GB on Linux. Where pip's find-links hold the CPU wheel (as on the CI machines,
+# /opt/wheels), 2.13.0+cpu sorts above 2.13.0 and that is the one installed. numpy comes with it, as in .ci/run:
+# torch does not require it but warns "Failed to initialize NumPy" in every rank without it.
+TORCH ?= torch==2.13.0
 # A second venv with the newest torch (requirements/torch-newest.txt): torch-rank tests run on both ends.
 NEWEST ?= .venv-torch-newest
 NEWEST_PY := $(NEWEST)/bin/python
@@ -15,47 +24,69 @@ WORKERS ?= -n 3 --dist loadgroup
 # The pure tier: no test that starts a process (tests/conftest.py fails one that does); seconds, not minutes.
 FAST := not launch and not cluster and not torch
 
-.PHONY: demo test test-fast test-preload lint install install-newest bench clean
+.PHONY: demo test test-fast test-preload lint install install-dev install-newest bench clean
 
 $(PY):
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-$(STAMP): $(PY) pyproject.toml
+# $(call install,EXTRAS): torch first where the venv has none, then dslaunch (editable) with EXTRAS ("", "[test]",
+# ...), torch held where it is. pyproject's package-dir makes the editable install a plain .pth path (no deprecated
+# editable_mode=compat, no import hook in every interpreter).
+define install
+	$(PY) -m pip show -q torch >/dev/null 2>&1 || $(PY) -m pip install -q '$(TORCH)' numpy
 	$(PY) -m pip freeze | grep -i '^torch==' > $(VENV)/torch-pin.txt || true  # the extras never move torch
-	$(PY) -m pip install -q -e '.[test,lint]' -c $(VENV)/torch-pin.txt --config-settings editable_mode=compat
+	$(PY) -m pip install -q -e '.$(1)' -c $(VENV)/torch-pin.txt
 	$(PY) -m compileall -q dslaunch  # bytecode even where PYTHONDONTWRITEBYTECODE is set: every rank imports it
+endef
+
+$(STAMP): $(PY) pyproject.toml
+	$(call install,)
 	touch $(STAMP)
+
+$(TEST_STAMP): $(PY) pyproject.toml
+	$(call install,[test])
+	touch $(STAMP) $(TEST_STAMP)
+
+$(LINT_STAMP): $(PY) pyproject.toml
+	$(call install,[lint])
+	touch $(STAMP) $(LINT_STAMP)
 
 $(NEWEST_STAMP): pyproject.toml requirements/torch-newest.txt
 	test -x $(NEWEST_PY) || python3 -m venv $(NEWEST)
 	$(NEWEST_PY) -m pip install -q -r requirements/torch-newest.txt
 	$(NEWEST_PY) -m pip freeze | grep -i '^torch==' > $(NEWEST)/torch-pin.txt || true
-	$(NEWEST_PY) -m pip install -q -e '.[test]' -c $(NEWEST)/torch-pin.txt --config-settings editable_mode=compat
+	$(NEWEST_PY) -m pip install -q -e '.[test]' -c $(NEWEST)/torch-pin.txt
 	touch $(NEWEST_STAMP)
 
 install: $(STAMP)
+
+# Both extras in one pip run (.ci/run: one editable build, not three).
+comma := ,
+install-dev: $(PY)
+	$(call install,[test$(comma)lint])
+	touch $(STAMP) $(TEST_STAMP) $(LINT_STAMP)
 
 install-newest: $(NEWEST_STAMP)
 
 demo: install
 	$(VENV)/bin/dslaunch --nproc-per-node 4 --master-port 0 --mesh dp=2,tp=2 examples/train.py --steps 8
 
-lint: install
+lint: $(LINT_STAMP)
 	$(VENV)/bin/ruff check dslaunch tests bench testbeds
 	$(VENV)/bin/ruff format --check dslaunch tests bench examples testbeds
 	$(VENV)/bin/mypy dslaunch
 
 # The whole suite on the lowest torch, then on the newest only the tests of torch's own API (-m torch_api).
-test: install install-newest
+test: $(TEST_STAMP) install-newest
 	$(PY) -m pytest -q $(WORKERS) --durations=15
 	$(NEWEST_PY) -m pytest -q $(WORKERS) --durations=10 -m torch_api
 
-test-fast: install
+test-fast: $(TEST_STAMP)
 	$(PYTEST_ENV) $(PY) -m pytest -q -m "$(FAST)"
 
 # Every test that starts torch ranks, with --preload torch forced on (docs/preload.md); not part of `make test`.
-test-preload: install
+test-preload: $(TEST_STAMP)
 	DSLAUNCH_PRELOAD=torch $(PY) -m pytest -q -m torch
 
 bench: install
