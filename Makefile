@@ -24,7 +24,7 @@ WORKERS ?= -n 3 --dist loadgroup
 # The pure tier: no test that starts a process (tests/conftest.py fails one that does); seconds, not minutes.
 FAST := not launch and not cluster and not torch
 
-.PHONY: demo test test-fast test-preload lint install install-dev install-newest bench clean
+.PHONY: demo test test-fast test-preload lint install install-dev install-newest check-wheel bench clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -92,5 +92,10 @@ test-preload: $(TEST_STAMP)
 bench: install
 	$(PY) bench/bench_launch.py
 
+# The sdist and the wheel as users get them: built, checked by twine and check-wheel-contents, the wheel installed
+# (not editable) into a fresh venv and run from there (scripts/check-wheel.sh says how; .ci/run runs it).
+check-wheel:
+	TORCH='$(TORCH)' bash scripts/check-wheel.sh
+
 clean:
-	rm -rf $(VENV) $(NEWEST) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(NEWEST) .venv-packaging .venv-torch-base build dist *.egg-info .pytest_cache
