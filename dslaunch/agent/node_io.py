@@ -1,12 +1,18 @@
-"""The node agent's small system calls, each forgiving of a process or pipe that is already gone."""
+"""The node agent's small system calls (a rank's start, its error file, signals, the sweep, the events pipe), each
+forgiving of a process or pipe that is already gone."""
 
 from __future__ import annotations
 
 import os
 import signal
 import time
+from collections.abc import Collection, Iterable, Mapping
+from typing import TYPE_CHECKING
 
-from dslaunch.oslib import prctl
+from dslaunch.oslib import prctl, procs
+
+if TYPE_CHECKING:
+    import subprocess
 
 _SAME_CLOCK = 0.05  # a file time this close to time.time() is this node's clock (the coarse one: a tick behind)
 
@@ -14,6 +20,31 @@ _SAME_CLOCK = 0.05  # a file time this close to time.time() is this node's clock
 def rank_preexec() -> None:  # runs in the child between fork and exec: prctl was resolved before the fork
     os.setsid()
     prctl.set_parent_death_signal(signal.SIGKILL)
+
+
+def popen_rank(argv: list[str], env: Mapping[str, str], cwd: str | None) -> subprocess.Popen[bytes]:
+    """Start a rank in a session of its own, with a parent-death signal; its stdout and stderr on pipes."""
+    import subprocess  # keep agent start-up lean
+
+    return subprocess.Popen(
+        argv,
+        env=env,
+        cwd=cwd or None,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=rank_preexec,
+    )
+
+
+def fresh_error_file(directory: str, rank: int) -> str:
+    """Where the rank's bootstrap records a crash; a record left by an earlier attempt is removed."""
+    error_file = os.path.join(directory, f"rank{rank}.error.json")
+    try:
+        os.unlink(error_file)
+    except FileNotFoundError:
+        pass
+    return error_file
 
 
 def pidfd_of(pid: int) -> int | None:
@@ -34,6 +65,28 @@ def killpg(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill_descendants(roots: Iterable[int], spared: Collection[int]) -> None:
+    """SIGKILL every descendant of ``roots`` but the ``spared`` ones, and reap the orphans this process adopted."""
+    found = [pid for root in roots for pid in procs.descendants(root) if pid not in spared]
+    for pid in found:
+        kill(pid)
+    for pid in found:  # adopted orphans are ours to reap; others are their parents' (also killed)
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """All of ``data`` to ``fd``; nothing once its reader is gone."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
         pass
 
 

@@ -26,7 +26,15 @@ from dslaunch import wire
 from dslaunch.agent import node_state as ns
 from dslaunch.agent import ranks as rankspec
 from dslaunch.agent.failures import ErrorRecord, keep_tail, read_error_file, tail_lines
-from dslaunch.agent.node_io import fs_clock_offset, kill, killpg, pidfd_of, rank_preexec
+from dslaunch.agent.node_io import (
+    fresh_error_file,
+    fs_clock_offset,
+    kill_descendants,
+    killpg,
+    pidfd_of,
+    popen_rank,
+    write_all,
+)
 from dslaunch.agent.watch import ProgressWatch
 from dslaunch.errors import assert_never
 from dslaunch.logs import get_logger, phases
@@ -107,8 +115,6 @@ class NodeLoop:
     # ---- spawning -------------------------------------------------------
     def start(self, error_dir: str, warm: Mapping[int, Zygote | None] | None = None) -> None:
         """Start the ranks; ``warm``: the zygotes a local launcher keeps for the job (preload/warm.py)."""
-        import subprocess  # keep agent start-up lean
-
         prctl.set_child_subreaper()
         log_dir = self.plan.log_dir
         if log_dir:
@@ -121,29 +127,19 @@ class NodeLoop:
 
             zygote = for_node(self.plan, self.node, os.environ, error_dir, warm)
         try:
-            self._start_ranks(subprocess, zygote, progress, log_dir, error_dir)
+            self._start_ranks(zygote, progress, log_dir, error_dir)
         finally:
             if zygote is not None:
                 zygote.close()
 
-    def _start_ranks(
-        self, subprocess: Any, zygote: Zygote | None, progress: ProgressWatch, log_dir: str | None, error_dir: str
-    ) -> None:
+    def _start_ranks(self, zygote: Zygote | None, progress: ProgressWatch, log_dir: str | None, error_dir: str) -> None:
         for local_rank, rank in enumerate(self.node.ranks):
-            error_file = _fresh_error_file(log_dir or error_dir, rank)
+            error_file = fresh_error_file(log_dir or error_dir, rank)
             env = rankspec.rank_env(self.plan, self.node, local_rank, os.environ, error_file)
             progress.add(rank, env)
             argv = rankspec.rank_argv(self.plan, local_rank, self.node)
             try:
-                proc = (zygote and zygote.spawn(argv, env, self.plan.cwd, rank)) or subprocess.Popen(
-                    argv,
-                    env=env,
-                    cwd=self.plan.cwd or None,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    preexec_fn=rank_preexec,
-                )
+                proc = (zygote and zygote.spawn(argv, env, self.plan.cwd, rank)) or popen_rank(argv, env, self.plan.cwd)
             except OSError as exc:  # a --no-python target that is missing, a directory, not executable...
                 self._cannot_start(rank, local_rank, argv[0], exc)
                 return
@@ -383,28 +379,15 @@ class NodeLoop:
         procs.kill_job(self.plan.run_id, self.node.node_rank)
 
     def _kill_descendants(self) -> None:
-        ranks = {r.pid for r in self.ranks}
         waiters = [w for r in self.ranks if (w := getattr(r.proc, "waiter", None))]  # warm ranks' (preload/warm.py)
-        found = [pid for root in (os.getpid(), *waiters) for pid in procs.descendants(root) if pid not in ranks]
-        for pid in found:
-            kill(pid)
-        for pid in found:  # adopted orphans are ours to reap; others are their parents' (also killed)
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
+        kill_descendants((os.getpid(), *waiters), spared={r.pid for r in self.ranks})
 
     def _emit(self, line: str) -> None:
         """An event: on its own pipe when there is one (the launcher always reads it), else before queued output."""
         if self.events is None:
             self.output.put_urgent(line.encode())
-            return
-        data = memoryview(line.encode())
-        try:
-            while data:
-                data = data[os.write(self.events, data) :]
-        except OSError:
-            pass
+        else:
+            write_all(self.events, line.encode())
 
     def console(self) -> SinkWriter:
         """A stand-in for ``sys.stderr``: the agent's own log lines queue with the ranks' stderr."""
@@ -415,13 +398,3 @@ def _record_exit(result: wire.RankExit) -> None:
     phases.record(
         "exit", rank=result.rank, local_rank=result.local_rank, pid=result.pid, code=result.code, signal=result.signal
     )
-
-
-def _fresh_error_file(directory: str, rank: int) -> str:
-    """Where the rank's bootstrap records a crash; a record left by an earlier attempt is removed."""
-    error_file = os.path.join(directory, f"rank{rank}.error.json")
-    try:
-        os.unlink(error_file)
-    except FileNotFoundError:
-        pass
-    return error_file
