@@ -33,7 +33,7 @@ JOBS = {
         "--steps",
         "8",
     ],
-    "ddp": ["--nproc-per-node", "2", "--master-port", "0", str(ROOT / "tests" / "teardown" / "scripts" / "ending.py")],
+    "ddp": ["--nproc-per-node", "2", "--master-port", "0", str(ROOT / "tests" / "scripts" / "ending.py")],
 }
 JOB_ENV = {"demo": {}, "ddp": {"MODE": "ddp"}}
 

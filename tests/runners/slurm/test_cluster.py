@@ -320,7 +320,7 @@ def test_sigterm_to_launcher_slurm_stops_the_step_gracefully(slurm_env: dict[str
 def test_nothing_a_rank_starts_outlives_the_step(slurm_env: dict[str, str], mode: str, tmp_path: Path) -> None:
     """proctrack/linuxproc lets a setsid daemon escape the step; the node agent (a subreaper) does not."""
     run_id = _run_id()
-    job = str(ROOT / "tests" / "remote" / "scripts" / "job.py")
+    job = str(ROOT / "tests" / "scripts" / "job.py")
     argv = ["srun", "-N2", "--ntasks-per-node=1", *DSLAUNCH, "--nproc-per-node", "1", "--run-id", run_id]
     res = _run([*argv, "--shutdown-timeout", "2", job, mode, str(tmp_path), "0"], slurm_env)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -331,7 +331,7 @@ def test_hang_timeout_in_each_slurm_task(slurm_env: dict[str, str], tmp_path: Pa
     """One dslaunch per node (srun task): each decides for its own node (docs/hangs.md); the step ends 124 with
     every rank's stack."""
     run_id = _run_id()
-    waiter = str(ROOT / "tests" / "hangs" / "scripts" / "waiter.py")
+    waiter = str(ROOT / "tests" / "scripts" / "waiter.py")
     start = time.monotonic()
     job = [*DSLAUNCH, "--nproc-per-node", "2", "--hang-timeout", "2", "--run-id", run_id, waiter, "silent", "1,1,1,1"]
     res = _run(["srun", "-N2", "--ntasks-per-node=1", *job], slurm_env)
@@ -374,7 +374,7 @@ def test_sigquit_to_the_launchers_of_a_slurm_step_prints_every_stack(slurm_env: 
     """SIGQUIT to each srun task's dslaunch and its forked agent (what Ctrl-\\ does on one node): every rank's stack,
     once, and the step goes on to end 0."""
     run_id = _run_id()
-    waiter = str(ROOT / "tests" / "hangs" / "scripts" / "waiter.py")
+    waiter = str(ROOT / "tests" / "scripts" / "waiter.py")
     job = [*DSLAUNCH, "--nproc-per-node", "2", "--run-id", run_id, waiter, "wait", str(tmp_path)]
 
     def quit_every_task(_srun: subprocess.Popen[str]) -> None:
@@ -397,7 +397,7 @@ def test_sigquit_to_launcher_slurm_prints_every_stack_and_the_step_goes_on(
     """Ctrl-\\ to `salloc dslaunch --launcher slurm`: srun would abort the step on SIGQUIT, so the launcher asks each
     task (scancel --signal=WINCH, ignored by the ranks); every rank's stack comes out once and the step ends 0."""
     run_id = _run_id()
-    waiter = str(ROOT / "tests" / "hangs" / "scripts" / "waiter.py")
+    waiter = str(ROOT / "tests" / "scripts" / "waiter.py")
     job = [*DSLAUNCH, "--launcher", "slurm", "--nproc-per-node", "2", "--run-id", run_id, waiter, "wait", str(tmp_path)]
 
     def quit_the_launcher(salloc: subprocess.Popen[str]) -> None:

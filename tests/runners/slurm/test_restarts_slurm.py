@@ -14,7 +14,7 @@ from tests.runners.slurm.test_cluster import ROOT, _run
 
 pytestmark = [pytest.mark.launch, pytest.mark.cluster]
 
-FLAKY = str(ROOT / "tests" / "core" / "scripts" / "flaky.py")
+FLAKY = str(ROOT / "tests" / "scripts" / "flaky.py")
 DSLAUNCH = [sys.executable, "-m", "dslaunch"]
 
 
