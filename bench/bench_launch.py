@@ -6,8 +6,9 @@
 2. launch:     2 trivial ranks (no torch) vs torchrun --standalone --nproc-per-node 2
 3. fail-fast:  a rank exits 1 while the other sleeps; time from that exit to the launcher's exit
 
-Runs are interleaved (dslaunch, torchrun, dslaunch, ...) so load changes hit both alike;
-medians are reported. This is a script, not a test: the machines are shared and noisy.
+Runs are interleaved (dslaunch, torchrun, dslaunch, ...) so load changes hit both alike, after one
+untimed run of each (so neither pays for a cold page cache); medians are reported, with the fastest
+and slowest run beside them. This is a script, not a test: the machines are shared and noisy.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root
@@ -53,12 +55,24 @@ def failure_to_exit(cmd: list[str], stamp: Path) -> float:
     return end - float(stamp.read_text())
 
 
-def pairwise(repeat: int, ours: callable, theirs: callable) -> tuple[float, float]:  # type: ignore[valid-type]
+def pairwise(repeat: int, ours: Callable[[], float], theirs: Callable[[], float]) -> tuple[list[float], list[float]]:
+    ours(), theirs()  # warm-up, untimed
     a, b = [], []
     for _ in range(repeat):
         a.append(ours())
         b.append(theirs())
-    return statistics.median(a), statistics.median(b)
+    return a, b
+
+
+def cell(times: list[float]) -> str:
+    return f"{statistics.median(times):.3f} s ({min(times):.3f}-{max(times):.3f})"
+
+
+def torch_version() -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True, check=False
+    )
+    return out.stdout.strip() or "?"
 
 
 def main() -> None:
@@ -74,10 +88,11 @@ def main() -> None:
     failing.write_text(FAILING)
     stamp = tmp / "stamp"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    load_before = os.getloadavg()[0]
 
     rows = []
     ours, theirs = pairwise(args.repeat, lambda: timed([*DSLAUNCH, "--help"]), lambda: timed([*TORCHRUN, "--help"]))
-    rows.append(("`--help` (wall, median)", ours, theirs, "dslaunch --help", "torchrun --help"))
+    rows.append(("`--help`", ours, theirs, "dslaunch --help", "torchrun --help"))
     ours, theirs = pairwise(
         args.repeat,
         lambda: timed([*DSLAUNCH, "--nproc-per-node", "2", "--master-port", "0", str(trivial)], env),
@@ -99,16 +114,17 @@ def main() -> None:
     )
     rows.append(("rank failure to launcher exit", ours, theirs, "rank 1 exits 1, rank 0 sleeps", "same script"))
 
-    load = os.getloadavg()
     lines = [
-        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores, "
-        f"load average {load[0]:.1f}, Python {sys.version.split()[0]}, median of {args.repeat} interleaved runs.",
+        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores, load average "
+        f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after, Python {sys.version.split()[0]}, "
+        f"torch {torch_version()}, median of {args.repeat} interleaved runs (fail-fast: "
+        f"{max(3, args.repeat // 2)}), fastest-slowest in brackets.",
         "",
-        "| what | dslaunch | torchrun | ratio (torchrun / dslaunch) |",
+        "| what | dslaunch | torchrun | ratio of the medians (torchrun / dslaunch) |",
         "|---|---|---|---|",
     ]
     for name, a, b, _, _ in rows:
-        lines.append(f"| {name} | {a:.3f} s | {b:.3f} s | {b / a:.1f}x |")
+        lines.append(f"| {name} | {cell(a)} | {cell(b)} | {statistics.median(b) / statistics.median(a):.1f}x |")
     table = "\n".join(lines)
     print(table)
     if args.write:
