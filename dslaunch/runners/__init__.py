@@ -44,6 +44,8 @@ def host_pool(runner: Runner, plan: LaunchPlan) -> HostPool:
     address lookup (Slurm's node addresses, else ssh_config's)."""
     from dslaunch.job.attempts import HostPool
 
+    if not plan.elastic.candidates:  # one fixed set of hosts: nothing to probe (and no prober to import)
+        return HostPool(plan)
     probe = getattr(runner, "probe", None)
     if probe is None:
         from dslaunch.runners.preflight import probe_hosts as probe

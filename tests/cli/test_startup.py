@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -41,3 +42,21 @@ def test_help_and_version_import_no_plan_machinery(args: list[str]) -> None:
     loaded = modules_after(code)
     early = sorted(m for m in loaded if any(m == n or m.startswith(n + ".") for n in NOT_FOR_HELP))
     assert early == [], f"dslaunch {' '.join(args)} imports {early}"
+
+
+@pytest.mark.launch
+def test_a_local_launch_imports_no_prober(tmp_path: Path) -> None:
+    """Hosts are probed only for spares and node ranges: a fixed local job never loads the --preflight prober (nor
+    its thread pool)."""
+    script = tmp_path / "ok.py"
+    script.write_text("pass\n")
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "dslaunch", "--nproc-per-node", "1", "--master-port", "0", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")}
+    assert "dslaunch.job.attempts" in imported  # the launch path was traced
+    assert {"dslaunch.runners.preflight", "concurrent.futures"} & imported == set()
