@@ -73,3 +73,17 @@ def test_every_package_has_its_tests_under_the_same_path() -> None:
     packages = sorted(p.parent.relative_to(PACKAGE) for p in PACKAGE.rglob("__init__.py") if p.parent != PACKAGE)
     missing = [str(p) for p in packages if not any((TESTS / p).glob("test_*.py"))]
     assert not missing, f"packages without tests/<package>/test_*.py: {missing}"
+
+
+# A backend folder's runner is its runner.py (runners/pdsh/, runners/slurm/): the one name kept in several places.
+SHARED_MODULE_NAMES = {"__init__.py", "__main__.py", "runner.py"}
+
+
+def test_no_two_modules_share_a_name() -> None:
+    where: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where.setdefault(path.name, []).append(str(path.relative_to(PACKAGE.parent)))
+    twice = {name: paths for name, paths in where.items() if len(paths) > 1 and name not in SHARED_MODULE_NAMES}
+    assert not twice, f"one name, several things: {twice}"
+    runners = [p for p in where.get("runner.py", []) if not p.startswith("dslaunch/runners/")]
+    assert not runners, f"runner.py names a backend's runner (dslaunch/runners/<backend>/): {runners}"

@@ -63,7 +63,7 @@ PACKAGE = ROOT / "dslaunch"
 @dataclass(frozen=True)
 class Import:
     src: str  # importing module, e.g. "dslaunch.agent.node_loop"
-    dst: str  # a dslaunch module ("dslaunch.cli.render") or a third-party/stdlib top-level name ("click")
+    dst: str  # a dslaunch module ("dslaunch.cli.plan_text") or a third-party/stdlib top-level name ("click")
     where: str  # "dslaunch/agent/node_loop.py:39"
 
     def __str__(self) -> str:
@@ -336,7 +336,7 @@ def test_the_job_core_and_output_know_no_transport() -> None:
 
 
 # Module cycles inside a package: none is known or kept (the engine and teardown both end the process groups
-# through bootstrap/groups.py, which imports neither). A cycle that must stay is named here, with why.
+# through bootstrap/shutdown.py, which imports neither). A cycle that must stay is named here, with why.
 KNOWN_MODULE_CYCLES: tuple[set[str], ...] = ()
 
 

@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dslaunch.bootstrap import groups
+from dslaunch.bootstrap import shutdown
 from dslaunch.bootstrap.env import RankInfo, detect
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ class Engine:
 
     def close(self) -> None:
         """Destroy the process groups this engine made and drop its references to them."""
-        groups.shutdown_distributed(current(), release, destroy_adopted=False)
+        shutdown.shutdown_distributed(current(), release, destroy_adopted=False)
 
 
 def _pg_timeout() -> datetime.timedelta:
@@ -182,8 +182,8 @@ def release() -> None:
 
 
 def _close_at_exit() -> None:
-    if not groups.ended_at_exit():  # under dslaunch the bootstrap's last atexit handler does it (teardown.py)
-        groups.shutdown_distributed(current(), release, destroy_adopted=False)
+    if not shutdown.ended_at_exit():  # under dslaunch the bootstrap's last atexit handler does it (teardown.py)
+        shutdown.shutdown_distributed(current(), release, destroy_adopted=False)
 
 
 def engine(mesh: Any = None) -> Engine:

@@ -9,7 +9,7 @@ exit 134, after the script finished cleanly.
 
 The cure is to have no gloo worker left when finalisation starts. ``_finish_at_exit`` runs as the
 last atexit handler (the interpreter is whole, user handlers have run): it destroys every
-process group, drops the references dslaunch holds and collects garbage (groups.py), so each
+process group, drops the references dslaunch holds and collects garbage (shutdown.py), so each
 ProcessGroupGloo destructor joins its workers, which drains their queues. If user
 objects still hold a group (a module-level model, Megatron-style globals), its workers
 stay; the rank then ends with ``os._exit`` after flushing its open files, skipping only
@@ -31,7 +31,7 @@ import traceback
 from collections.abc import Callable
 from typing import NoReturn
 
-from dslaunch.bootstrap import groups, open_files
+from dslaunch.bootstrap import open_files, shutdown
 
 FINALIZE_ENV = "DSLAUNCH_RANK_FINALIZE"  # "1": ranks end with full finalisation (leak checkers, debuggers)
 
@@ -40,8 +40,8 @@ _state: dict[str, object] = {"code": 0}
 
 def install() -> None:
     """Register :func:`_finish_at_exit` before user code runs, so it is the last atexit handler."""
-    if not groups.ended_at_exit():
-        groups.end_at_exit()
+    if not shutdown.ended_at_exit():
+        shutdown.end_at_exit()
         atexit.register(_finish_at_exit)
 
 
@@ -67,12 +67,12 @@ def _finish_at_exit() -> None:
 
 
 def _shutdown_distributed() -> list[int]:
-    """Every process group destroyed (groups.py), the engine's included; the gloo workers left alive."""
+    """Every process group destroyed (shutdown.py), the engine's included; the gloo workers left alive."""
     if sys.modules.get("torch.distributed") is None:
         return []  # no group, and no engine: nothing to import at exit
     from dslaunch.bootstrap import engine  # found only now, at exit: the bootstrap imports this module before torch
 
-    return groups.shutdown_distributed(engine.current(), engine.release, destroy_adopted=True)
+    return shutdown.shutdown_distributed(engine.current(), engine.release, destroy_adopted=True)
 
 
 def end_rank(code: object) -> NoReturn:
@@ -87,7 +87,7 @@ def end_rank(code: object) -> NoReturn:
             _guarded(lambda: print(code, file=sys.stderr))  # SystemExit("message"): Python prints it, exits 1
         _guarded(_join_threads)
         _guarded(atexit._run_exitfuncs)  # the script's, logging's, multiprocessing's, weakref.finalize's; ours last
-        if not groups.collected():
+        if not shutdown.collected():
             _guarded(gc.collect)  # cyclic garbage: its __del__ and its files' close run, as at finalisation
         if not open_files.save() and status == 0:
             status = 120  # as Python, when stdout cannot be flushed at exit
@@ -98,9 +98,9 @@ def end_rank(code: object) -> NoReturn:
 def _join_threads() -> None:
     """Wait for non-daemon threads and run ``threading``'s exit hooks (concurrent.futures), as finalisation does
     first."""
-    shutdown = getattr(threading, "_shutdown", None)
-    if shutdown is not None:
-        shutdown()
+    join_threads = getattr(threading, "_shutdown", None)
+    if join_threads is not None:
+        join_threads()
 
 
 def _guarded(step: Callable[[], object]) -> None:

@@ -143,9 +143,9 @@ def _dry_run(plan: LaunchPlan, commands: list[str], secrets: frozenset[str], *, 
         data["env"] = {k: masking.mask_value(k, v, secrets) for k, v in plan.env}
         click.echo(json.dumps(data, indent=2))
     else:
-        from dslaunch.cli import render
+        from dslaunch.cli import plan_text
 
-        click.echo(render.plan_text(plan, commands, secrets))
+        click.echo(plan_text.plan_text(plan, commands, secrets))
 
 
 def build_command() -> click.Command:

@@ -25,7 +25,7 @@ from dslaunch.mesh import MeshConfigError
 from dslaunch.plan import LaunchPlan
 
 if TYPE_CHECKING:
-    from dslaunch.job.runner import Runner
+    from dslaunch.job.protocols import Runner
 
 Probe = Callable[[LaunchPlan, list[str]], dict[str, str]]  # (plan, hosts) -> the hosts that failed, with why
 Address = Callable[[LaunchPlan, str], str]  # (plan, host) -> the address its ranks reach it at

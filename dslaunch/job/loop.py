@@ -1,6 +1,6 @@
 """Launcher-side supervision shared by every runner: the I/O around ``job/state.py``.
 
-Each runner wraps its transport (a local subprocess, an ssh channel, ...) in an :class:`AgentHandle`.
+Each runner wraps its transport (a local subprocess, an ssh channel, ...) in an ``AgentHandle`` (``job/protocols.py``).
 :func:`supervise` relays the agents' output, feeds their events, stream ends and dslaunch's signals to a
 :class:`JobState` and carries out what it decides, until every stream has closed.
 
@@ -16,11 +16,11 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from typing import Protocol
+from collections.abc import Sequence
 
 from dslaunch import wire
 from dslaunch.errors import assert_never
+from dslaunch.job.protocols import AgentHandle
 from dslaunch.job.result import JobResult
 from dslaunch.job.state import (
     KILL_GRACE,
@@ -43,27 +43,6 @@ from dslaunch.plan import LaunchPlan
 POLL = 0.05  # how often the loop looks at signals and the time while no event comes
 
 Inbox = queue.Queue[tuple[int, wire.Event | None]]  # events only (a few per rank); None: that stream ended
-
-
-class AgentHandle(Protocol):
-    node_rank: int
-    host: str
-
-    def lines(self) -> Iterator[str]:
-        """The agent's stream until it closes, in whole lines (newlines kept): an event line alone,
-        output lines one or more at a time (``wire.split_events``)."""
-
-    def stop(self) -> None:
-        """Ask the agent to tear its node down (idempotent)."""
-
-    def signal(self, signum: int) -> None:
-        """Forward a signal (SIGUSR1/SIGUSR2; SIGQUIT: ask for the ranks' stacks) to the agent's ranks."""
-
-    def kill(self) -> None:
-        """Hard-stop the agent's transport."""
-
-    def wait(self, timeout: float | None) -> int | None:
-        """The agent's exit status, or None if still running after ``timeout``."""
 
 
 def supervise(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> Outcome:

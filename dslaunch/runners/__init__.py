@@ -13,7 +13,7 @@ from dslaunch.plan import LaunchPlan
 
 if TYPE_CHECKING:
     from dslaunch.job.attempts import HostPool
-    from dslaunch.job.runner import Runner
+    from dslaunch.job.protocols import Runner
 
 # name -> "module:Class"; helpers of other issues add their runners here.
 RUNNERS: dict[str, str] = {

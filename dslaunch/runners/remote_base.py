@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dslaunch.job.result import START_FAILED, JobResult
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import common
-from dslaunch.remote.command import reap_command
+from dslaunch.remote.agent_command import reap_command
 
 ALL_HOSTS = "(all)"  # a start failure that is no host's fault (pdsh cannot run, say)
 

@@ -19,7 +19,7 @@ from dslaunch.job.loop import supervise_and_report
 from dslaunch.job.result import START_FAILED, JobResult
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import common, rlimits
-from dslaunch.remote.command import agent_command
+from dslaunch.remote.agent_command import agent_command
 from dslaunch.runners.remote_base import RemoteRunner, report_start_failures
 
 # Bytes per read of a channel: paramiko moves what is left in its buffer (up to the 2 MiB window) down after each

@@ -18,7 +18,7 @@ NOT_FOR_HELP = (
     "dslaunch.cli.decide",
     "dslaunch.cli.slurm_hosts",
     "dslaunch.cli.run_ids",
-    "dslaunch.cli.render",
+    "dslaunch.cli.plan_text",
     "dslaunch.inputs",
     "dslaunch.logs",
     "dslaunch.oslib",

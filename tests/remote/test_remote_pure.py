@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import envs, probe
-from dslaunch.remote.command import agent_command
+from dslaunch.remote.agent_command import agent_command
 from dslaunch.remote.sshconfig import resolve, valid_host
 from dslaunch.runners.pdsh.runner import pdsh_argv, pdsh_env, pdsh_label, pdsh_labels
 from tests.plans import make_plan

@@ -28,7 +28,7 @@ from dslaunch.job.result import JobResult
 from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import rlimits, stage
-from dslaunch.remote.command import agent_command, reap_command
+from dslaunch.remote.agent_command import agent_command, reap_command
 from dslaunch.remote.common import KEEPALIVE_COUNT, keepalive_interval, write_err
 from dslaunch.remote.ssh_mux import SshMux
 from dslaunch.remote.sshconfig import default_config_path

@@ -1,0 +1,41 @@
+"""What a runner is to the job core: the two protocols every transport implements (``dslaunch/runners/``): the
+runner, which runs one attempt of a plan, and the handle on each node agent it starts, which ``job/loop.py`` reads."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+from dslaunch.job.result import JobResult
+from dslaunch.plan import LaunchPlan
+
+
+class Runner(Protocol):
+    name: str
+
+    def describe(self, plan: LaunchPlan) -> list[str]:
+        """The commands this runner would run, secrets masked (for --dry-run)."""
+
+    def run(self, plan: LaunchPlan) -> JobResult:
+        """Run one attempt of the job: start it, supervise it, tear it down everywhere, and say how it ended."""
+
+
+class AgentHandle(Protocol):
+    node_rank: int
+    host: str
+
+    def lines(self) -> Iterator[str]:
+        """The agent's stream until it closes, in whole lines (newlines kept): an event line alone,
+        output lines one or more at a time (``wire.split_events``)."""
+
+    def stop(self) -> None:
+        """Ask the agent to tear its node down (idempotent)."""
+
+    def signal(self, signum: int) -> None:
+        """Forward a signal (SIGUSR1/SIGUSR2; SIGQUIT: ask for the ranks' stacks) to the agent's ranks."""
+
+    def kill(self) -> None:
+        """Hard-stop the agent's transport."""
+
+    def wait(self, timeout: float | None) -> int | None:
+        """The agent's exit status, or None if still running after ``timeout``."""
