@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import DSLAUNCH, SCRIPTS
 
-pytestmark = [pytest.mark.torch, pytest.mark.launch, pytest.mark.torch_api]
+pytestmark = [pytest.mark.torch, pytest.mark.launch, pytest.mark.torch_api, pytest.mark.frameworks]
 SCRIPT = str(SCRIPTS / "ds_train.py")
 # No op is JIT-built: the rank script marks none compatible, so DeepSpeed's comm stays on gloo (see ds_train.py).
 ENV = {"DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}

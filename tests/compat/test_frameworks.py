@@ -20,6 +20,7 @@ def lines(stdout: str, tag: str) -> dict[int, str]:
     return {int(m[1]): m[2] for m in re.finditer(rf"{tag} rank=(\d+) (.*)", stdout)}
 
 
+@pytest.mark.frameworks
 def test_fabric_with_devices_matching_the_world() -> None:
     pytest.importorskip("lightning")
     result = run_cli(["--nproc-per-node", "2", "--master-port", "0", str(SCRIPTS / "fabric_ranks.py"), "2", "1"])
@@ -27,6 +28,7 @@ def test_fabric_with_devices_matching_the_world() -> None:
     assert lines(result.stdout, "FABRIC") == {r: "world=2 node=0 env=TorchElasticEnvironment sum=1" for r in (0, 1)}
 
 
+@pytest.mark.frameworks
 def test_fabric_with_devices_not_matching_the_world_fails_as_under_torchrun() -> None:
     pytest.importorskip("lightning")
     result = run_cli(["--nproc-per-node", "2", "--master-port", "0", str(SCRIPTS / "fabric_ranks.py"), "4", "1"])
@@ -37,6 +39,7 @@ def test_fabric_with_devices_not_matching_the_world_fails_as_under_torchrun() ->
     assert f"ValueError: You set `devices=4` and `num_nodes=1` in Lightning, {message}" in result.stderr
 
 
+@pytest.mark.frameworks
 def test_fabric_on_uneven_nodes_takes_ranks_from_the_launcher(tmp_path: Path) -> None:
     """1+3 slots on two local names. Lightning indexes a node's devices by local rank, so devices= must cover the
     biggest node and devices * num_nodes = world: devices=4, num_nodes=1 (torchrun cannot start uneven nodes)."""
@@ -50,6 +53,7 @@ def test_fabric_on_uneven_nodes_takes_ranks_from_the_launcher(tmp_path: Path) ->
     assert lines(result.stdout, "FABRIC") == expected
 
 
+@pytest.mark.frameworks
 def test_accelerate_cpu_sees_rank_and_world() -> None:
     pytest.importorskip("accelerate")
     result = run_cli(["--nproc-per-node", "2", "--master-port", "0", str(SCRIPTS / "accelerate_ranks.py")])

@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers import SCRIPTS, run_cli
 
-pytestmark = [pytest.mark.torch, pytest.mark.launch, pytest.mark.torch_api]
+pytestmark = [pytest.mark.torch, pytest.mark.launch, pytest.mark.torch_api, pytest.mark.frameworks]
 SCRIPT = SCRIPTS / "megatron_groups.py"
 SPECS = [
     "tp=2,ep=2",  # etp = tp (Megatron's default): ep groups [0, 2], [1, 3]
