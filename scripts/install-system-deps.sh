@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # System packages the test suite uses for real hosts: sshd, pdsh, Slurm with munge, Open MPI, MPICH, numactl;
-# and a headless browser (chromium, with a font) for the launch timeline page (tests/diagnostics).
+# and a headless browser (chromium, with a font) for the launch timeline page (tests/report).
 # Idempotent and quiet when everything is already there.
 set -euo pipefail
 PKGS=(openssh-server openssh-client pdsh munge slurmctld slurmd slurm-client openmpi-bin mpich numactl iproute2 procps
