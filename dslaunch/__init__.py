@@ -6,11 +6,12 @@ Importing this package is cheap: torch is imported on the first
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 __version__ = "0.1.0"
 
+TYPE_CHECKING = False  # typing itself is not imported at run time: every rank imports this package first
 if TYPE_CHECKING:
+    from typing import Any
+
     from dslaunch.bootstrap.engine import Engine
     from dslaunch.logs._core import Logger
 

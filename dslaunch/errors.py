@@ -8,7 +8,9 @@ The one check for a bug is :func:`assert_never`: a ``match`` that misses a case.
 
 from __future__ import annotations
 
-from typing import NoReturn
+TYPE_CHECKING = False  # typing itself is not imported at run time (a rank's start-up)
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 
 class DslaunchError(ValueError):

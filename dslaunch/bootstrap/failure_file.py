@@ -8,21 +8,25 @@ in keys torch does not read. Every text is bounded (``dslaunch/failure_bounds.py
 
 from __future__ import annotations
 
-import json
 import os
 import time
-import traceback
-from types import TracebackType
-from typing import Any
 
 from dslaunch.failure_bounds import MESSAGE_CHARS, bounded
 from dslaunch.oslib.owner_only import private_open
+
+# json, traceback and typing are imported only when a rank fails: every rank imports this module at start-up
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import TracebackType
+    from typing import Any
 
 RANK_READ_BYTES = 64 << 20  # torch's record of a huge message is read (in the rank) up to this, to bound it
 
 
 def user_traceback(exc: BaseException, skip_files: tuple[str, ...]) -> str:
     """The traceback text, without the bootstrap's and runpy's own frames."""
+    import traceback
+
     tb: TracebackType | None = exc.__traceback__
     while tb is not None and (tb.tb_frame.f_code.co_filename.endswith(skip_files)):
         tb = tb.tb_next
@@ -47,6 +51,8 @@ def write_error_file(path: str, exc: BaseException, text: str, code: int) -> Non
     ours = {"ts": time.time(), "code": code, "rank": os.environ.get("RANK"), "pid": os.getpid()}
     record = error_record(exc, text, ours, _torch_record(path))
     tmp = f"{path}.{os.getpid()}.tmp"
+    import json
+
     try:
         with private_open(tmp, "w", encoding="utf-8") as f:
             json.dump(record, f)
@@ -64,6 +70,8 @@ def _torch_record(path: str) -> dict[str, Any] | None:
         return None
     if len(raw) > RANK_READ_BYTES:
         return None
+    import json
+
     try:
         data = json.loads(raw)
     except ValueError:

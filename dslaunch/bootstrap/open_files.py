@@ -19,8 +19,11 @@ import fcntl
 import gc
 import os
 import sys
-from collections.abc import Callable
-from typing import Any
+
+TYPE_CHECKING = False  # typing itself is not imported at run time (a rank's start-up)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 _state = {"frozen_writers": False}
 

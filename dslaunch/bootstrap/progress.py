@@ -15,9 +15,7 @@ The node agent gives each rank a small file, ``DSLAUNCH_PROGRESS_FILE``, of thre
 from __future__ import annotations
 
 import os
-import struct
 import sys
-import threading
 import time
 
 from dslaunch.oslib.owner_only import private_open
@@ -26,7 +24,6 @@ ENV = "DSLAUNCH_PROGRESS_FILE"
 TRACE_ENV = "DSLAUNCH_NCCL_TRACE_FILE"
 BEATS, STARTED, REQUEST, NCCL = 0, 8, 16, 24
 SIZE = 32
-_WORD = struct.Struct("<Q")
 _POLL = 0.25  # how often the trace thread looks for a request
 
 _fd: int | None = None
@@ -52,12 +49,12 @@ def read_word(fd: int, offset: int) -> int:
         data = os.pread(fd, 8, offset)
     except OSError:
         return 0
-    return _WORD.unpack(data)[0] if len(data) == 8 else 0
+    return int.from_bytes(data, "little") if len(data) == 8 else 0
 
 
 def write_word(fd: int, offset: int, value: int) -> None:
     try:
-        os.pwrite(fd, _WORD.pack(value & 0xFFFFFFFFFFFFFFFF), offset)
+        os.pwrite(fd, (value & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little"), offset)
     except OSError:
         pass
 
@@ -65,10 +62,11 @@ def write_word(fd: int, offset: int, value: int) -> None:
 def install() -> None:
     """At bootstrap start: SIGQUIT prints every thread's Python stack on stderr, and the rank goes on."""
     import faulthandler
-    import signal
+    import importlib
 
     try:
-        faulthandler.register(signal.SIGQUIT, file=sys.stderr, all_threads=True, chain=False)
+        sigquit = importlib.import_module("_signal").SIGQUIT  # signal's is an IntEnum: enum's import spared
+        faulthandler.register(sigquit, file=sys.stderr, all_threads=True, chain=False)
     except (AttributeError, ValueError, OSError, RuntimeError):  # no SIGQUIT, or no usable stderr
         return
     fd = _file()
@@ -96,6 +94,8 @@ def engine_ready(backend: str) -> None:
         return
     write_word(fd, NCCL, 1)
     seen = read_word(fd, REQUEST)
+    import threading  # only for this thread: a rank's start-up spares the import
+
     threading.Thread(target=_watch, args=(fd, seen, path, backend), name="dslaunch-trace", daemon=True).start()
 
 

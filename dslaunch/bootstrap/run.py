@@ -3,6 +3,8 @@ or the zygote's forked rank)."""
 
 from __future__ import annotations
 
+import importlib.util
+import io
 import os
 import runpy
 import sys
@@ -40,7 +42,7 @@ def _run(target: str, args: list[str], module: bool) -> object:
             runpy.run_module(target, run_name="__main__", alter_sys=True)
         else:
             sys.path[0] = os.path.dirname(os.path.abspath(target))
-            runpy.run_path(target, run_name="__main__")
+            _run_path(target)
     except SystemExit as exc:
         if exc.code not in (None, 0):  # no traceback, but when and how it failed: the agent orders root causes by it
             _record(exc, "", exc.code if isinstance(exc.code, int) else 1)
@@ -53,6 +55,39 @@ def _run(target: str, args: list[str], module: bool) -> object:
         sys.stderr.flush()
         return code
     return 0
+
+
+def _run_path(target: str) -> None:
+    """``runpy.run_path(target, run_name="__main__")``, the same steps without importing ``pkgutil`` for a script
+    file: ``pkgutil`` registers a ``singledispatch`` function, which imports ``typing`` (about 10 ms of CPU a rank).
+    A zip or a directory, or a Python without runpy's helper, goes through ``run_path`` itself."""
+    run_code = getattr(runpy, "_run_module_code", None)
+    if run_code is None or _importer(target) is not None:
+        runpy.run_path(target, run_name="__main__")
+        return
+    with io.open_code(os.path.abspath(target)) as f:  # runpy's _get_code_from_file: a compiled file, else source
+        data = f.read()
+    if data[:4] == importlib.util.MAGIC_NUMBER:
+        import marshal
+
+        code = marshal.loads(data[16:])
+    else:
+        code = compile(data, target, "exec")
+    run_code(code, None, "__main__", pkg_name="", script_name=target)
+
+
+def _importer(path: str) -> object:
+    """``pkgutil.get_importer(path)``: the path hook that takes ``path`` (a zip, a directory), else None."""
+    if path in sys.path_importer_cache:
+        return sys.path_importer_cache[path]
+    for path_hook in sys.path_hooks:
+        try:
+            importer = path_hook(path)
+        except ImportError:
+            continue
+        sys.path_importer_cache.setdefault(path, importer)
+        return importer
+    return None
 
 
 def _record(exc: BaseException, text: str, code: int) -> None:

@@ -11,24 +11,26 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
 
+TYPE_CHECKING = False  # typing itself is not imported at run time: every rank imports this module at start-up
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Protocol
+
     from dslaunch.bootstrap.mesh_build import BuiltMesh
+
+    class Holder(Protocol):
+        """What ending the groups needs of the engine (engine.Engine)."""
+
+        owns_process_group: bool  # it made WORLD (else it adopted the script's)
+        built_mesh: BuiltMesh | None  # its mesh, whose groups are dslaunch's own
+
 
 GLOO_WORKER = "pt_gloo_runloop"  # thread name ProcessGroupGloo gives its workers
 
 # "at_exit": the bootstrap's last atexit handler ends the groups (teardown.install), so the engine's own handler
 # leaves them to it; "collected": the groups were ended and the garbage collected (the rank's end skips a second one)
 _state = {"at_exit": False, "collected": False}
-
-
-class Holder(Protocol):
-    """What ending the groups needs of the engine (engine.Engine)."""
-
-    owns_process_group: bool  # it made WORLD (else it adopted the script's)
-    built_mesh: BuiltMesh | None  # its mesh, whose groups are dslaunch's own
 
 
 def end_at_exit() -> None:

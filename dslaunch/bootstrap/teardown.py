@@ -26,12 +26,14 @@ import atexit
 import gc
 import os
 import sys
-import threading
-import traceback
-from collections.abc import Callable
-from typing import NoReturn
 
 from dslaunch.bootstrap import open_files, shutdown
+
+# threading, traceback and typing are imported only when used: every rank imports this module at start-up
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import NoReturn
 
 FINALIZE_ENV = "DSLAUNCH_RANK_FINALIZE"  # "1": ranks end with full finalisation (leak checkers, debuggers)
 
@@ -97,7 +99,8 @@ def end_rank(code: object) -> NoReturn:
 
 def _join_threads() -> None:
     """Wait for non-daemon threads and run ``threading``'s exit hooks (concurrent.futures), as finalisation does
-    first."""
+    first. No ``threading`` imported, no thread of its making (nor hook) to wait for."""
+    threading = sys.modules.get("threading")
     join_threads = getattr(threading, "_shutdown", None)
     if join_threads is not None:
         join_threads()
@@ -110,6 +113,8 @@ def _guarded(step: Callable[[], object]) -> None:
         step()
     except BaseException:  # noqa: BLE001
         try:
+            import traceback
+
             traceback.print_exc()
             sys.stderr.flush()
         except BaseException:  # noqa: BLE001 - stderr itself is gone

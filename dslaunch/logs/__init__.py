@@ -9,8 +9,6 @@ enabled JSON record. Nothing is configured at import time. See docs/logging.md.
 
 from __future__ import annotations
 
-from typing import Any
-
 from dslaunch.logs.spec import (
     CRITICAL,
     DEBUG,
@@ -26,6 +24,10 @@ from dslaunch.logs.spec import (
     parse_ranks,
     parse_spec,
 )
+
+TYPE_CHECKING = False  # typing itself is not imported at run time (a rank's start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 _LAZY = {
     "Logger": "_core",
@@ -53,6 +55,9 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'dslaunch.logs' has no attribute {name!r}")
     import importlib
+
+    if module == "routing":
+        import logging  # noqa: F401 - before routing, whose own import would run a rank's logging hook half-made
 
     return getattr(importlib.import_module(f"dslaunch.logs.{module}"), name)
 

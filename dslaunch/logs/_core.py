@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import atexit
 import os
-import socket
 import sys
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
 
 from dslaunch.limits import ascii_int
 from dslaunch.logs import spec as S
 from dslaunch.logs._sinks import _STATE, _after_fork, _flush_file, state, write
 from dslaunch.oslib.owner_only import private_dir, private_open
+
+TYPE_CHECKING = False  # typing itself is not imported at run time (a rank's start-up)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
 
 
 class Logger:
@@ -165,7 +167,7 @@ def configure(
         "local_rank": facts.get("local_rank"),
         "node_rank": facts.get("node_rank"),
         "world_size": facts.get("world_size"),
-        "host": facts.get("host") or socket.gethostname(),
+        "host": facts.get("host") or _hostname(),
         "pid": os.getpid(),
         "run_id": facts.get("run_id"),
     }
@@ -192,6 +194,12 @@ def configure(
         os.register_at_fork(before=_flush_file, after_in_child=_after_fork)
     st.configured = True
     _apply_stdlib_levels()
+
+
+def _hostname() -> str:
+    import socket  # only where the launcher named no host (DSLAUNCH_HOST): a rank spares the import
+
+    return socket.gethostname()
 
 
 def _who(role: str, static: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
@@ -320,19 +328,42 @@ def shutdown() -> None:
 def _apply_stdlib_levels() -> None:
     if "dslaunch.logs.routing" not in sys.modules and not any(m.startswith("py:") for m, _ in _STATE.spec.modules):
         return  # nothing routed and nothing to route: spare the launcher the stdlib logging import
-    from dslaunch.logs import routing
-
-    routing.apply_levels()
+    _routing().apply_levels()
 
 
 def setup_rank(env: Any = None) -> None:
-    """Everything a rank needs, from the launcher's env: levels, sinks, warnings and torch routing."""
-    from dslaunch.logs import routing
+    """Everything a rank needs, from the launcher's env: levels, sinks, warnings and torch routing. ``logging`` is
+    left to whatever imports it first (torch, the script, the first warning): warnings are routed right then."""
+    from dslaunch.logs import on_import
 
     configure_from_env(os.environ if env is None else env, role="rank", strict=True)
-    routing.route_warnings()
-    routing.install_torch_hook()
+    on_import.after_import("logging", _route_warnings)
+    on_import.hold_warnings("logging")
+    on_import.after_import("torch", _route_torch)
     get_logger("bootstrap").debug("logging configured", spec=state().spec.canonical(), started=round(time.time(), 3))
+
+
+def _route_warnings() -> None:
+    from dslaunch.logs import on_import
+
+    routing = _routing()
+    put_back = on_import.release_warnings()  # logging's capture wraps Python's own showwarning, as it would have
+    routing.route_warnings()
+    put_back()
+
+
+def _route_torch() -> None:
+    _routing().route_torch()
+
+
+def _routing() -> Any:
+    """``dslaunch.logs.routing``, with ``logging`` imported first: a rank's after-import hook for ``logging`` then
+    finds the routing module whole (imported from inside routing's own ``import logging``, it would not be)."""
+    import logging  # noqa: F401
+
+    from dslaunch.logs import routing
+
+    return routing
 
 
 _ = S  # re-exported names live in dslaunch.logs

@@ -6,14 +6,17 @@ torch loggers) both write here.
 
 from __future__ import annotations
 
+import _thread  # threading.Lock is _thread.allocate_lock: a rank's start-up spares importing threading
 import os
 import sys
-import threading
-from typing import IO, Any
 
 from dslaunch.logs import render
 from dslaunch.logs import spec as S
 from dslaunch.oslib.owner_only import private_open
+
+TYPE_CHECKING = False  # typing itself is not imported at run time (a rank's start-up)
+if TYPE_CHECKING:
+    from typing import IO, Any
 
 
 class _LoggingState:
@@ -28,7 +31,7 @@ class _LoggingState:
         self.console_all_levels = True  # False: this rank is outside --log-ranks
         self.static: dict[str, Any] = {}
         self.file: IO[str] | None = None
-        self.lock = threading.Lock()
+        self.lock = _thread.allocate_lock()
         self.who = ""
 
 
@@ -76,7 +79,7 @@ def _flush_file() -> None:
 def _after_fork() -> None:
     """A forked child (DataLoader worker) keeps logging, with its own pid and its own line-buffered file."""
     st = _STATE
-    st.lock = threading.Lock()
+    st.lock = _thread.allocate_lock()
     st.static["pid"] = os.getpid()
     if st.file is not None:
         st.file = private_open(st.file.name, "a", encoding="utf-8", buffering=1)

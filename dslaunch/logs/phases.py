@@ -10,13 +10,15 @@ record, flushed at once so a rank killed later keeps it), and nothing at all wit
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from typing import Any
 
 from dslaunch.logs import render
 from dslaunch.logs._sinks import state
+
+TYPE_CHECKING = False  # typing itself is not imported at run time (a rank's start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 PHASES = ("spawned", "bootstrap", "torch_imported", "pg_ready", "mesh_ready", "first_step", "exit")
 EVENT = "phase"
@@ -49,6 +51,8 @@ def record(phase: str, *, module: str = "agent", t: float | None = None, env: An
     ed.update(st.static)
     ed.update(phase=phase, t=round(now, 6), attempt=_attempts[rank] if rank in _attempts else attempt())
     ed.update(fields)
+    import json  # only with a log file: a rank without one spares the import
+
     line = json.dumps(ed, default=str) + "\n"
     with st.lock:
         st.file.write(line)
@@ -76,9 +80,9 @@ def rank_started() -> None:
     """Once the rank's logging is set up: record ``bootstrap`` and watch for ``import torch`` to finish."""
     mark("bootstrap", _started[0] if _started else None)
     if state().file is not None:  # torch imported before us (a preloading parent): recorded now
-        from dslaunch.logs import routing  # setup_rank has imported it and installed its import hook
+        from dslaunch.logs import on_import  # after setup_rank's own hook: torch's loggers are routed first
 
-        routing.after_torch_import(_torch_imported)
+        on_import.after_import("torch", _torch_imported)
 
 
 def _torch_imported() -> None:

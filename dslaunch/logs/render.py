@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping
-from typing import Any
 
 from dslaunch.logs import spec as S
+
+TYPE_CHECKING = False  # typing itself is not imported at run time (a rank's start-up)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 _HIDDEN = frozenset(("ts", "level", "logger", "event", "exception", "_exc_text"))
 _LETTER = {S.DEBUG: "D", S.INFO: "I", S.WARNING: "W", S.ERROR: "E", S.CRITICAL: "C"}

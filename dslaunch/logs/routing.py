@@ -2,17 +2,15 @@
 
 Handlers go on named loggers only: the root logger and the user's ``basicConfig``
 stay the user's. torch gives its registered loggers ``propagate=False`` and its own
-stderr handlers at ``import torch``, so routing is (re)applied right after that import.
+stderr handlers at ``import torch``, so routing is (re)applied right after that import. A rank imports this
+module (and so ``logging``) only once something imports ``logging`` (``on_import``, wired by ``_core.setup_rank``).
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import logging
 import os
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from dslaunch.logs import _sinks
@@ -108,50 +106,3 @@ def route_torch() -> None:
             if h is not _HANDLER and is_torch(h):
                 lg.removeHandler(h)
     apply_levels()
-
-
-class _TorchImportHook(importlib.abc.MetaPathFinder):
-    """Runs :func:`route_torch` right after ``import torch`` finishes, once."""
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != "torch":
-            return None
-        remove_torch_hook()
-        found = importlib.util.find_spec("torch")
-        loader = found.loader if found is not None else None
-        if loader is None or not hasattr(loader, "exec_module"):
-            return found
-        original = loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            original(module)
-            route_torch()
-            for hook in _AFTER_TORCH:
-                hook()
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return found
-
-
-_HOOK = _TorchImportHook()
-_AFTER_TORCH: list[Callable[[], None]] = []
-
-
-def after_torch_import(hook: Callable[[], None]) -> None:
-    """Run ``hook`` once ``import torch`` has finished (now, if it has; never, if the import hook is not installed)."""
-    if "torch" in sys.modules:
-        hook()
-    elif hook not in _AFTER_TORCH:
-        _AFTER_TORCH.append(hook)
-
-
-def install_torch_hook() -> None:
-    if "torch" in sys.modules:
-        route_torch()
-    elif _HOOK not in sys.meta_path:
-        sys.meta_path.insert(0, _HOOK)
-
-
-def remove_torch_hook() -> None:
-    if _HOOK in sys.meta_path:
-        sys.meta_path.remove(_HOOK)

@@ -1,5 +1,9 @@
 """The ``--log-level`` grammar, the ``--log-ranks`` filter and the colour choice (pure, stdlib only).
 
+Every rank imports this module before its script runs, so it stays cheap to import: no ``dataclasses`` (with
+``inspect``, about 10 ms of CPU) and no ``re`` or ``difflib`` until a spec needs them (the default spec and
+``--log-ranks`` of plain numbers never do); tests/bootstrap/test_rank_imports.py checks it.
+
 spec := item ("," item)*           whitespace around items is ignored
 item := LEVEL                       default for every module          info
       | MODULE "=" LEVEL            a module and everything under it  comm=debug
@@ -9,12 +13,11 @@ MODULE := ALIAS ("." ident)*  |  "py:" QNAME   (any other stdlib logger)
 
 from __future__ import annotations
 
-import difflib
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass
-
 from dslaunch.errors import DslaunchError
+
+TYPE_CHECKING = False  # typing itself is not imported at run time (a rank's start-up)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 DEBUG, INFO, WARNING, ERROR, CRITICAL, OFF = 10, 20, 30, 40, 50, 100
 LEVELS: dict[str, int] = {
@@ -46,8 +49,6 @@ TOP_MODULES = tuple(m for m in MODULES if "." not in m and ":" not in m)
 # Data channels print at info when their switch is on, whatever the default level.
 CHANNELS: dict[str, str] = {"timers": "wall_clock_breakdown", "comm.summary": "comms_logger"}
 
-_IDENT = re.compile(r"[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*")
-_QNAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _HINT = "(run `dslaunch --log-level help`; any stdlib logger: py:NAME=LEVEL)"
 
 
@@ -55,10 +56,52 @@ class SpecError(DslaunchError):
     """A bad logging spec; the message names the bad item and what is valid."""
 
 
-@dataclass(frozen=True)
-class LogSpec:
-    default: int | None = None  # None: not set here (falls back to a lower source, then warning)
-    modules: tuple[tuple[str, int], ...] = ()  # sorted by module name
+def _dotted_names(text: str) -> bool:
+    """``text`` is ASCII identifiers joined by dots (``[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*``)."""
+    return all(part.isascii() and part.isidentifier() for part in text.split("."))
+
+
+class _Frozen:
+    """A frozen value class, as ``@dataclass(frozen=True)`` makes one: built by keyword or position, compared,
+    hashed and printed by its fields, never assigned to."""
+
+    __slots__ = ()
+    _FIELDS: tuple[str, ...] = ()
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self._FIELDS)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __reduce__(self) -> tuple[object, ...]:  # pickle and copy build it anew (slots are never assigned)
+        return (self.__class__, self._values())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in zip(self._FIELDS, self._values()))
+        return f"{self.__class__.__qualname__}({fields})"
+
+
+class LogSpec(_Frozen):
+    __slots__ = ("default", "modules")
+    _FIELDS = __slots__
+    default: int | None  # None: not set here (falls back to a lower source, then warning)
+    modules: tuple[tuple[str, int], ...]  # sorted by module name
+
+    def __init__(self, default: int | None = None, modules: tuple[tuple[str, int], ...] = ()) -> None:
+        object.__setattr__(self, "default", default)
+        object.__setattr__(self, "modules", modules)
 
     def merged_over(self, lower: LogSpec) -> LogSpec:
         """This spec's settings win key by key; ``lower`` fills what this one leaves unset."""
@@ -96,14 +139,16 @@ def check_module(name: str, item: str) -> str:
     """Canonical module name, or SpecError with a close-match suggestion."""
     if name.startswith("py:"):
         qname = name[3:]
-        if not _QNAME.fullmatch(qname):
+        if not _dotted_names(qname):
             raise SpecError(f"bad stdlib logger name {qname!r} in {item!r} (expected e.g. py:urllib3.connectionpool)")
         return name
     low = name.lower()
-    if not _IDENT.fullmatch(low):
+    if not _dotted_names(low):  # lower-cased: [a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*
         raise SpecError(f"bad module name {name!r} in {item!r} (expected e.g. comm or user.trainer) {_HINT}")
     top = low.partition(".")[0]
     if top not in TOP_MODULES:
+        import difflib
+
         close = difflib.get_close_matches(top, TOP_MODULES, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else f"; modules: {', '.join(TOP_MODULES)}"
         raise SpecError(f"unknown module {top!r} in {item!r}{hint} {_HINT}")
@@ -130,6 +175,8 @@ def _parse_item(item: str) -> tuple[str | None, int]:
         return None, LEVELS[_ALIASES.get(word, word)]
     if word in TOP_MODULES or word.startswith("py:"):
         raise SpecError(f"{item!r} has no level; write '{item}=info' or '+{item}' (debug)")
+    import difflib
+
     close = difflib.get_close_matches(word, [*LEVELS, *TOP_MODULES], n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise SpecError(
@@ -178,12 +225,17 @@ def help_text() -> str:
 # ---- --log-ranks -----------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RankFilter:
+class RankFilter(_Frozen):
     """Global ranks and ranges, plus ``local:``/``node:`` ranges (local rank 0 of every node, node 0)."""
 
-    everyone: bool = False
-    ranges: tuple[tuple[str, int, int], ...] = ()  # (kind, low, high), inclusive; kind: "", "local", "node"
+    __slots__ = ("everyone", "ranges")
+    _FIELDS = __slots__
+    everyone: bool
+    ranges: tuple[tuple[str, int, int], ...]  # (kind, low, high), inclusive; kind: "", "local", "node"
+
+    def __init__(self, everyone: bool = False, ranges: tuple[tuple[str, int, int], ...] = ()) -> None:
+        object.__setattr__(self, "everyone", everyone)
+        object.__setattr__(self, "ranges", ranges)
 
     def selects(self, rank: int, local_rank: int | None = None, node_rank: int | None = None) -> bool:
         if self.everyone:
@@ -210,6 +262,10 @@ def parse_ranks(text: str) -> RankFilter:
         return RankFilter(everyone=True)
     if word == "none":
         return RankFilter()
+    if word.isascii() and word.isdigit():  # one rank, the default "0": what the pattern below reads, without re
+        return RankFilter(ranges=(("", int(word), int(word)),))
+    import re
+
     ranges = []
     for raw in word.split(","):
         item = raw.strip()

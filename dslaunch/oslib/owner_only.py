@@ -8,7 +8,10 @@ and files that already exist are left as they are.
 from __future__ import annotations
 
 import os
-from typing import IO, Any
+
+TYPE_CHECKING = False  # typing itself is not imported at run time (a rank's start-up)
+if TYPE_CHECKING:
+    from typing import IO, Any
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
