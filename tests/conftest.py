@@ -193,7 +193,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         group = next((SHARED_BEDS[f] for f in getattr(item, "fixturenames", ()) if f in SHARED_BEDS), None)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-    module_tier: dict[str, int] = {}
+    file_tier: dict[str, int] = {}
     for item in items:
-        module_tier[item.nodeid.split("::")[0]] = min(_tier(item), module_tier.get(item.nodeid.split("::")[0], 9))
-    items.sort(key=lambda item: module_tier[item.nodeid.split("::")[0]])
+        file_tier[str(item.path)] = min(_tier(item), file_tier.get(str(item.path), len(TIERS)))
+    items.sort(key=lambda item: file_tier[str(item.path)])
