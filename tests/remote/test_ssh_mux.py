@@ -22,7 +22,8 @@ OK_SCRIPT = str(SCRIPTS / "job.py")
 def test_close_ends_what_names_its_folder_and_removes_it() -> None:
     mux = SshMux()
     assert len(f"{mux.dir}/{'0' * 40}") < 104  # a unix socket's path
-    naming = subprocess.Popen(["sh", "-c", "sleep 60", "sh", f"ControlPath={mux.dir}/%C"])
+    # `read` is a builtin: this shell never forks a child that would still carry its command line
+    naming = subprocess.Popen(["sh", "-c", "read x", "sh", f"ControlPath={mux.dir}/%C"], stdin=subprocess.PIPE)
     inside = subprocess.Popen(["sleep", "60"], cwd=mux.dir)  # runs there, names it nowhere
     try:
         assert processes_naming(mux.dir) == [naming.pid]
