@@ -13,7 +13,8 @@ from typing import Any, Literal
 # 2: typed runner options (remote, slurm, launcher_args, bind_cores, manual_node) replaced the option bag.
 # 3: restarts, hang_timeout, preload.
 # 4: elastic (candidate hosts, MIN:MAX).
-PLAN_VERSION = 4
+# 5: pods (one launcher per node: the coordinator's address and the join timeout).
+PLAN_VERSION = 5
 # In the plan's env (and so each rank's) as "0" when --no-collapse-output: the agents and the launcher read it.
 COLLAPSE_VAR = "DSLAUNCH_COLLAPSE_OUTPUT"
 
@@ -102,6 +103,16 @@ class Elastic:
 
 
 @dataclass(frozen=True)
+class PodSettings:
+    """One launcher per node (``--nnodes N --node-rank R``, a Kubernetes pod each): where node rank 0's launcher
+    takes the other pods' connections (``dslaunch/pods/``, docs/kubernetes.md), and how long it waits for them."""
+
+    coordinator: str = ""  # --rdzv-endpoint's host, else --master-addr
+    port: int = 0  # --rdzv-endpoint's port, else --master-port + 1
+    join_timeout: float = 600.0  # --rdzv-conf join_timeout=SECONDS, as torchrun's
+
+
+@dataclass(frozen=True)
 class LaunchPlan:
     launcher: str
     run_id: str
@@ -124,6 +135,7 @@ class LaunchPlan:
     hang_timeout: float | None = None  # --hang-timeout: no rank made progress this long is a hang (None: off)
     preload: tuple[str, ...] = ()  # --preload: modules each node's zygote imports before forking ranks
     elastic: Elastic = Elastic()  # --nnodes MIN:MAX and spare hosts (empty: a fixed set of nodes)
+    pods: PodSettings = PodSettings()  # the "node" launcher's control channel
 
     @property
     def collapse_output(self) -> bool:
@@ -168,6 +180,7 @@ class LaunchPlan:
             "restart_delay": self.restarts.delay,
             "hang_timeout": self.hang_timeout,
             **(elastic if self.elastic.candidates else {}),
+            **({"coordinator": f"{self.pods.coordinator}:{self.pods.port}"} if self.pods.port else {}),
         }
 
     def to_json(self) -> str:
@@ -205,6 +218,7 @@ class LaunchPlan:
                 nnodes_max=elastic["nnodes_max"],
                 fixed_addr=elastic["fixed_addr"],
             ),
+            pods=PodSettings(**data.pop("pods")),
             **data,
         )
 

@@ -141,13 +141,25 @@ class Stacks:
     traces: tuple[str, ...] = ()  # the NCCL flight recorder dumps its NCCL ranks were asked for (--hang-timeout)
 
 
-Event = Spawned | RankExit | Done | Idle | Stacks
-_KINDS: dict[str, type[Spawned] | type[RankExit] | type[Done] | type[Idle] | type[Stacks]] = {
+@dataclass(frozen=True)
+class NodeLost:
+    """Launcher → launcher, one job across pods (``dslaunch/pods/``): a pod left the job before its end, its
+    launcher stopped by a signal (``status`` -N) or gone (its connection dropped or went silent: None)."""
+
+    node_rank: int
+    host: str
+    status: int | None = None
+    why: str = ""  # for the summary: "its launcher received SIGTERM", "nothing heard from it for 4 s", ...
+
+
+Event = Spawned | RankExit | Done | Idle | Stacks | NodeLost
+_KINDS: dict[str, type[Spawned] | type[RankExit] | type[Done] | type[Idle] | type[Stacks] | type[NodeLost]] = {
     "spawned": Spawned,
     "exit": RankExit,
     "done": Done,
     "idle": Idle,
     "stacks": Stacks,
+    "lost": NodeLost,
 }
 _NAMES = {cls: name for name, cls in _KINDS.items()}
 

@@ -301,7 +301,11 @@ PACKAGE_RULES: dict[str, tuple[str, ...]] = {
     # the launcher side
     "job": (*BASE, "logs", "mesh", "output", "plan", "wire"),  # the job core: no transport
     "remote": (*BASE, "dslaunch", "oslib", "output", "plan", "wire"),  # ssh/pdsh plumbing
-    "runners": (*BASE, "agent", "job", "logs", "masking", "oslib", "output", "plan", "remote", "slurm", "wire"),
+    "pods": (*BASE, "job", "wire"),  # the control channel between one job's pods (no rank, no agent code)
+    "runners": (
+        *BASE,
+        *("agent", "job", "logs", "masking", "oslib", "output", "plan", "pods", "remote", "slurm", "wire"),
+    ),
     "cli": (
         *BASE,
         *("dslaunch", "inputs", "job", "logs", "masking", "mesh", "nesting", "oslib", "plan", "remote", "report"),

@@ -28,6 +28,7 @@ from dslaunch.cli import (
     log_options,
     mesh_options,
     parity_options,
+    pod_options,
     remote_options,
     restart_options,
 )
@@ -39,7 +40,16 @@ if TYPE_CHECKING:
     from dslaunch.plan import LaunchPlan
 
 # Option areas, in --help order.
-AREAS = (deepspeed_flags, core_options, restart_options, log_options, remote_options, parity_options, mesh_options)
+AREAS = (
+    deepspeed_flags,
+    core_options,
+    restart_options,
+    log_options,
+    remote_options,
+    pod_options,
+    parity_options,
+    mesh_options,
+)
 
 
 def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -85,6 +95,7 @@ def choices_of(values: dict[str, Any], environ: Mapping[str, str]) -> Choices:
         parity=parity_options.parse(values),
         mesh=mesh_options.parse(values, core.config),
         restarts=restart_options.parse(values),
+        pods=pod_options.parse(values),
     )
 
 

@@ -19,12 +19,23 @@ from dslaunch.cli.core_options import LOCAL_NAMES, CoreChoices, resource_pool
 from dslaunch.cli.log_options import LogChoices
 from dslaunch.cli.mesh_options import MeshChoice
 from dslaunch.cli.parity_options import ParityChoices
+from dslaunch.cli.pod_options import DEFAULT_JOIN_TIMEOUT, PodChoices
 from dslaunch.cli.remote_options import RemoteChoices
 from dslaunch.errors import DslaunchError
 from dslaunch.inputs import hostfile
 from dslaunch.inputs.config import unknown_key_warnings
 from dslaunch.masking import is_secret_name
-from dslaunch.plan import Candidate, Elastic, LaunchPlan, NodePlan, Program, Restarts, SlurmSettings, assign_ranks
+from dslaunch.plan import (
+    Candidate,
+    Elastic,
+    LaunchPlan,
+    NodePlan,
+    PodSettings,
+    Program,
+    Restarts,
+    SlurmSettings,
+    assign_ranks,
+)
 
 REMOTE_LAUNCHERS = ("pdsh", "ssh")  # what auto picks for remote hosts (and --force-multi), first found
 LAUNCHER_ARGS_USERS = ("openmpi", "mpich", "slurm")  # the runners that read plan.launcher_args
@@ -41,6 +52,7 @@ class Choices:
     parity: ParityChoices
     mesh: MeshChoice | None
     restarts: Restarts = field(default_factory=Restarts)
+    pods: PodChoices | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +114,7 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
         hang_timeout=core.hang_timeout,
         preload=preload,
         elastic=replace(elastic, fixed_addr=bool(core.master_addr)) if elastic.candidates else elastic,
+        pods=_pods(c.pods, master_addr, master_port) if launcher == "node" else PodSettings(),
     )
     return Decision(plan, frozenset(secrets), tuple(warnings))
 
@@ -213,6 +226,20 @@ def _elastic_for(launcher: str, elastic: Elastic) -> Elastic:
         "use --launcher ssh or pdsh, or a fixed --num-nodes N",
         option="--nnodes",
     )
+
+
+def _pods(pods: PodChoices | None, master_addr: str, master_port: int) -> PodSettings:
+    """Where node rank 0's launcher meets the other pods: --rdzv-endpoint, else the port after --master-port."""
+    pods = pods or PodChoices(None, "static", DEFAULT_JOIN_TIMEOUT)
+    if pods.endpoint is not None:
+        return PodSettings(pods.endpoint[0], pods.endpoint[1], pods.join_timeout)
+    if master_port >= 65535:
+        raise DslaunchError(
+            f"--master-port {master_port}: the pods' control channel takes the next port; give a lower "
+            "--master-port or an --rdzv-endpoint HOST:PORT",
+            option="--master-port",
+        )
+    return PodSettings(master_addr, master_port + 1, pods.join_timeout)
 
 
 def _pod_nodes(c: Choices, environ: Mapping[str, str]) -> tuple[NodePlan, ...]:

@@ -118,7 +118,7 @@ def run_attempts(runner: Runner, plan: LaunchPlan, pool: HostPool | None = None)
         used.append(hosts)
         if not result.failed or not result.retry or count >= limit:
             break
-        with _stop_signals_caught() as caught:  # before the notice: a Ctrl-C right after it must be ours
+        with stop_signals_caught() as caught:  # before the notice: a Ctrl-C right after it must be ours
             _say(
                 f"dslaunch: attempt {count + 1} of {limit + 1} failed ({result.cause or f'exit {result.code}'}); "
                 f"restarting every rank in {plan.restarts.delay:g} s"
@@ -146,7 +146,7 @@ def attempts_summary(results: list[JobResult], limit: int, hosts: list[tuple[str
 
 
 @contextmanager
-def _stop_signals_caught() -> Iterator[list[int]]:
+def stop_signals_caught() -> Iterator[list[int]]:
     """SIGINT/SIGTERM/SIGHUP are recorded (in the list given) instead of acted on, while in the block."""
     caught: list[int] = []
     previous = {s: signal.signal(s, lambda signum, _f: caught.append(signum)) for s in wire.STOP_SIGNALS}

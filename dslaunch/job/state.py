@@ -61,6 +61,7 @@ class Outcome:
     signal: int | None = None
     exits: tuple[RankExit, ...] = ()
     hang: hang.Hang | None = None  # --hang-timeout ended the job (exit hang.HANG_EXIT)
+    lost_why: str = ""  # one job across pods: how the lost pod was lost (wire.NodeLost)
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class JobState:
         self.exits: list[RankExit] = []
         self.root_cause: RankExit | None = None
         self.lost_node: tuple[int, str, int | None] | None = None
+        self.lost_why = ""
         self.signal: int | None = None
         self.hang: hang.Hang | None = None
         self.stopping_since: float | None = None
@@ -116,6 +118,12 @@ class JobState:
             return self._stop_all(now)
         if isinstance(event, (wire.Idle, wire.Stacks)):
             self.watch.on_event(event)
+        elif isinstance(event, wire.NodeLost):  # one launcher per pod: the coordinator saw a pod go
+            self.finished.add(event.node_rank)
+            if self.root_cause is None and self.lost_node is None and self.signal is None:
+                self.lost_node = (event.node_rank, event.host, event.status)
+                self.lost_why = event.why
+            return self._stop_all(now)
         elif isinstance(event, wire.Done):
             self.finished.add(event.node_rank)
             self.done[index] = event.code
@@ -164,7 +172,9 @@ class JobState:
 
     def outcome(self) -> Outcome:
         """How the job ends, as far as it is known now (``Finish`` carries it at the end)."""
-        return Outcome(self._code(), self.root_cause, self.lost_node, self.signal, tuple(self.exits), self.hang)
+        return Outcome(
+            self._code(), self.root_cause, self.lost_node, self.signal, tuple(self.exits), self.hang, self.lost_why
+        )
 
     def _watch_hang(self, now: float) -> tuple[Action, ...]:
         actions: list[Action] = []

@@ -30,7 +30,8 @@ def cause_line(outcome: Outcome) -> str:
         how = _how(cause)
         return f"rank {cause.rank} on {cause.host} {how}"
     if outcome.lost_node is not None:
-        return f"node {outcome.lost_node[0]} ({outcome.lost_node[1]}) disappeared"
+        how = f": {outcome.lost_why}" if outcome.lost_why else ""
+        return f"node {outcome.lost_node[0]} ({outcome.lost_node[1]}) disappeared{how}"
     return f"a node agent failed with exit code {outcome.code}"
 
 
@@ -78,6 +79,9 @@ def format_summary(outcome: Outcome, plan: LaunchPlan) -> str | None:
         others = sum(1 for e in outcome.exits if e.by_agent)
         if others:
             lines.append(f"dslaunch: {others} other rank(s) were stopped because of it")
+    elif outcome.lost_node is not None and outcome.lost_why:
+        node_rank, host, _status = outcome.lost_node
+        lines.append(f"dslaunch: pod {node_rank} ({host}) was lost: {outcome.lost_why}; every pod's ranks were stopped")
     elif outcome.lost_node is not None:
         node_rank, host, status = outcome.lost_node
         signame = wire.exit_code_of(status)[1] if status else None

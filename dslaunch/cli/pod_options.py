@@ -1,0 +1,115 @@
+"""torchrun's rendezvous options, for one launcher per node (a Kubernetes pod each): where the pods meet, and
+how long the coordinator waits for them (docs/kubernetes.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from dslaunch.cli.types import pet
+from dslaunch.errors import DslaunchError
+
+DEFAULT_RDZV_PORT = 29400  # torchrun's, for an --rdzv-endpoint without a port
+DEFAULT_JOIN_TIMEOUT = 600.0  # torchrun's join_timeout
+# torchrun's --rdzv-conf keys: the ones dslaunch uses, and the ones it accepts and ignores (said in --help)
+USED_CONF = ("join_timeout",)
+IGNORED_CONF = (
+    "last_call_timeout",
+    "close_timeout",
+    "read_timeout",
+    "timeout",
+    "is_host",
+    "keep_alive_interval",
+    "keep_alive_max_attempt",
+    "heartbeat",
+    "store_type",
+    "use_libuv",
+)
+
+PARAMS: list[click.Parameter] = [
+    click.Option(
+        ["--rdzv-endpoint", "--rdzv_endpoint", "rdzv_endpoint"],
+        envvar=pet("rdzv_endpoint"),
+        metavar="HOST[:PORT]",
+        help="One launcher per node: where node rank 0's launcher takes the other pods' connections "
+        f"[default: --master-addr, port --master-port + 1; PORT default {DEFAULT_RDZV_PORT}].",
+    ),
+    click.Option(
+        ["--rdzv-backend", "--rdzv_backend", "rdzv_backend"],
+        envvar=pet("rdzv_backend"),
+        type=click.Choice(["static", "c10d"]),
+        default="static",
+        show_default=True,
+        help="Accepted as torchrun's; both mean dslaunch's own authenticated channel to node rank 0 "
+        "(docs/kubernetes.md), with --node-rank required.",
+    ),
+    click.Option(
+        ["--rdzv-conf", "--rdzv_conf", "rdzv_conf"],
+        envvar=pet("rdzv_conf"),
+        metavar="KEY=VALUE,...",
+        help=f"torchrun's rendezvous settings: join_timeout=SECONDS (how long the pods wait for each other, default "
+        f"{DEFAULT_JOIN_TIMEOUT:g}) is used; {', '.join(IGNORED_CONF[:3])} and the rest are accepted and ignored.",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class PodChoices:
+    endpoint: tuple[str, int] | None
+    backend: str
+    join_timeout: float
+
+
+def parse(values: Mapping[str, Any]) -> PodChoices:
+    endpoint = values.get("rdzv_endpoint") or None
+    return PodChoices(
+        endpoint=_endpoint(endpoint) if endpoint else None,
+        backend=values.get("rdzv_backend") or "static",
+        join_timeout=_join_timeout(values.get("rdzv_conf") or ""),
+    )
+
+
+def _endpoint(text: str) -> tuple[str, int]:
+    host, port = text.strip(), DEFAULT_RDZV_PORT
+    if host.startswith("["):  # [v6]:port
+        inner, _, rest = host[1:].partition("]")
+        host, tail = inner, rest
+    else:
+        head, sep, tail = host.rpartition(":")
+        if sep and head and ":" not in head:
+            host = head
+        else:
+            tail = ""
+    if tail:
+        digits = tail.lstrip(":")
+        if not (digits.isascii() and digits.isdigit() and 1 <= int(digits) <= 65535):
+            raise DslaunchError(f"{text!r}: give HOST or HOST:PORT, PORT from 1 to 65535", option="--rdzv-endpoint")
+        port = int(digits)
+    if not host or any(c.isspace() or ord(c) < 32 for c in host):
+        raise DslaunchError(f"{text!r}: give HOST or HOST:PORT", option="--rdzv-endpoint")
+    return host, port
+
+
+def _join_timeout(text: str) -> float:
+    timeout = DEFAULT_JOIN_TIMEOUT
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in USED_CONF + IGNORED_CONF:
+            raise DslaunchError(
+                f"{item!r}: give KEY=VALUE pairs, KEY one of {', '.join(USED_CONF + IGNORED_CONF)}",
+                option="--rdzv-conf",
+            )
+        if key == "join_timeout":
+            try:
+                timeout = float(value)
+            except ValueError:
+                timeout = -1.0
+            if not 0 < timeout <= 7 * 86400:
+                raise DslaunchError(
+                    f"join_timeout={value}: give seconds, more than 0 and at most a week", option="--rdzv-conf"
+                )
+    return timeout

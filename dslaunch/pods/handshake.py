@@ -1,0 +1,102 @@
+"""The challenge and response that lets only the job's pods onto the control channel (pure, stdlib only).
+
+Both sides prove they hold the job's secret without sending it: the coordinator sends a fresh nonce, the pod
+answers with its own nonce and an HMAC-SHA256 over both nonces, the run id and who it is; the coordinator answers
+with an HMAC over the nonces the other way round, so a pod never follows a coordinator that does not hold the
+secret either. A replayed answer fails (the coordinator's nonce is new each time); the run id in the MAC keeps
+two jobs that share a secret apart.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import secrets
+from dataclasses import dataclass
+from hashlib import sha256
+from typing import Any
+
+VERSION = 1
+MAX_LINE = 1024  # a handshake line longer than this is junk: the connection is dropped
+_HEX = frozenset("0123456789abcdef")
+MAX_HOST = 253  # a DNS name's longest
+
+
+@dataclass(frozen=True)
+class Joiner:
+    """Who a pod said it was, once its MAC checked out."""
+
+    node_rank: int
+    host: str
+    nonce: str
+
+
+def nonce() -> str:
+    return secrets.token_hex(16)
+
+
+def mac(key: bytes, *parts: str) -> str:
+    return hmac.new(key, "\0".join(parts).encode(), sha256).hexdigest()
+
+
+def line(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
+
+
+def challenge(server_nonce: str) -> bytes:
+    return line({"dslaunch": VERSION, "nonce": server_nonce})
+
+
+def read_challenge(raw: bytes) -> str | None:
+    """The coordinator's nonce, or None for anything else."""
+    obj = _object(raw)
+    if obj is None or obj.get("dslaunch") != VERSION or not _is_nonce(obj.get("nonce")):
+        return None
+    return str(obj["nonce"])
+
+
+def answer(key: bytes, run_id: str, me: tuple[int, str], server_nonce: str, client_nonce: str) -> bytes:
+    node_rank, host = me
+    proof = mac(key, "join", run_id, str(node_rank), host, server_nonce, client_nonce)
+    return line({"node_rank": node_rank, "host": host, "nonce": client_nonce, "mac": proof})
+
+
+def check_answer(key: bytes, run_id: str, server_nonce: str, raw: bytes) -> Joiner | None:
+    """The pod that answered ``server_nonce`` with the job's key, or None (forged, malformed, another job)."""
+    obj = _object(raw)
+    if obj is None:
+        return None
+    node_rank, host, client_nonce, proof = (obj.get(k) for k in ("node_rank", "host", "nonce", "mac"))
+    if not (type(node_rank) is int and 0 <= node_rank < 1 << 20 and isinstance(host, str) and len(host) <= MAX_HOST):
+        return None
+    if not (_is_nonce(client_nonce) and isinstance(proof, str)):
+        return None
+    expected = mac(key, "join", run_id, str(node_rank), host, server_nonce, str(client_nonce))
+    if not hmac.compare_digest(expected, proof):
+        return None
+    return Joiner(node_rank, host, str(client_nonce))
+
+
+def welcome(key: bytes, run_id: str, server_nonce: str, client_nonce: str) -> bytes:
+    return line({"mac": mac(key, "welcome", run_id, client_nonce, server_nonce)})
+
+
+def check_welcome(key: bytes, run_id: str, server_nonce: str, client_nonce: str, raw: bytes) -> bool:
+    obj = _object(raw)
+    proof = obj.get("mac") if obj is not None else None
+    expected = mac(key, "welcome", run_id, client_nonce, server_nonce)
+    return isinstance(proof, str) and hmac.compare_digest(expected, proof)
+
+
+def _object(raw: bytes) -> dict[str, Any] | None:
+    if len(raw) > MAX_LINE:
+        return None
+    try:
+        obj = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _is_nonce(value: object) -> bool:
+    return isinstance(value, str) and len(value) == 32 and set(value) <= _HEX

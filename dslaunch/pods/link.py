@@ -1,0 +1,133 @@
+"""One authenticated connection between two pods' launchers: whole JSON lines both ways, heartbeats, and how
+it ended.
+
+Each side sends a heartbeat every ``HEARTBEAT`` seconds whatever else it sends; a side that hears nothing for
+``SILENT`` seconds takes the other as lost (a powered-off pod or a partition sends no reset). A line longer than
+``MAX_LINE`` ends the connection: memory per connection stays bounded whatever the other side sends.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+HEARTBEAT = 1.0
+SILENT = 4.0  # detection of a silent loss within 5 s (docs/kubernetes.md)
+MAX_LINE = 64 * 1024  # the agents cut rank output at 64 KiB, and events are smaller
+_HB = b'{"t":"hb"}\n'
+
+
+class Link:
+    def __init__(self, sock: socket.socket, peer: str, pending: bytes = b"") -> None:
+        """``pending``: what the handshake read past its last line."""
+        self.sock = sock
+        self.peer = peer
+        self.why = ""  # how it ended: "closed", "dropped", "silent", "oversized"
+        self._send_lock = threading.Lock()
+        self._end_lock = threading.Lock()
+        self._closed = threading.Event()
+        self._buf = pending
+        sock.settimeout(SILENT)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def send(self, obj: dict[str, Any]) -> bool:
+        return self.send_raw(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
+
+    def send_raw(self, data: bytes) -> bool:
+        """Send whole lines; False once the connection is gone (a send that blocks ``SILENT`` seconds ends it)."""
+        if self._closed.is_set():
+            return False
+        try:
+            with self._send_lock:
+                self.sock.sendall(data)
+            return True
+        except TimeoutError:
+            self._end("silent")
+        except OSError:
+            self._end("dropped")
+        return False
+
+    def lines(self) -> Iterator[str]:
+        """Every line the other side sends, heartbeats left out, until the connection ends (``why`` says how)."""
+        while True:
+            cut = self._buf.find(b"\n")
+            while cut >= 0:
+                raw, self._buf = self._buf[:cut], self._buf[cut + 1 :]
+                if raw != _HB[:-1]:
+                    yield raw.decode("utf-8", "replace") + "\n"
+                cut = self._buf.find(b"\n")
+            if len(self._buf) > MAX_LINE:
+                self._end("oversized")
+                return
+            try:
+                chunk = self.sock.recv(MAX_LINE)
+            except TimeoutError:
+                self._end("silent")
+                return
+            except OSError:
+                self._end("closed" if self._closed.is_set() else "dropped")
+                return
+            if not chunk:
+                self._end("closed" if self._closed.is_set() else "dropped")
+                return
+            self._buf += chunk
+
+    def start_heartbeats(self) -> None:
+        threading.Thread(target=self._beat, name=f"heartbeat {self.peer}", daemon=True).start()
+
+    def close(self) -> None:
+        self._end("closed")
+
+    def _beat(self) -> None:
+        while not self._closed.wait(HEARTBEAT):
+            self.send_raw(_HB)
+
+    def _end(self, why: str) -> None:
+        with self._end_lock:
+            if self._closed.is_set():
+                return
+            self.why = why
+            self._closed.set()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+def control(line: str) -> dict[str, Any] | None:
+    """A control message (``{"t": ...}``), or None for anything else."""
+    if not line.startswith("{"):
+        return None
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) and isinstance(obj.get("t"), str) else None
+
+
+def read_handshake_line(sock: socket.socket, limit: int, deadline: float) -> tuple[bytes, bytes] | None:
+    """One line of at most ``limit`` bytes before ``deadline`` (monotonic), and what came after it; None when
+    none comes in time, or a longer one (memory stays bounded)."""
+    data = b""
+    while b"\n" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0 or len(data) > limit:
+            return None
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(limit + 1 - len(data))
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        data += chunk
+    line, _, rest = data.partition(b"\n")
+    return (line, rest) if len(line) <= limit else None

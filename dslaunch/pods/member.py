@@ -1,0 +1,205 @@
+"""Every other pod's side of the control channel: join the coordinator for an attempt, and the handles that
+connect this pod's agent to the rest of the job.
+
+:func:`join` connects (retrying while the coordinator's pod is not up yet), proves the job's secret, checks the
+coordinator's proof, and waits for the attempt's start. :class:`CoordinatorLink` is the coordinator as a handle in
+``job/loop.py``: the other pods' rank exits and losses come in on it, and its stop and stacks requests go to this
+pod's agent. :class:`Forwarding` wraps the local agent's handle to send its events to the coordinator.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from dslaunch import wire
+from dslaunch.job.protocols import AgentHandle
+from dslaunch.pods import handshake
+from dslaunch.pods.link import Link, control, read_handshake_line
+
+RETRY = 0.5  # between attempts to reach a coordinator that is not listening yet
+
+
+@dataclass(frozen=True)
+class Joined:
+    link: Link
+    lines: Iterator[str]
+    attempt: int
+    host: str  # the coordinator's host name, as its own summaries name it
+
+
+def join(
+    address: tuple[str, int], key: bytes, run_id: str, me: tuple[int, str], *, deadline: float, stopped: list[int]
+) -> Joined | str:
+    """This pod (``me``: node rank, host) in the coordinator's next attempt, or why not."""
+    why = f"the coordinator at {address[0]}:{address[1]} did not answer"
+    while not stopped and time.monotonic() < deadline:
+        try:
+            sock = socket.create_connection(address, timeout=min(2.0, max(0.1, deadline - time.monotonic())))
+        except OSError as exc:
+            why = f"the coordinator at {address[0]}:{address[1]} did not answer ({exc.strerror or exc})"
+            time.sleep(RETRY)
+            continue
+        got = _handshake(sock, key, run_id, me)
+        if isinstance(got, Link):
+            return _wait_for_start(got, deadline, stopped)
+        sock.close()
+        if got:
+            return got
+        time.sleep(RETRY)
+    return why if not stopped else "stopped by a signal while joining"
+
+
+def _handshake(sock: socket.socket, key: bytes, run_id: str, me: tuple[int, str]) -> Link | str:
+    """The authenticated link; a refusal's text; "" when the connection went wrong (worth another try)."""
+    deadline = time.monotonic() + 5.0
+    got = read_handshake_line(sock, handshake.MAX_LINE, deadline)
+    server_nonce = handshake.read_challenge(got[0]) if got else None
+    if server_nonce is None:
+        return ""
+    client_nonce = handshake.nonce()
+    try:
+        sock.sendall(handshake.answer(key, run_id, me, server_nonce, client_nonce))
+    except OSError:
+        return ""
+    got = read_handshake_line(sock, handshake.MAX_LINE, deadline)
+    if got is None:
+        return "the coordinator closed the connection: this pod does not hold the job's secret (or has another run id)"
+    message = control(got[0].decode("utf-8", "replace"))
+    if message is not None and message["t"] == "refused":
+        return f"the coordinator refused this pod: {message.get('why')}"
+    if not handshake.check_welcome(key, run_id, server_nonce, client_nonce, got[0]):
+        return "the coordinator could not prove it holds this job's secret"
+    return Link(sock, "the coordinator", got[1])
+
+
+def _wait_for_start(link: Link, deadline: float, stopped: list[int]) -> Joined | str:
+    link.start_heartbeats()
+    lines = link.lines()
+    started = threading.Event()
+    threading.Thread(target=_close_unless, args=(link, started, deadline, stopped), daemon=True).start()
+    for line in lines:
+        message = control(line)
+        if message is None:
+            continue
+        if message["t"] == "start" and type(message.get("attempt")) is int:
+            started.set()
+            return Joined(link, lines, message["attempt"], str(message.get("host", ""))[:253] or link.peer)
+        if message["t"] == "refused":
+            link.close()
+            return f"the coordinator ended the job before it started: {message.get('why')}"
+    if stopped:
+        return "stopped by a signal while waiting for the other pods"
+    if time.monotonic() >= deadline:
+        return "the other pods did not all join in time"
+    return f"the coordinator's connection ended ({link.why})"
+
+
+def _close_unless(link: Link, started: threading.Event, deadline: float, stopped: list[int]) -> None:
+    """End the wait for the start at the join deadline or a signal (the reader is blocked in recv)."""
+    while not started.wait(0.05):
+        if link.closed:
+            return
+        if stopped or time.monotonic() >= deadline:
+            link.close()
+            return
+
+
+class CoordinatorLink:
+    """The coordinator as seen from another pod, for one attempt (an ``AgentHandle``)."""
+
+    def __init__(self, joined: Joined, local: AgentHandle) -> None:
+        self.node_rank = 0
+        self.host = joined.host
+        self.link = joined.link
+        self.local = local
+        self.verdict: tuple[int, bool] | None = None  # the job's exit code, and whether no attempt follows
+        self._lines = joined.lines
+        self._ended = threading.Event()
+
+    def lines(self) -> Iterator[str]:
+        try:
+            for line in self._lines:
+                event = wire.decode(line)
+                if isinstance(event, (wire.RankExit, wire.NodeLost)):
+                    yield wire.encode(event)
+                    continue
+                message = control(line) if event is None else None
+                if message is None:
+                    continue
+                if message["t"] == "stop":
+                    self.local.stop()
+                elif message["t"] == "signal" and message.get("signum") == int(wire.STACKS_SIGNAL):
+                    self.local.signal(wire.STACKS_SIGNAL)
+                elif message["t"] == "end" and type(message.get("code")) is int:
+                    self.verdict = (message["code"], bool(message.get("last", True)))
+                    self.link.close()
+                    yield wire.encode(wire.Done(self.node_rank, 0))
+                    return
+            from dslaunch.pods.coordinator import lost_why
+
+            yield wire.encode(wire.NodeLost(0, self.host, None, lost_why(self.link.why, "the coordinator")))
+        finally:
+            self._ended.set()
+
+    def stop(self) -> None:
+        """Nothing to send: the coordinator learns why this pod stops from its agent's events."""
+
+    def signal(self, signum: int) -> None:
+        """A signal to this pod's launcher reaches this pod's ranks only (``Forwarding`` passes it on)."""
+
+    def kill(self) -> None:
+        self.link.close()
+
+    def wait(self, timeout: float | None) -> int | None:
+        return 0 if self._ended.wait(timeout) else None
+
+
+class Forwarding:
+    """A local agent's handle that also sends each of its events on (to the coordinator, or from it to the pods)."""
+
+    def __init__(self, agent: AgentHandle, send: Callable[[wire.Event], object], *, to_coordinator: bool) -> None:
+        """``to_coordinator``: a pod's agent, whose events all go to the coordinator; else the coordinator's own,
+        whose rank exits go to every pod (and its Done, kept home, to them as a lost pod if a signal ended it)."""
+        self.agent = agent
+        self.node_rank = agent.node_rank
+        self.host = agent.host
+        self.send = send
+        self.to_coordinator = to_coordinator
+        self.asked_to_stop = False
+        self.failed_rank = False
+
+    def lines(self) -> Iterator[str]:
+        from dslaunch.pods.coordinator import left_by_signal
+
+        for line in self.agent.lines():
+            event = wire.decode(line)
+            if isinstance(event, wire.RankExit):
+                self.failed_rank |= event.failed and not event.by_agent
+                self.send(event)
+            elif isinstance(event, (wire.Idle, wire.Stacks)) and self.to_coordinator:
+                self.send(event)
+            elif isinstance(event, wire.Done):
+                if self.to_coordinator:
+                    self.send(event)
+                else:
+                    left = left_by_signal(event, self.failed_rank or self.asked_to_stop, self.host)
+                    if left is not None:
+                        self.send(left)
+            yield line
+
+    def stop(self) -> None:
+        self.asked_to_stop = True
+        self.agent.stop()
+
+    def signal(self, signum: int) -> None:
+        self.agent.signal(signum)
+
+    def kill(self) -> None:
+        self.agent.kill()
+
+    def wait(self, timeout: float | None) -> int | None:
+        return self.agent.wait(timeout)

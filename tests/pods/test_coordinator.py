@@ -1,0 +1,111 @@
+"""The coordinator's door (pods/coordinator.py, pods/member.py) on a real loopback port: the job's pods get in,
+nothing else does, and junk, forged answers, slow clients and floods cost bounded memory and stop nothing."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import pytest
+
+from dslaunch.pods import coordinator as coordinator_mod
+from dslaunch.pods import handshake
+from dslaunch.pods.coordinator import Coordinator
+from dslaunch.pods.member import Joined, join
+from tests.runners.pods import free_port_pair
+
+KEY, RUN = b"job-secret", "run-7"
+
+
+@pytest.fixture
+def door() -> Iterator[tuple[Coordinator, int]]:
+    port = free_port_pair()
+    coordinator = Coordinator(KEY, RUN, {1, 2})
+    coordinator.listen(port)
+    yield coordinator, port
+    coordinator.close()
+
+
+def _join_in_thread(port: int, node_rank: int, key: bytes = KEY, timeout: float = 15) -> Future[Joined | str]:
+    """A pod joining from a thread of its own: the future's result is what ``join`` returned."""
+    me = (node_rank, f"pod-{node_rank}")
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(join, ("127.0.0.1", port), key, RUN, me, deadline=time.monotonic() + timeout, stopped=[])
+    pool.shutdown(wait=False)
+    return future
+
+
+def _result(future: Future[Joined | str], timeout: float = 20) -> Joined | str:
+    return future.result(timeout)
+
+
+def test_the_pods_join_and_start_the_attempt_the_coordinator_names(door: tuple[Coordinator, int]) -> None:
+    coordinator, port = door
+    pods = [_join_in_thread(port, r) for r in (1, 2)]
+    assert coordinator.gather(time.monotonic() + 10, []) == set()
+    links = coordinator.start(3, "pod-0")
+    assert [p.node_rank for p in links] == [1, 2] and [p.host for p in links] == ["pod-1", "pod-2"]
+    joined = [_result(p) for p in pods]
+    assert all(isinstance(j, Joined) and j.attempt == 3 and j.host == "pod-0" for j in joined), joined
+
+
+def test_a_pod_with_another_secret_or_node_rank_is_told_why(door: tuple[Coordinator, int]) -> None:
+    _coordinator, port = door
+    wrong = _result(_join_in_thread(port, 1, key=b"guess", timeout=2))
+    assert isinstance(wrong, str) and "does not hold the job's secret" in wrong
+    stranger = _result(_join_in_thread(port, 5, timeout=2))
+    assert isinstance(stranger, str) and "node rank 5 is not one of this job's (0..2" in stranger
+    first = _join_in_thread(port, 1)
+    time.sleep(0.5)
+    twin = _result(_join_in_thread(port, 1, timeout=2))
+    assert isinstance(twin, str) and "node rank 1 has already joined" in twin
+    assert not first.done()  # the first is still waiting for the start
+
+
+def test_a_member_does_not_follow_a_coordinator_without_the_secret() -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def impostor() -> None:
+        conn, _ = server.accept()
+        conn.sendall(handshake.challenge("a" * 32))
+        conn.recv(4096)
+        conn.sendall(handshake.welcome(b"not the key", RUN, "a" * 32, "b" * 32))
+        time.sleep(1)
+        conn.close()
+
+    threading.Thread(target=impostor, daemon=True).start()
+    got = join(("127.0.0.1", port), KEY, RUN, (1, "pod-1"), deadline=time.monotonic() + 3, stopped=[])
+    server.close()
+    assert got == "the coordinator could not prove it holds this job's secret"
+
+
+def test_junk_floods_and_slow_clients_are_dropped_and_the_pods_still_get_in(
+    door: tuple[Coordinator, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    coordinator, port = door
+    held: list[socket.socket] = []
+    for _ in range(200):  # a flood of connections that never answer (a slowloris): more than MAX_PENDING
+        held.append(socket.create_connection(("127.0.0.1", port)))
+    for junk in (b"GET / HTTP/1.1\r\n\r\n", b"x" * 100_000, b'{"node_rank": 1, "mac": "00"}\n', b"\xff" * 50):
+        s = socket.create_connection(("127.0.0.1", port))
+        try:
+            s.sendall(junk)
+        except OSError:
+            pass
+        held.append(s)
+    pods = [_join_in_thread(port, r, timeout=30) for r in (1, 2)]
+    began = time.monotonic()
+    missing = coordinator.gather(time.monotonic() + 25, [])
+    took = time.monotonic() - began
+    for s in held:
+        s.close()
+    assert missing == set(), f"the pods could not join past the flood ({coordinator.turned_away} turned away)"
+    assert took < coordinator_mod.HANDSHAKE_TIME * 2 + 2, f"the flood held the pods up for {took:.1f} s"
+    assert coordinator.turned_away >= 200 - coordinator_mod.MAX_PENDING
+    coordinator.start(0, "pod-0")
+    assert all(isinstance(_result(p), Joined) for p in pods)
+    assert threading.active_count() < coordinator_mod.MAX_PENDING + 20  # no thread per flooding connection

@@ -1,0 +1,62 @@
+"""The pods' challenge and response (pods/handshake.py), as tables, and fuzzed: nothing but an answer made with
+the job's key, to this challenge, for this run id, gets a pod in."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dslaunch.pods import handshake
+
+KEY, RUN = b"k" * 16, "run-1"
+SERVER, CLIENT = "a" * 32, "b" * 32
+
+
+def test_a_right_answer_names_the_pod_and_both_sides_prove_the_key() -> None:
+    raw = handshake.answer(KEY, RUN, (3, "pod-3"), SERVER, CLIENT).rstrip(b"\n")
+    assert handshake.check_answer(KEY, RUN, SERVER, raw) == handshake.Joiner(3, "pod-3", CLIENT)
+    welcome = handshake.welcome(KEY, RUN, SERVER, CLIENT).rstrip(b"\n")
+    assert handshake.check_welcome(KEY, RUN, SERVER, CLIENT, welcome)
+    assert not handshake.check_welcome(b"other", RUN, SERVER, CLIENT, welcome)
+    assert handshake.read_challenge(handshake.challenge(SERVER).rstrip(b"\n")) == SERVER
+
+
+def _forged(field: str, value: object) -> bytes:
+    obj = json.loads(handshake.answer(KEY, RUN, (3, "pod-3"), SERVER, CLIENT))
+    obj[field] = value
+    return json.dumps(obj).encode()
+
+
+REFUSED = {
+    "another key": handshake.answer(b"guess", RUN, (3, "pod-3"), SERVER, CLIENT),
+    "another job": handshake.answer(KEY, "run-2", (3, "pod-3"), SERVER, CLIENT),
+    "a replay to another challenge": handshake.answer(KEY, RUN, (3, "pod-3"), "c" * 32, CLIENT),
+    "a changed node rank": _forged("node_rank", 4),
+    "a changed host": _forged("host", "pod-4"),
+    "a node rank as text": _forged("node_rank", "3"),
+    "a negative node rank": _forged("node_rank", -1),
+    "a huge node rank": _forged("node_rank", 10**30),
+    "a bool node rank": _forged("node_rank", True),
+    "a long host": _forged("host", "h" * 300),
+    "a short nonce": _forged("nonce", "ab"),
+    "a MAC as a number": _forged("mac", 5),
+    "junk": b"GET / HTTP/1.1",
+    "a list": b"[1, 2]",
+    "over the size limit": b'{"pad": "' + b"x" * 2000 + b'"}',
+    "not UTF-8": b"\xff\xfe{",
+}
+
+
+@pytest.mark.parametrize("raw", REFUSED.values(), ids=REFUSED.keys())
+def test_anything_else_is_refused(raw: bytes) -> None:
+    assert handshake.check_answer(KEY, RUN, SERVER, raw.rstrip(b"\n")) is None
+
+
+@given(st.binary(max_size=2048))
+def test_any_bytes_are_refused_without_an_exception(raw: bytes) -> None:
+    assert handshake.check_answer(KEY, RUN, SERVER, raw) is None
+    assert not handshake.check_welcome(KEY, RUN, SERVER, CLIENT, raw)
+    handshake.read_challenge(raw)

@@ -1,0 +1,88 @@
+"""Pods for the tests: one dslaunch per "pod", configured as Kubeflow configures torchrun (PET_* only), on
+loopback or, with ``prefix``, inside a network namespace."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from tests.helpers import DSLAUNCH, SCRIPTS, wait_until_gone
+
+JOB = str(SCRIPTS / "job.py")
+SECRET = "pod-test-secret"
+
+
+def free_port_pair() -> int:
+    """A port P with P and P+1 free (the rendezvous, and the pods' control channel after it)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port < 65535:
+            with socket.socket() as s:
+                try:
+                    s.bind(("", port + 1))
+                except OSError:
+                    continue
+            return port
+    raise RuntimeError("no two free ports in a row")
+
+
+def pod_env(
+    node_rank: int, port: int, run_id: str, *, nnodes: int = 2, addr: str = "127.0.0.1", **extra: str
+) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PET_NNODES": str(nnodes),
+        "PET_NODE_RANK": str(node_rank),
+        "PET_NPROC_PER_NODE": "2",
+        "PET_MASTER_ADDR": addr,
+        "PET_MASTER_PORT": str(port),
+        "PET_RDZV_ID": run_id,
+        "PET_RDZV_CONF": "join_timeout=20",
+        "DSLAUNCH_JOB_SECRET": SECRET,
+        "CUDA_VISIBLE_DEVICES": "",
+        **extra,
+    }
+
+
+def start_pod(
+    env: dict[str, str], args: Sequence[str], *, prefix: Sequence[str] = (), cwd: Path | None = None
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*prefix, *DSLAUNCH, "--shutdown-timeout", "2", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+    )
+
+
+def finish(pods: Sequence[subprocess.Popen[str]], timeout: float = 60) -> list[tuple[int, str, str]]:
+    """Each pod's exit code, stdout and stderr; any pod still running at the timeout is killed."""
+    deadline = time.monotonic() + timeout
+    results = []
+    for pod in pods:
+        try:
+            out, err = pod.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(pod.pid, signal.SIGKILL)
+            out, err = pod.communicate()
+        results.append((pod.returncode, out, err))
+    return results
+
+
+def launcher_pid(pod: subprocess.Popen[str]) -> int:
+    """The dslaunch process itself (the pod's first process, even under ``ip netns exec``)."""
+    return pod.pid
+
+
+def nothing_left(run_id: str) -> list[str]:
+    return [" ".join(p.cmdline()) for p in wait_until_gone(run_id, 15)]

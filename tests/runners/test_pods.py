@@ -1,0 +1,106 @@
+"""One job across pods (issue 30): one dslaunch per "pod" on loopback, configured by PET_* alone, joined by the
+pods' control channel. A rank failing or a pod lost on one side stops every rank on both, at once, with the
+same root cause and exit code on both."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import SCRIPTS, wait_for_file
+from tests.runners.pods import JOB, finish, free_port_pair, nothing_left, pod_env, start_pod
+
+pytestmark = [pytest.mark.launch]
+
+
+def _ready(folder: Path, world: int = 4) -> bool:
+    return all(wait_for_file(str(folder / f"ready.{r}"), 30) for r in range(world))
+
+
+def _two_pods(tmp_path: Path, run_id: str, args: list[str]) -> list[subprocess.Popen[str]]:
+    port = free_port_pair()
+    return [start_pod(pod_env(r, port, run_id), args, cwd=tmp_path) for r in (0, 1)]
+
+
+def test_a_rank_failing_on_one_pod_stops_both_with_its_code_and_cause(tmp_path: Path) -> None:
+    run_id = f"podfail{os.getpid()}"
+    pods = _two_pods(tmp_path, run_id, [JOB, "fail", str(tmp_path), "3", "7"])
+    (code0, _, err0), (code1, _, err1) = finish(pods)
+    assert (code0, code1) == (7, 7), (err0, err1)
+    for err in (err0, err1):  # the coordinator's summary names the other pod's rank too
+        assert "rank 3 (local_rank 1, node 1)" in err and "exited with code 7 [root cause" in err, err
+        assert "rank 3 failing now" in err
+    assert nothing_left(run_id) == []
+
+
+@pytest.mark.parametrize(
+    ("victim", "sig", "codes", "said"),
+    [
+        (1, signal.SIGKILL, (1, None), "pod 1 (vm) was lost: its launcher's connection dropped"),
+        (1, signal.SIGTERM, (143, 143), "pod 1 (vm) was lost: its launcher received SIGTERM"),
+        (0, signal.SIGKILL, (None, 1), "pod 0 (vm) was lost: the coordinator's connection dropped"),
+        (0, signal.SIGTERM, (143, 143), "pod 0 (vm) was lost: its launcher (the coordinator) received SIGTERM"),
+    ],
+)
+def test_a_pod_taken_away_stops_the_other_within_3_s(
+    tmp_path: Path, victim: int, sig: int, codes: tuple[int | None, int | None], said: str
+) -> None:
+    """SIGKILL: the pod deleted at once (its launcher and, by their parent-death signal, its ranks); SIGTERM:
+    ``kubectl delete``, the launcher stopping its ranks itself."""
+    run_id = f"podgone{victim}{sig}{os.getpid()}"
+    pods = _two_pods(tmp_path, run_id, [JOB, "sleep", str(tmp_path)])
+    assert _ready(tmp_path), finish(pods, 5)
+    pods[victim].send_signal(sig)
+    taken = time.monotonic()
+    other = pods[1 - victim]
+    other.wait(10)
+    took = time.monotonic() - taken
+    results = finish(pods)
+    survivor_err = results[1 - victim][2]
+    assert took < 3, f"the other pod took {took:.1f} s to stop"
+    assert [r[0] for r in results][1 - victim] == codes[1 - victim], survivor_err
+    if codes[victim] is not None:
+        assert results[victim][0] == codes[victim], results[victim][2]
+    assert said.replace("vm", os.uname().nodename) in survivor_err, survivor_err
+    assert nothing_left(run_id) == []
+
+
+def test_a_pod_without_the_secret_is_turned_away_and_the_job_does_not_start(tmp_path: Path) -> None:
+    run_id = f"podsecret{os.getpid()}"
+    port = free_port_pair()
+    short = "join_timeout=3"
+    coordinator = start_pod(pod_env(0, port, run_id, PET_RDZV_CONF=short), [JOB, "echo"], cwd=tmp_path)
+    stranger = start_pod(
+        pod_env(1, port, run_id, PET_RDZV_CONF=short, DSLAUNCH_JOB_SECRET="guess"), [JOB, "echo"], cwd=tmp_path
+    )
+    (code0, out0, err0), (code1, out1, err1) = finish([coordinator, stranger])
+    assert (code0, code1) == (255, 255), (err0, err1)
+    assert "node(s) 1 did not join in time (--rdzv-conf join_timeout=3)" in err0, err0
+    assert "this pod does not hold the job's secret" in err1, err1
+    assert '"rank"' not in out0 + out1  # no rank ran
+    assert nothing_left(run_id) == []
+
+
+def test_restarts_are_the_jobs_and_a_recreated_pod_joins_the_next_attempt(tmp_path: Path) -> None:
+    """Pod 1 is deleted while the first attempt runs; a pod controller recreates it, as a pod restart policy
+    would; it joins attempt 1 (TORCHELASTIC_RESTART_COUNT=1 on every rank, also on the new pod)."""
+    run_id = f"podback{os.getpid()}"
+    port = free_port_pair()
+    args = ["--max-restarts", "2", "--restart-delay", "0", str(SCRIPTS / "pod_attempts.py"), str(tmp_path)]
+    envs = [pod_env(r, port, run_id) for r in (0, 1)]
+    pods = [start_pod(env, args, cwd=tmp_path) for env in envs]
+    assert _ready(tmp_path), finish(pods, 5)
+    pods[1].kill()
+    pods[1].wait()
+    recreated = start_pod(envs[1], args, cwd=tmp_path)
+    (code0, _, err0), (code1, _, err1) = finish([pods[0], recreated])
+    assert (code0, code1) == (0, 0), (err0, err1)
+    attempts = sorted((tmp_path / "attempts.txt").read_text().split("\n")[:-1])
+    assert attempts == [f"{a} {r}" for a in (0, 1) for r in range(4)], attempts
+    assert "attempt 1: exit 1: node 1" in err0 and "disappeared" in err0, err0
+    assert nothing_left(run_id) == []
