@@ -35,6 +35,7 @@ class Coordinator:
         self.joined: dict[int, Link] = {}  # pods waiting for the next attempt's start
         self.current: list[PodLink] = []
         self.turned_away = 0  # connections that failed the handshake or came in excess
+        self.seen = -1  # the latest attempt a joining pod took part in (a recreated coordinator goes on from it)
         self._cond = threading.Condition()
         self._pending = threading.BoundedSemaphore(MAX_PENDING)
         self._server: socket.socket | None = None
@@ -138,6 +139,7 @@ class Coordinator:
         link.start_heartbeats()
         with self._cond:
             self.joined[joiner.node_rank] = link
+            self.seen = max(self.seen, joiner.seen)
             self._cond.notify_all()
         return link
 

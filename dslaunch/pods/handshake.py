@@ -29,6 +29,7 @@ class Joiner:
     node_rank: int
     host: str
     nonce: str
+    seen: int  # the last attempt this pod took part in (-1: none), so a recreated coordinator goes on counting
 
 
 def nonce() -> str:
@@ -55,10 +56,11 @@ def read_challenge(raw: bytes) -> str | None:
     return str(obj["nonce"])
 
 
-def answer(key: bytes, run_id: str, me: tuple[int, str], server_nonce: str, client_nonce: str) -> bytes:
-    node_rank, host = me
-    proof = mac(key, "join", run_id, str(node_rank), host, server_nonce, client_nonce)
-    return line({"node_rank": node_rank, "host": host, "nonce": client_nonce, "mac": proof})
+def answer(key: bytes, run_id: str, me: tuple[int, str, int], server_nonce: str, client_nonce: str) -> bytes:
+    """``me``: this pod's node rank, host name, and the last attempt it took part in."""
+    node_rank, host, seen = me
+    proof = mac(key, "join", run_id, str(node_rank), host, str(seen), server_nonce, client_nonce)
+    return line({"node_rank": node_rank, "host": host, "seen": seen, "nonce": client_nonce, "mac": proof})
 
 
 def check_answer(key: bytes, run_id: str, server_nonce: str, raw: bytes) -> Joiner | None:
@@ -66,15 +68,17 @@ def check_answer(key: bytes, run_id: str, server_nonce: str, raw: bytes) -> Join
     obj = _object(raw)
     if obj is None:
         return None
-    node_rank, host, client_nonce, proof = (obj.get(k) for k in ("node_rank", "host", "nonce", "mac"))
+    node_rank, host, seen, client_nonce, proof = (obj.get(k) for k in ("node_rank", "host", "seen", "nonce", "mac"))
     if not (type(node_rank) is int and 0 <= node_rank < 1 << 20 and isinstance(host, str) and len(host) <= MAX_HOST):
+        return None
+    if not (type(seen) is int and -1 <= seen < 1 << 20):
         return None
     if not (_is_nonce(client_nonce) and isinstance(proof, str)):
         return None
-    expected = mac(key, "join", run_id, str(node_rank), host, server_nonce, str(client_nonce))
+    expected = mac(key, "join", run_id, str(node_rank), host, str(seen), server_nonce, str(client_nonce))
     if not hmac.compare_digest(expected, proof):
         return None
-    return Joiner(node_rank, host, str(client_nonce))
+    return Joiner(node_rank, host, str(client_nonce), seen)
 
 
 def welcome(key: bytes, run_id: str, server_nonce: str, client_nonce: str) -> bytes:

@@ -32,9 +32,10 @@ class Joined:
 
 
 def join(
-    address: tuple[str, int], key: bytes, run_id: str, me: tuple[int, str], *, deadline: float, stopped: list[int]
+    address: tuple[str, int], key: bytes, run_id: str, me: tuple[int, str, int], *, deadline: float, stopped: list[int]
 ) -> Joined | str:
-    """This pod (``me``: node rank, host) in the coordinator's next attempt, or why not."""
+    """This pod (``me``: node rank, host, last attempt taken part in) in the coordinator's next attempt, or why
+    not."""
     why = f"the coordinator at {address[0]}:{address[1]} did not answer"
     while not stopped and time.monotonic() < deadline:
         try:
@@ -53,7 +54,7 @@ def join(
     return why if not stopped else "stopped by a signal while joining"
 
 
-def _handshake(sock: socket.socket, key: bytes, run_id: str, me: tuple[int, str]) -> Link | str:
+def _handshake(sock: socket.socket, key: bytes, run_id: str, me: tuple[int, str, int]) -> Link | str:
     """The authenticated link; a refusal's text; "" when the connection went wrong (worth another try)."""
     deadline = time.monotonic() + 5.0
     got = read_handshake_line(sock, handshake.MAX_LINE, deadline)

@@ -12,13 +12,18 @@ import os
 import sys
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from dslaunch import wire
 from dslaunch.job.attempts import stop_signals_caught
 from dslaunch.job.loop import report, supervise
 from dslaunch.job.result import START_FAILED, JobResult, stopped
+from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.local import LocalAgent, check_port_free
+
+if TYPE_CHECKING:
+    from dslaunch.agent.preload.warm import WarmZygotes
 
 WAIT_NOTICE = 3.0  # a coordinator still waiting for pods this long says so, once
 
@@ -29,6 +34,8 @@ class NodeRunner:
     def __init__(self) -> None:
         self._key: bytes | None = None
         self._coordinator: object | None = None  # pods.coordinator.Coordinator, kept for every attempt
+        self._seen = -1  # the last attempt this pod took part in
+        self._warm: WarmZygotes | None = None  # --preload with restarts: this node's zygote, kept for the job
 
     def describe(self, plan: LaunchPlan) -> list[str]:
         node_rank = plan.manual_node or 0
@@ -43,10 +50,19 @@ class NodeRunner:
         node_rank = plan.manual_node or 0
         if node_rank == 0:  # node 0's rank 0 serves the rendezvous
             check_port_free(plan.master_addr, plan.master_port)
+        if self._warm is None:
+            from dslaunch.agent.preload.warm import WarmZygotes
+
+            prctl.load()
+            self._warm = WarmZygotes()
+        self._warm.prepare(plan, node_rank)  # warm while the pods join, and kept from attempt to attempt
         if len(plan.nodes) == 1:
-            return report(supervise(plan, [LocalAgent(plan, node_rank)]), plan)
+            return report(supervise(plan, [self._agent(plan, node_rank)]), plan)
         key = self._job_key(plan)
         return self._coordinate(plan, key) if node_rank == 0 else self._join(plan, key, node_rank)
+
+    def _agent(self, plan: LaunchPlan, node_rank: int) -> LocalAgent:
+        return LocalAgent(plan, node_rank, self._warm.zygotes if self._warm is not None else None)
 
     def _job_key(self, plan: LaunchPlan) -> bytes:
         if self._key is None:
@@ -84,8 +100,10 @@ class NodeRunner:
                 return stopped(128 + caught[0], f"received {caught[0]} while the pods joined")
             _say(f"dslaunch: cannot start: {why} (--rdzv-conf join_timeout={plan.pods.join_timeout:g})")
             return stopped(START_FAILED, why)
+        # A recreated coordinator goes on from the attempt the pods last saw: one count for the job
+        plan = plan.attempt(max(plan.restarts.count, coordinator.seen + 1))
         pods = coordinator.start(plan.restarts.count, plan.node(0).host)
-        local = Forwarding(LocalAgent(plan, 0), lambda event: coordinator.relay(event, 0), to_coordinator=False)
+        local = Forwarding(self._agent(plan, 0), lambda event: coordinator.relay(event, 0), to_coordinator=False)
         outcome = supervise(plan, [local, *pods])
         if outcome.signal is not None:  # the pods stopped on our word: tell them why before the end
             name = wire.exit_code_of(-outcome.signal)[1]
@@ -96,13 +114,13 @@ class NodeRunner:
         coordinator.finish(result.code, last)
         if last:
             coordinator.close()
-        return result
+        return replace(result, retry=result.retry and not last)
 
     def _join(self, plan: LaunchPlan, key: bytes, node_rank: int) -> JobResult:
         from dslaunch.pods.member import CoordinatorLink, Forwarding, join
 
         address = (plan.pods.coordinator, plan.pods.port)
-        me = (node_rank, plan.node(node_rank).host)
+        me = (node_rank, plan.node(node_rank).host, self._seen)
         deadline = time.monotonic() + plan.pods.join_timeout
         with stop_signals_caught() as caught:
             joined = join(address, key, plan.run_id, me, deadline=deadline, stopped=caught)
@@ -112,8 +130,9 @@ class NodeRunner:
             _say(f"dslaunch: cannot join the job: {joined}")
             return stopped(START_FAILED, joined)
         plan = plan.attempt(joined.attempt)  # the job's attempt, also on a pod that joined late
+        self._seen = joined.attempt
         local = Forwarding(
-            LocalAgent(plan, node_rank),
+            self._agent(plan, node_rank),
             lambda event: joined.link.send_raw(wire.encode(event).encode()),
             to_coordinator=True,
         )

@@ -31,7 +31,7 @@ def door() -> Iterator[tuple[Coordinator, int]]:
 
 def _join_in_thread(port: int, node_rank: int, key: bytes = KEY, timeout: float = 15) -> Future[Joined | str]:
     """A pod joining from a thread of its own: the future's result is what ``join`` returned."""
-    me = (node_rank, f"pod-{node_rank}")
+    me = (node_rank, f"pod-{node_rank}", -1)
     pool = ThreadPoolExecutor(1)
     future = pool.submit(join, ("127.0.0.1", port), key, RUN, me, deadline=time.monotonic() + timeout, stopped=[])
     pool.shutdown(wait=False)
@@ -78,7 +78,7 @@ def test_a_member_does_not_follow_a_coordinator_without_the_secret() -> None:
         conn.close()
 
     threading.Thread(target=impostor, daemon=True).start()
-    got = join(("127.0.0.1", port), KEY, RUN, (1, "pod-1"), deadline=time.monotonic() + 3, stopped=[])
+    got = join(("127.0.0.1", port), KEY, RUN, (1, "pod-1", -1), deadline=time.monotonic() + 3, stopped=[])
     server.close()
     assert got == "the coordinator could not prove it holds this job's secret"
 

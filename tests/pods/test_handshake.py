@@ -16,8 +16,8 @@ SERVER, CLIENT = "a" * 32, "b" * 32
 
 
 def test_a_right_answer_names_the_pod_and_both_sides_prove_the_key() -> None:
-    raw = handshake.answer(KEY, RUN, (3, "pod-3"), SERVER, CLIENT).rstrip(b"\n")
-    assert handshake.check_answer(KEY, RUN, SERVER, raw) == handshake.Joiner(3, "pod-3", CLIENT)
+    raw = handshake.answer(KEY, RUN, (3, "pod-3", 2), SERVER, CLIENT).rstrip(b"\n")
+    assert handshake.check_answer(KEY, RUN, SERVER, raw) == handshake.Joiner(3, "pod-3", CLIENT, 2)
     welcome = handshake.welcome(KEY, RUN, SERVER, CLIENT).rstrip(b"\n")
     assert handshake.check_welcome(KEY, RUN, SERVER, CLIENT, welcome)
     assert not handshake.check_welcome(b"other", RUN, SERVER, CLIENT, welcome)
@@ -25,17 +25,19 @@ def test_a_right_answer_names_the_pod_and_both_sides_prove_the_key() -> None:
 
 
 def _forged(field: str, value: object) -> bytes:
-    obj = json.loads(handshake.answer(KEY, RUN, (3, "pod-3"), SERVER, CLIENT))
+    obj = json.loads(handshake.answer(KEY, RUN, (3, "pod-3", 2), SERVER, CLIENT))
     obj[field] = value
     return json.dumps(obj).encode()
 
 
 REFUSED = {
-    "another key": handshake.answer(b"guess", RUN, (3, "pod-3"), SERVER, CLIENT),
-    "another job": handshake.answer(KEY, "run-2", (3, "pod-3"), SERVER, CLIENT),
-    "a replay to another challenge": handshake.answer(KEY, RUN, (3, "pod-3"), "c" * 32, CLIENT),
+    "another key": handshake.answer(b"guess", RUN, (3, "pod-3", 2), SERVER, CLIENT),
+    "another job": handshake.answer(KEY, "run-2", (3, "pod-3", 2), SERVER, CLIENT),
+    "a replay to another challenge": handshake.answer(KEY, RUN, (3, "pod-3", 2), "c" * 32, CLIENT),
     "a changed node rank": _forged("node_rank", 4),
     "a changed host": _forged("host", "pod-4"),
+    "a changed attempt": _forged("seen", 5),
+    "an attempt below -1": _forged("seen", -2),
     "a node rank as text": _forged("node_rank", "3"),
     "a negative node rank": _forged("node_rank", -1),
     "a huge node rank": _forged("node_rank", 10**30),

@@ -86,21 +86,24 @@ def test_a_pod_without_the_secret_is_turned_away_and_the_job_does_not_start(tmp_
     assert nothing_left(run_id) == []
 
 
-def test_restarts_are_the_jobs_and_a_recreated_pod_joins_the_next_attempt(tmp_path: Path) -> None:
-    """Pod 1 is deleted while the first attempt runs; a pod controller recreates it, as a pod restart policy
-    would; it joins attempt 1 (TORCHELASTIC_RESTART_COUNT=1 on every rank, also on the new pod)."""
-    run_id = f"podback{os.getpid()}"
+@pytest.mark.parametrize("victim", [1, 0])
+def test_restarts_are_the_jobs_and_a_recreated_pod_joins_the_next_attempt(tmp_path: Path, victim: int) -> None:
+    """A pod is deleted while the first attempt runs; a pod controller recreates it, as a pod restart policy
+    would; it joins attempt 1 (TORCHELASTIC_RESTART_COUNT=1 on every rank, also on the new pod). The deleted pod
+    may be the coordinator's: the other waits for it (join timeout), and the new one goes on counting."""
+    run_id = f"podback{victim}{os.getpid()}"
     port = free_port_pair()
     args = ["--max-restarts", "2", "--restart-delay", "0", str(SCRIPTS / "pod_attempts.py"), str(tmp_path)]
     envs = [pod_env(r, port, run_id) for r in (0, 1)]
     pods = [start_pod(env, args, cwd=tmp_path) for env in envs]
     assert _ready(tmp_path), finish(pods, 5)
-    pods[1].kill()
-    pods[1].wait()
-    recreated = start_pod(envs[1], args, cwd=tmp_path)
-    (code0, _, err0), (code1, _, err1) = finish([pods[0], recreated])
+    os.killpg(pods[victim].pid, signal.SIGKILL)
+    pods[victim].wait()
+    pods[victim] = start_pod(envs[victim], args, cwd=tmp_path)
+    (code0, _, err0), (code1, _, err1) = finish(pods)
     assert (code0, code1) == (0, 0), (err0, err1)
     attempts = sorted((tmp_path / "attempts.txt").read_text().split("\n")[:-1])
     assert attempts == [f"{a} {r}" for a in (0, 1) for r in range(4)], attempts
-    assert "attempt 1: exit 1: node 1" in err0 and "disappeared" in err0, err0
+    survivor = err1 if victim == 0 else err0
+    assert f"attempt 1: exit 1: node {victim} ({os.uname().nodename}) disappeared" in survivor, survivor
     assert nothing_left(run_id) == []

@@ -66,13 +66,13 @@ class WarmZygotes:
         # node rank -> its zygote (None: it could not start one, and said why)
         self.zygotes: dict[int, client.Zygote | None] = {}
 
-    def prepare(self, plan: LaunchPlan) -> None:
-        """Before an attempt: every node of ``plan`` has its zygote, started now or kept from the last attempt if it
-        can still fork (else replaced, with a warning). Runs in the launcher's main thread (the parent-death signal
-        of the zygote follows the thread that started it)."""
+    def prepare(self, plan: LaunchPlan, only: int | None = None) -> None:
+        """Before an attempt: every node of ``plan`` (or node rank ``only``: one launcher per node) has its zygote,
+        started now or kept from the last attempt if it can still fork (else replaced, with a warning). Runs in the
+        launcher's main thread (the parent-death signal of the zygote follows the thread that started it)."""
         if not wanted(plan) or plan.bind_cores is not None:
             return  # the agent says why it does not preload (client.for_node)
-        for node in plan.nodes:
+        for node in plan.nodes if only is None else (plan.node(only),):
             if node.node_rank in self.zygotes and self.zygotes[node.node_rank] is None:
                 continue  # it could not start: said once
             kept = self.zygotes.get(node.node_rank)
