@@ -110,6 +110,14 @@ class PodSettings:
     coordinator: str = ""  # --rdzv-endpoint's host, else --master-addr
     port: int = 0  # --rdzv-endpoint's port, else --master-port + 1
     join_timeout: float = 600.0  # --rdzv-conf join_timeout=SECONDS, as torchrun's
+    # elastic (--nnodes MIN:MAX, or c10d without --node-rank): the coordinator gives each pod its node rank
+    nnodes_min: int = 0
+    nnodes_max: int = 0  # 0: a fixed job, each pod brings its --node-rank
+    last_call: float = 2.0  # --rdzv-conf last_call_timeout: MIN pods wait this long for more, up to MAX
+
+    @property
+    def elastic(self) -> bool:
+        return self.nnodes_max > 0
 
 
 @dataclass(frozen=True)

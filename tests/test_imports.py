@@ -301,10 +301,10 @@ PACKAGE_RULES: dict[str, tuple[str, ...]] = {
     # the launcher side
     "job": (*BASE, "logs", "mesh", "output", "plan", "wire"),  # the job core: no transport
     "remote": (*BASE, "dslaunch", "oslib", "output", "plan", "wire"),  # ssh/pdsh plumbing
-    "pods": (*BASE, "job", "wire"),  # the control channel between one job's pods (no rank, no agent code)
+    "pods": (*BASE, "job", "output", "wire"),  # the control channel between one job's pods (no rank, no agent code)
     "runners": (
         *BASE,
-        *("agent", "job", "logs", "masking", "oslib", "output", "plan", "pods", "remote", "slurm", "wire"),
+        *("agent", "job", "logs", "masking", "mesh", "oslib", "output", "plan", "pods", "remote", "slurm", "wire"),
     ),
     "cli": (
         *BASE,

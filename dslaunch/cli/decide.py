@@ -68,26 +68,31 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
     slurm_kind = slurm_hosts.context(core.launcher, core.pool is not None, environ)
     slurm = slurm_hosts.hosts(slurm_kind, core, c.parity.launcher_args, environ) if slurm_kind else None
     _check_node_range(c, slurm.settings.mode if slurm else None)
+    pod_range = None if slurm else _elastic_pod_range(c)
     elastic = Elastic()
     if slurm:
         nodes, elastic = slurm.nodes, slurm.elastic
+    elif pod_range is not None:
+        nodes = _elastic_pod_nodes(c, pod_range, environ)
     elif (core.nnodes or 1) > 1:
         nodes = _pod_nodes(c, environ)
     else:
         nodes, elastic = _nodes(core, environ)
+    pod_rank = 0 if pod_range is not None else c.remote.node_rank  # a pod's launcher is the "node" runner
     launcher = pick_launcher(
-        core.launcher, nodes, slurm=slurm is not None, node_rank=c.remote.node_rank, force_multi=c.parity.force_multi
+        core.launcher, nodes, slurm=slurm is not None, node_rank=pod_rank, force_multi=c.parity.force_multi
     )
     elastic = _elastic_for(launcher, elastic)
     remote = launcher != "node" and (core.launcher in REMOTE_LAUNCHERS or any(n.host not in LOCAL_NAMES for n in nodes))
     if remote:
         remote_options.check_hosts([c.host for c in elastic.candidates] or [n.host for n in nodes])
     ssh_config = remote_options.ssh_config_path(c.remote.ssh_config) if remote else None
-    master_addr = pick_address(core.master_addr, launcher, nodes, remote=remote, ssh_config=ssh_config, environ=environ)
+    given_addr = core.master_addr or (c.pods.endpoint[0] if pod_range and c.pods and c.pods.endpoint else None)
+    master_addr = pick_address(given_addr, launcher, nodes, remote=remote, ssh_config=ssh_config, environ=environ)
     master_port = slurm.port if slurm else core.master_port
     env, secrets = _rank_env(c, remote, environ)
     if c.mesh is not None:
-        warnings += mesh_options.check(c.mesh, nodes)
+        warnings += mesh_options.check(c.mesh, _mesh_nodes(c.mesh, nodes, pod_range))
         env["DSLAUNCH_MESH"] = c.mesh.spec.text()
     _check(c, launcher, nodes, master_port)
     warnings += _launcher_checks(c, launcher, slurm_mode=slurm.settings.mode if slurm else None)
@@ -109,12 +114,12 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
         slurm=slurm.settings if slurm else SlurmSettings(),
         launcher_args=c.parity.launcher_args,
         bind_cores=c.parity.bind_cores,
-        manual_node=c.remote.node_rank,
+        manual_node=None if pod_range else c.remote.node_rank,
         restarts=c.restarts,
         hang_timeout=core.hang_timeout,
         preload=preload,
         elastic=replace(elastic, fixed_addr=bool(core.master_addr)) if elastic.candidates else elastic,
-        pods=_pods(c.pods, master_addr, master_port) if launcher == "node" else PodSettings(),
+        pods=_pods(c.pods, master_addr, master_port, pod_range) if launcher == "node" else PodSettings(),
     )
     return Decision(plan, frozenset(secrets), tuple(warnings))
 
@@ -193,6 +198,8 @@ def _check_node_range(c: Choices, slurm_mode: str | None) -> None:
     if given is None or (given[0] == given[1] and c.core.pool is None):
         return  # --nnodes N alone: torchrun's one launcher per node (_pod_nodes)
     text = f"{given[0]}:{given[1]}"
+    if c.core.pool is None and slurm_mode is None:
+        return  # one launcher per pod, an elastic range (_elastic_pod_range); torchrun ignores --node-rank there
     if c.remote.node_rank is not None:
         raise DslaunchError(
             f"--nnodes {text} with --node-rank: one launcher per node has no elastic node range or spares yet; "
@@ -228,18 +235,72 @@ def _elastic_for(launcher: str, elastic: Elastic) -> Elastic:
     )
 
 
-def _pods(pods: PodChoices | None, master_addr: str, master_port: int) -> PodSettings:
-    """Where node rank 0's launcher meets the other pods: --rdzv-endpoint, else the port after --master-port."""
+def _pods(
+    pods: PodChoices | None, master_addr: str, master_port: int, pod_range: tuple[int, int] | None
+) -> PodSettings:
+    """Where the coordinating launcher meets the other pods: --rdzv-endpoint, else the port after --master-port;
+    and for an elastic pod job its node range."""
     pods = pods or PodChoices(None, "static", DEFAULT_JOIN_TIMEOUT)
+    low, high = pod_range or (0, 0)
     if pods.endpoint is not None:
-        return PodSettings(pods.endpoint[0], pods.endpoint[1], pods.join_timeout)
+        return PodSettings(pods.endpoint[0], pods.endpoint[1], pods.join_timeout, low, high, pods.last_call)
     if master_port >= 65535:
         raise DslaunchError(
             f"--master-port {master_port}: the pods' control channel takes the next port; give a lower "
             "--master-port or an --rdzv-endpoint HOST:PORT",
             option="--master-port",
         )
-    return PodSettings(master_addr, master_port + 1, pods.join_timeout)
+    return PodSettings(master_addr, master_port + 1, pods.join_timeout, low, high, pods.last_call)
+
+
+def _mesh_nodes(
+    mesh: MeshChoice, nodes: tuple[NodePlan, ...], pod_range: tuple[int, int] | None
+) -> tuple[NodePlan, ...]:
+    """The nodes to check the mesh on: all of them; of an elastic pod job the most pods whose world it fits (each
+    attempt is checked again on the pods it has), or all when none fits (the error names the plan's MAX)."""
+    if pod_range is None:
+        return nodes
+    from dslaunch.mesh import MeshConfigError, resolve
+
+    for count in range(pod_range[1], pod_range[0] - 1, -1):
+        try:
+            resolve(mesh.spec, sum(n.nproc for n in nodes[:count]))
+        except MeshConfigError:
+            continue
+        return nodes[:count]
+    return nodes
+
+
+def _elastic_pod_range(c: Choices) -> tuple[int, int] | None:
+    """(MIN, MAX) of an elastic pod job: one launcher per node without a hostfile, and --nnodes MIN:MAX, or N with
+    --rdzv-backend c10d and no --node-rank (torchrun's c10d shape, where the rendezvous gives the node ranks)."""
+    given = c.core.nnodes_range
+    if given is None or c.core.pool is not None or given[1] < 2:
+        return None
+    c10d = c.pods is not None and c.pods.backend == "c10d"
+    if given[0] == given[1] and not (c10d and c.remote.node_rank is None):
+        return None
+    return given
+
+
+def _elastic_pod_nodes(c: Choices, pod_range: tuple[int, int], environ: Mapping[str, str]) -> tuple[NodePlan, ...]:
+    """Up to MAX alike pods, this one first: the coordinator lays each attempt out again (job.elastic.pods_layout)."""
+    import socket
+
+    core = c.core
+    if not core.master_addr and (c.pods is None or c.pods.endpoint is None):
+        raise DslaunchError(
+            f"--nnodes {pod_range[0]}:{pod_range[1]} without a hostfile is one launcher per pod: give "
+            "--rdzv-endpoint HOST[:PORT] (or PET_RDZV_ENDPOINT), where the pods meet, or --master-addr; or give "
+            "-H HOSTFILE listing the candidate hosts (one dslaunch starts them all)",
+            option="--nnodes",
+        )
+    if core.include or core.exclude or core.num_nodes is not None:
+        raise DslaunchError("--include, --exclude and --num-nodes need a hostfile", option="--nnodes")
+    slots = next(iter(resource_pool(core, environ).values()))
+    hosts = [socket.gethostname(), *(f"pod{i}" for i in range(1, pod_range[1]))]
+    size = len(slots)
+    return tuple(NodePlan(host, i, slots, tuple(range(i * size, (i + 1) * size))) for i, host in enumerate(hosts))
 
 
 def _pod_nodes(c: Choices, environ: Mapping[str, str]) -> tuple[NodePlan, ...]:

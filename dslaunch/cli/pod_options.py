@@ -14,10 +14,10 @@ from dslaunch.errors import DslaunchError
 
 DEFAULT_RDZV_PORT = 29400  # torchrun's, for an --rdzv-endpoint without a port
 DEFAULT_JOIN_TIMEOUT = 600.0  # torchrun's join_timeout
+DEFAULT_LAST_CALL = 2.0  # torchrun's last_call_timeout is 30 s: an elastic attempt with MIN pods waits this long
 # torchrun's --rdzv-conf keys: the ones dslaunch uses, and the ones it accepts and ignores (said in --help)
-USED_CONF = ("join_timeout",)
+USED_CONF = ("join_timeout", "last_call_timeout")
 IGNORED_CONF = (
-    "last_call_timeout",
     "close_timeout",
     "read_timeout",
     "timeout",
@@ -43,15 +43,17 @@ PARAMS: list[click.Parameter] = [
         type=click.Choice(["static", "c10d"]),
         default="static",
         show_default=True,
-        help="Accepted as torchrun's; both mean dslaunch's own authenticated channel to node rank 0 "
-        "(docs/kubernetes.md), with --node-rank required.",
+        help="Both mean dslaunch's own authenticated channel between the pods (docs/kubernetes.md); c10d without "
+        "--node-rank (or with --nnodes MIN:MAX) is the elastic shape: the coordinator gives the node ranks.",
     ),
     click.Option(
         ["--rdzv-conf", "--rdzv_conf", "rdzv_conf"],
         envvar=pet("rdzv_conf"),
         metavar="KEY=VALUE,...",
         help=f"torchrun's rendezvous settings: join_timeout=SECONDS (how long the pods wait for each other, default "
-        f"{DEFAULT_JOIN_TIMEOUT:g}) is used; {', '.join(IGNORED_CONF[:3])} and the rest are accepted and ignored.",
+        f"{DEFAULT_JOIN_TIMEOUT:g}) and last_call_timeout=SECONDS (with MIN of MIN:MAX pods, how long to wait for "
+        f"more, default {DEFAULT_LAST_CALL:g}) are used; {', '.join(IGNORED_CONF[:3])} and the rest are accepted and "
+        "ignored.",
     ),
 ]
 
@@ -61,14 +63,17 @@ class PodChoices:
     endpoint: tuple[str, int] | None
     backend: str
     join_timeout: float
+    last_call: float = DEFAULT_LAST_CALL
 
 
 def parse(values: Mapping[str, Any]) -> PodChoices:
     endpoint = values.get("rdzv_endpoint") or None
+    conf = _conf(values.get("rdzv_conf") or "")
     return PodChoices(
         endpoint=_endpoint(endpoint) if endpoint else None,
         backend=values.get("rdzv_backend") or "static",
-        join_timeout=_join_timeout(values.get("rdzv_conf") or ""),
+        join_timeout=conf.get("join_timeout", DEFAULT_JOIN_TIMEOUT),
+        last_call=conf.get("last_call_timeout", DEFAULT_LAST_CALL),
     )
 
 
@@ -93,8 +98,12 @@ def _endpoint(text: str) -> tuple[str, int]:
     return host, port
 
 
-def _join_timeout(text: str) -> float:
-    timeout = DEFAULT_JOIN_TIMEOUT
+LIMITS = {"join_timeout": 7 * 86400.0, "last_call_timeout": 60.0}
+
+
+def _conf(text: str) -> dict[str, float]:
+    """The keys of torchrun's --rdzv-conf that dslaunch uses, checked; the others it accepts are dropped."""
+    used: dict[str, float] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, sep, value = item.partition("=")
         key = key.strip()
@@ -103,13 +112,17 @@ def _join_timeout(text: str) -> float:
                 f"{item!r}: give KEY=VALUE pairs, KEY one of {', '.join(USED_CONF + IGNORED_CONF)}",
                 option="--rdzv-conf",
             )
-        if key == "join_timeout":
+        if key in LIMITS:
             try:
-                timeout = float(value)
+                seconds = float(value)
             except ValueError:
-                timeout = -1.0
-            if not 0 < timeout <= 7 * 86400:
+                seconds = -1.0
+            low_ok = seconds > 0 if key == "join_timeout" else seconds >= 0
+            if not (low_ok and seconds <= LIMITS[key]):
                 raise DslaunchError(
-                    f"join_timeout={value}: give seconds, more than 0 and at most a week", option="--rdzv-conf"
+                    f"{key}={value}: give seconds, {'more than 0' if key == 'join_timeout' else 'from 0'} and at most "
+                    f"{LIMITS[key]:g}",
+                    option="--rdzv-conf",
                 )
-    return timeout
+            used[key] = seconds
+    return used

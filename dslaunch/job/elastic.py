@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from dslaunch.mesh import MeshConfigError, parse_spec, resolve
-from dslaunch.plan import Elastic, LaunchPlan, assign_ranks
+from dslaunch.plan import Elastic, LaunchPlan, NodePlan, assign_ranks
 
 Quarantine = Mapping[str, str]  # host -> why it is left out, in the order it was blamed
 
@@ -44,6 +44,25 @@ def layout(plan: LaunchPlan, hosts: Sequence[str], master_addr: str) -> LaunchPl
                 f"{exc.message} (on {len(nodes)} node(s), {world} ranks: {', '.join(hosts)})"
             ) from None
     return replace(plan, nodes=nodes, master_addr=master_addr)
+
+
+def pods_layout(plan: LaunchPlan, node_rank: int, hosts: Sequence[str]) -> LaunchPlan:
+    """An elastic pod job's attempt (one launcher per node): ``hosts`` by node rank, alike nodes with this node's
+    slots, this pod being ``node_rank``. Raises :class:`MeshConfigError` when the mesh cannot fit the world."""
+    slots = plan.nodes[0].slots
+    size = len(slots)
+    nodes = tuple(NodePlan(host, i, slots, tuple(range(i * size, (i + 1) * size))) for i, host in enumerate(hosts))
+    _check_mesh(plan, len(nodes) * size, f"{len(nodes)} pod(s)")
+    return replace(plan, nodes=nodes, manual_node=node_rank)
+
+
+def _check_mesh(plan: LaunchPlan, world: int, where: str) -> None:
+    mesh = dict(plan.env).get("DSLAUNCH_MESH")
+    if mesh is not None:
+        try:
+            resolve(parse_spec(mesh), world)
+        except MeshConfigError as exc:
+            raise MeshConfigError(f"{exc.message} (on {where}, {world} ranks)") from None
 
 
 def left_out_line(quarantine: Quarantine, hosts: Sequence[str]) -> str:

@@ -16,10 +16,11 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from dslaunch import wire
-from dslaunch.pods import handshake
+from dslaunch.pods import assign, handshake
+from dslaunch.pods.assign import Shape, Waiting
 from dslaunch.pods.link import SILENT, Link, read_handshake_line
 
 MAX_PENDING = 32
@@ -28,14 +29,16 @@ END_DRAIN = 2.0  # how long the coordinator waits for the pods to take the end o
 
 
 class Coordinator:
-    def __init__(self, key: bytes, run_id: str, expected: set[int]) -> None:
+    def __init__(self, key: bytes, run_id: str, shape: Shape) -> None:
         self.key = key
         self.run_id = run_id
-        self.expected = expected  # the node ranks of the other pods
-        self.joined: dict[int, Link] = {}  # pods waiting for the next attempt's start
+        self.shape = shape
+        self.joined: dict[int, tuple[Waiting, Link]] = {}  # pods waiting for the next attempt, by join order
         self.current: list[PodLink] = []
+        self.attempt = 0  # the attempt running, or last run
         self.turned_away = 0  # connections that failed the handshake or came in excess
         self.seen = -1  # the latest attempt a joining pod took part in (a recreated coordinator goes on from it)
+        self._joins = 0
         self._cond = threading.Condition()
         self._pending = threading.BoundedSemaphore(MAX_PENDING)
         self._server: socket.socket | None = None
@@ -49,30 +52,50 @@ class Coordinator:
         self._server = server
         threading.Thread(target=self._accept_loop, args=(server,), name="pods accept", daemon=True).start()
 
-    def gather(self, deadline: float, stopped: list[int]) -> set[int]:
-        """Wait until every other pod has joined, the deadline passes or a signal comes; the pods missing."""
+    def gather(self, deadline: float, stopped: list[int]) -> bool:
+        """Wait until the next attempt can start (``assign.ready``), the deadline passes or a signal comes."""
+        enough_since: float | None = None
         with self._cond:
             while True:
-                missing = {r for r in self.expected if r not in self.joined or self.joined[r].closed}
-                if not missing or stopped or time.monotonic() >= deadline:
-                    return missing
-                self._cond.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+                waiting = self._waiting()
+                now = time.monotonic()
+                if enough_since is None and assign.enough(self.shape, waiting):
+                    enough_since = now
+                elif not assign.enough(self.shape, waiting):
+                    enough_since = None
+                if assign.ready(self.shape, waiting, enough_since, now):
+                    return True
+                if stopped or now >= deadline:
+                    return False
+                self._cond.wait(min(0.1, max(0.0, deadline - now)))
 
-    def start(self, attempt: int, host: str) -> list[PodLink]:
-        """Tell every joined pod to start ``attempt`` (``host``: ours): the attempt's handles, in node-rank order."""
+    def lacking(self) -> str:
+        """Which pods the next attempt still lacks, in words."""
         with self._cond:
-            links, self.joined = self.joined, {}
-        self.current = [PodLink(self, rank, links[rank]) for rank in sorted(links)]
+            waiting = self._waiting()
+        if self.shape.fixed:
+            return f"node(s) {', '.join(map(str, sorted(assign.missing(self.shape, waiting))))}"
+        return f"pods: {1 + len(waiting)} of at least {self.shape.nnodes_min}"
+
+    def start(self, attempt: int, host: str, check: Callable[[list[str]], object]) -> tuple[list[PodLink], list[str]]:
+        """Start ``attempt`` (``host``: ours) on the pods ``assign`` picks: their handles in node-rank order, and
+        every node's host; the pods left over are told they stand by. ``check(hosts)`` runs first: what it raises
+        starts nothing (the pods stay joined)."""
+        with self._cond:
+            waiting = {key: pair for key, pair in self.joined.items() if not pair[1].closed}
+            ranks, standbys = assign.assign(self.shape, [w for w, _link in waiting.values()])
+            by_rank = sorted((rank, key) for key, rank in ranks.items())
+            check([host, *(waiting[key][0].host for _rank, key in by_rank)])
+            self.joined = {key: waiting[key] for key in standbys}
+            self.attempt = attempt
+            # under the lock: a pod joining from now on hears that it stands by (_handshake)
+            self.current = [PodLink(self, rank, waiting[key][0].host, waiting[key][1]) for rank, key in by_rank]
+        hosts = [host, *(pod.host for pod in self.current)]
         for pod in self.current:
-            pod.link.send({"t": "start", "attempt": attempt, "host": host})
-        return self.current
-
-    def refuse_joined(self, why: str) -> None:
-        with self._cond:
-            links, self.joined = self.joined, {}
-        for link in links.values():
-            link.send({"t": "refused", "why": why})
-            link.close()
+            pod.link.send({"t": "start", "attempt": attempt, "node_rank": pod.node_rank, "hosts": hosts})
+        for key in standbys:
+            self.joined[key][1].send({"t": "standby", "attempt": attempt, "nnodes": len(hosts)})
+        return self.current, hosts
 
     def relay(self, event: wire.Event, source: int) -> None:
         """Send ``event`` to every pod of the attempt but ``source`` (the node rank it concerns)."""
@@ -90,10 +113,19 @@ class Coordinator:
             pod.drain(deadline)
         self.current = []
 
-    def close(self) -> None:
+    def close(self, code: int, why: str = "") -> None:
+        """The job is over: stop listening, and end the pods still waiting (standbys) with ``code``; ``why``:
+        the job never started."""
         if self._server is not None:
             self._server.close()
-        self.refuse_joined("the job is over")
+        with self._cond:
+            pairs, self.joined = list(self.joined.values()), {}
+        for _waiting, link in pairs:
+            link.send({"t": "refused", "why": why} if why else {"t": "end", "code": code, "last": True})
+            link.close()
+
+    def _waiting(self) -> list[Waiting]:
+        return [w for w, link in self.joined.values() if not link.closed]
 
     # ---- admission -----------------------------------------------------------------------------------
     def _accept_loop(self, server: socket.socket) -> None:
@@ -130,39 +162,45 @@ class Coordinator:
         if joiner is None or got is None:
             return None
         link = Link(conn, joiner.host, got[1])
-        why = self._refusal(joiner.node_rank)
-        if why is not None:
-            link.send({"t": "refused", "why": why})
-            link.close()
-            return link
-        link.send_raw(handshake.welcome(self.key, self.run_id, server_nonce, joiner.nonce))
-        link.start_heartbeats()
         with self._cond:
-            self.joined[joiner.node_rank] = link
-            self.seen = max(self.seen, joiner.seen)
-            self._cond.notify_all()
+            why = self._refusal(joiner.node_rank)
+            if why is None:
+                link.send_raw(handshake.welcome(self.key, self.run_id, server_nonce, joiner.nonce))
+                link.start_reader()
+                link.start_heartbeats()
+                self._joins += 1
+                self.joined[self._joins] = (Waiting(self._joins, joiner.node_rank, joiner.host), link)
+                self.seen = max(self.seen, joiner.seen)
+                if self.current:  # an attempt runs without it: it stands by for the next
+                    link.send({"t": "standby", "attempt": self.attempt, "nnodes": 1 + len(self.current)})
+                self._cond.notify_all()
+                return link
+        link.send({"t": "refused", "why": why})
+        link.close()
         return link
 
     def _refusal(self, node_rank: int) -> str | None:
-        if node_rank not in self.expected:
-            ranks = sorted(self.expected | {0})
-            return f"node rank {node_rank} is not one of this job's ({ranks[0]}..{ranks[-1]}; 0 is the coordinator)"
-        with self._cond:
-            held = self.joined.get(node_rank)
-            if held is not None and not held.closed:
-                return f"node rank {node_rank} has already joined (from {held.peer})"
+        """Why a pod of this node rank cannot join (called with the lock held), or None."""
+        if not self.shape.fixed:
+            return None
+        if not 0 < node_rank < self.shape.nnodes_max:
+            last = self.shape.nnodes_max - 1
+            return f"node rank {node_rank} is not one of this job's (0..{last}; 0 is the coordinator)"
+        held = next((link for w, link in self.joined.values() if w.node_rank == node_rank and not link.closed), None)
+        if held is not None:
+            return f"node rank {node_rank} has already joined (from {held.peer})"
         return None
 
 
 class PodLink:
     """The coordinator's handle on one pod for one attempt (an ``AgentHandle``, ``job/protocols.py``)."""
 
-    def __init__(self, coordinator: Coordinator, node_rank: int, link: Link) -> None:
+    def __init__(self, coordinator: Coordinator, node_rank: int, host: str, link: Link) -> None:
         self.coordinator = coordinator
         self.node_rank = node_rank
-        self.host = link.peer
+        self.host = host
         self.link = link
-        self._lines = link.lines()
+        self._lines = link.received()
         self._ended = threading.Event()
         self._asked_to_stop = False
         self._failed_rank = False
@@ -205,15 +243,12 @@ class PodLink:
         return 0 if self._ended.wait(timeout) else None
 
     def drain(self, deadline: float) -> None:
-        """Read until the pod closes its side (so the end message is not cut off by a reset), or the deadline."""
+        """Wait until the pod closes its side (so the end message is not cut off by a reset), or the deadline."""
         try:
             self.link.sock.shutdown(socket.SHUT_WR)
-            while time.monotonic() < deadline:
-                self.link.sock.settimeout(max(0.01, deadline - time.monotonic()))
-                if not self.link.sock.recv(65536):
-                    break
         except OSError:
             pass
+        self.link.wait_closed(max(0.0, deadline - time.monotonic()))  # its reader sees the pod's side close
         self.link.close()
 
 

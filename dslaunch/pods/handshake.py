@@ -26,7 +26,7 @@ MAX_HOST = 253  # a DNS name's longest
 class Joiner:
     """Who a pod said it was, once its MAC checked out."""
 
-    node_rank: int
+    node_rank: int  # -1: none asked (an elastic job's new pod)
     host: str
     nonce: str
     seen: int  # the last attempt this pod took part in (-1: none), so a recreated coordinator goes on counting
@@ -69,7 +69,7 @@ def check_answer(key: bytes, run_id: str, server_nonce: str, raw: bytes) -> Join
     if obj is None:
         return None
     node_rank, host, seen, client_nonce, proof = (obj.get(k) for k in ("node_rank", "host", "seen", "nonce", "mac"))
-    if not (type(node_rank) is int and 0 <= node_rank < 1 << 20 and isinstance(host, str) and len(host) <= MAX_HOST):
+    if not (type(node_rank) is int and -1 <= node_rank < 1 << 20 and isinstance(host, str) and len(host) <= MAX_HOST):
         return None
     if not (type(seen) is int and -1 <= seen < 1 << 20):
         return None

@@ -9,6 +9,7 @@ Each side sends a heartbeat every ``HEARTBEAT`` seconds whatever else it sends; 
 from __future__ import annotations
 
 import json
+import queue
 import socket
 import threading
 import time
@@ -79,11 +80,29 @@ class Link:
                 return
             self._buf += chunk
 
+    def start_reader(self) -> None:
+        """Read on a thread of its own from now on (``received``): a waiting pod's silence is noticed too."""
+        self._inbox: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        threading.Thread(target=self._read, name=f"reader {self.peer}", daemon=True).start()
+
+    def received(self) -> Iterator[str]:
+        """With ``start_reader``: the lines read, until the connection ends."""
+        while (line := self._inbox.get()) is not None:
+            yield line
+
+    def _read(self) -> None:
+        for line in self.lines():
+            self._inbox.put(line)
+        self._inbox.put(None)
+
     def start_heartbeats(self) -> None:
         threading.Thread(target=self._beat, name=f"heartbeat {self.peer}", daemon=True).start()
 
     def close(self) -> None:
         self._end("closed")
+
+    def wait_closed(self, timeout: float) -> bool:
+        return self._closed.wait(timeout)
 
     def _beat(self) -> None:
         while not self._closed.wait(HEARTBEAT):

@@ -28,12 +28,25 @@ class Joined:
     link: Link
     lines: Iterator[str]
     attempt: int
-    host: str  # the coordinator's host name, as its own summaries name it
+    node_rank: int  # this pod's in the attempt (an elastic job's coordinator assigns it)
+    hosts: tuple[str, ...]  # every node's host, by node rank: the coordinator's first
+
+    @property
+    def host(self) -> str:
+        """The coordinator's host name, as its own summaries name it."""
+        return self.hosts[0]
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The job ended while this pod waited (a standby): it exits with the job's code."""
+
+    code: int
 
 
 def join(
     address: tuple[str, int], key: bytes, run_id: str, me: tuple[int, str, int], *, deadline: float, stopped: list[int]
-) -> Joined | str:
+) -> Joined | Ended | str:
     """This pod (``me``: node rank, host, last attempt taken part in) in the coordinator's next attempt, or why
     not."""
     why = f"the coordinator at {address[0]}:{address[1]} did not answer"
@@ -77,43 +90,67 @@ def _handshake(sock: socket.socket, key: bytes, run_id: str, me: tuple[int, str,
     return Link(sock, "the coordinator", got[1])
 
 
-def _wait_for_start(link: Link, deadline: float, stopped: list[int]) -> Joined | str:
+def _wait_for_start(link: Link, deadline: float, stopped: list[int]) -> Joined | Ended | str:
+    """Wait for the start (a standby waits on, past the join deadline), the job's end, or a refusal."""
     link.start_heartbeats()
     lines = link.lines()
-    started = threading.Event()
-    threading.Thread(target=_close_unless, args=(link, started, deadline, stopped), daemon=True).start()
+    waiting = _Wait(deadline)
+    threading.Thread(target=_close_unless, args=(link, waiting, stopped), daemon=True).start()
     for line in lines:
         message = control(line)
         if message is None:
             continue
-        if message["t"] == "start" and type(message.get("attempt")) is int:
-            started.set()
-            return Joined(link, lines, message["attempt"], str(message.get("host", ""))[:253] or link.peer)
-        if message["t"] == "refused":
+        kind = message["t"]
+        if kind == "start" and type(message.get("attempt")) is int and type(message.get("node_rank")) is int:
+            waiting.started.set()
+            hosts = tuple(str(h)[:253] for h in message.get("hosts") or ()) or (link.peer,)
+            return Joined(link, lines, message["attempt"], message["node_rank"], hosts)
+        if kind == "standby" and waiting.deadline != float("inf"):
+            waiting.deadline = float("inf")
+            _say(
+                f"dslaunch: this pod stands by: attempt {message.get('attempt', 0) + 1} runs on "
+                f"{message.get('nnodes')} pods; it waits, connected, to replace one that is lost"
+            )
+        if kind == "end" and type(message.get("code")) is int:
+            link.close()
+            return Ended(message["code"])
+        if kind == "refused":
             link.close()
             return f"the coordinator ended the job before it started: {message.get('why')}"
     if stopped:
         return "stopped by a signal while waiting for the other pods"
-    if time.monotonic() >= deadline:
+    if time.monotonic() >= waiting.deadline:
         return "the other pods did not all join in time"
     return f"the coordinator's connection ended ({link.why})"
 
 
-def _close_unless(link: Link, started: threading.Event, deadline: float, stopped: list[int]) -> None:
+class _Wait:
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.started = threading.Event()
+
+
+def _close_unless(link: Link, waiting: _Wait, stopped: list[int]) -> None:
     """End the wait for the start at the join deadline or a signal (the reader is blocked in recv)."""
-    while not started.wait(0.05):
+    while not waiting.started.wait(0.05):
         if link.closed:
             return
-        if stopped or time.monotonic() >= deadline:
+        if stopped or time.monotonic() >= waiting.deadline:
             link.close()
             return
+
+
+def _say(text: str) -> None:
+    from dslaunch.output.sink import STALL, write_within
+
+    write_within(2, (text + "\n").encode(), STALL)
 
 
 class CoordinatorLink:
     """The coordinator as seen from another pod, for one attempt (an ``AgentHandle``)."""
 
     def __init__(self, joined: Joined, local: AgentHandle) -> None:
-        self.node_rank = 0
+        self.node_rank = 0  # the coordinator's
         self.host = joined.host
         self.link = joined.link
         self.local = local

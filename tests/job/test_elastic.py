@@ -215,4 +215,4 @@ def test_bad_node_ranges_are_refused(hostfile: str, args: list[str], needle: str
 
 def test_a_range_without_a_hostfile_says_what_to_use() -> None:
     code, err = cli_error(["--nnodes", "1:4", "x.py"], env={"DSLAUNCH_HOSTFILE": None})
-    assert code == 2 and "no elastic node range without a hostfile" in err and "-H HOSTFILE" in err, err
+    assert code == 2 and "give --rdzv-endpoint HOST[:PORT]" in err and "-H HOSTFILE" in err, err

@@ -13,6 +13,7 @@ import pytest
 
 from dslaunch.pods import coordinator as coordinator_mod
 from dslaunch.pods import handshake
+from dslaunch.pods.assign import Shape
 from dslaunch.pods.coordinator import Coordinator
 from dslaunch.pods.member import Joined, join
 from tests.runners.pods import free_port_pair
@@ -23,10 +24,10 @@ KEY, RUN = b"job-secret", "run-7"
 @pytest.fixture
 def door() -> Iterator[tuple[Coordinator, int]]:
     port = free_port_pair()
-    coordinator = Coordinator(KEY, RUN, {1, 2})
+    coordinator = Coordinator(KEY, RUN, Shape(3, 3, fixed=True))
     coordinator.listen(port)
     yield coordinator, port
-    coordinator.close()
+    coordinator.close(0)
 
 
 def _join_in_thread(port: int, node_rank: int, key: bytes = KEY, timeout: float = 15) -> Future[Joined | str]:
@@ -45,11 +46,13 @@ def _result(future: Future[Joined | str], timeout: float = 20) -> Joined | str:
 def test_the_pods_join_and_start_the_attempt_the_coordinator_names(door: tuple[Coordinator, int]) -> None:
     coordinator, port = door
     pods = [_join_in_thread(port, r) for r in (1, 2)]
-    assert coordinator.gather(time.monotonic() + 10, []) == set()
-    links = coordinator.start(3, "pod-0")
-    assert [p.node_rank for p in links] == [1, 2] and [p.host for p in links] == ["pod-1", "pod-2"]
+    assert coordinator.gather(time.monotonic() + 10, [])
+    links, hosts = coordinator.start(3, "pod-0", lambda hosts: None)
+    assert [p.node_rank for p in links] == [1, 2] and hosts == ["pod-0", "pod-1", "pod-2"]
     joined = [_result(p) for p in pods]
-    assert all(isinstance(j, Joined) and j.attempt == 3 and j.host == "pod-0" for j in joined), joined
+    assert [(j.attempt, j.node_rank, j.hosts) for j in joined if isinstance(j, Joined)] == [
+        (3, r, ("pod-0", "pod-1", "pod-2")) for r in (1, 2)
+    ], joined
 
 
 def test_a_pod_with_another_secret_or_node_rank_is_told_why(door: tuple[Coordinator, int]) -> None:
@@ -99,13 +102,13 @@ def test_junk_floods_and_slow_clients_are_dropped_and_the_pods_still_get_in(
         held.append(s)
     pods = [_join_in_thread(port, r, timeout=30) for r in (1, 2)]
     began = time.monotonic()
-    missing = coordinator.gather(time.monotonic() + 25, [])
+    ready = coordinator.gather(time.monotonic() + 25, [])
     took = time.monotonic() - began
     for s in held:
         s.close()
-    assert missing == set(), f"the pods could not join past the flood ({coordinator.turned_away} turned away)"
+    assert ready, f"the pods could not join past the flood ({coordinator.turned_away} turned away)"
     assert took < coordinator_mod.HANDSHAKE_TIME * 2 + 2, f"the flood held the pods up for {took:.1f} s"
     assert coordinator.turned_away >= 200 - coordinator_mod.MAX_PENDING
-    coordinator.start(0, "pod-0")
+    coordinator.start(0, "pod-0", lambda hosts: None)
     assert all(isinstance(_result(p), Joined) for p in pods)
     assert threading.active_count() < coordinator_mod.MAX_PENDING + 20  # no thread per flooding connection

@@ -35,7 +35,7 @@ def _pod(node_rank: int, port: int, script: str, extra: dict[str, str] | None = 
 POD = {"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_NPROC_PER_NODE": "2"}
 POD |= {"PET_MASTER_ADDR": "10.0.0.1", "PET_MASTER_PORT": "29400", "CUDA_VISIBLE_DEVICES": ""}
 INCOMPLETE = [
-    ({"PET_NNODES": "1:4"}, "no elastic node range"),
+    ({"PET_NNODES": "1:4"}, "give --rdzv-endpoint HOST[:PORT]"),
     ({"PET_NNODES": "2"}, "give its --node-rank"),
     ({"PET_NNODES": "2", "PET_NODE_RANK": "0", "PET_MASTER_PORT": "29400"}, "give --master-addr"),
     ({"PET_NNODES": "2", "PET_NODE_RANK": "2", "PET_MASTER_ADDR": "h", "PET_MASTER_PORT": "1"}, "0..1"),

@@ -4,6 +4,7 @@ same root cause and exit code on both."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -103,7 +104,20 @@ def test_restarts_are_the_jobs_and_a_recreated_pod_joins_the_next_attempt(tmp_pa
     (code0, _, err0), (code1, _, err1) = finish(pods)
     assert (code0, code1) == (0, 0), (err0, err1)
     attempts = sorted((tmp_path / "attempts.txt").read_text().split("\n")[:-1])
-    assert attempts == [f"{a} {r}" for a in (0, 1) for r in range(4)], attempts
+    assert attempts == [f"{a} {r} 4" for a in (0, 1) for r in range(4)], attempts
     survivor = err1 if victim == 0 else err0
     assert f"attempt 1: exit 1: node {victim} ({os.uname().nodename}) disappeared" in survivor, survivor
     assert nothing_left(run_id) == []
+
+
+@pytest.mark.parametrize("preload", [[], ["--preload", "json", "--max-restarts", "1"]])
+def test_no_rank_inherits_the_secret(tmp_path: Path, preload: list[str]) -> None:
+    """The launcher takes the secret out of its environment before anything starts, a warm zygote included
+    (whose environment block a forked rank shows in /proc)."""
+    run_id = f"podkeep{len(preload)}{os.getpid()}"
+    pods = _two_pods(tmp_path, run_id, [*preload, str(SCRIPTS / "environ_has.py"), "DSLAUNCH_JOB_SECRET"])
+    results = finish(pods)
+    assert [code for code, _, _ in results] == [0, 0], [err for _, _, err in results]
+    ranks = [json.loads(line.split("]: ", 1)[1]) for _, out, _ in results for line in out.splitlines()]
+    assert sorted(r["rank"] for r in ranks) == [0, 1, 2, 3]
+    assert not any(r["os"] or r["proc"] for r in ranks), ranks
