@@ -2,13 +2,15 @@
 
 Every process of a job carries ``DSLAUNCH_RUN_ID`` (and each rank's ``NODE_RANK``) in its
 environment, which its children inherit; a node agent is also a child subreaper, so what a
-rank double-forks stays among the agent's descendants.
+rank double-forks stays among the agent's descendants, and the local launcher is one too, so
+what a killed agent leaves behind becomes its child (``kill_adopted``), environment or not.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Collection
 
 
 def _ancestors(pid: int, proc: str) -> set[int]:
@@ -79,3 +81,41 @@ def kill_job(run_id: str, node_rank: int | None = None, proc: str = "/proc") -> 
         except (ProcessLookupError, PermissionError):
             pass
     return pids
+
+
+def kill_adopted(known: Collection[int], proc: str = "/proc") -> list[int]:
+    """SIGKILL every child of this process that it did not start itself (not in ``known``), with everything below
+    it: as a child subreaper, this process adopts what a dead agent's ranks double-forked, found so even with no
+    run id in its environment. Reaps the adopted children; returns the pids signalled."""
+    me = os.getpid()
+    adopted = [pid for pid in descendants_once(me, proc) if pid not in known]
+    signalled = []
+    for pid in adopted:
+        for target in (pid, *descendants(pid, proc)):
+            try:
+                os.kill(target, signal.SIGKILL)
+                signalled.append(target)
+            except (ProcessLookupError, PermissionError):
+                pass
+    for pid in adopted:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+    return signalled
+
+
+def descendants_once(pid: int, proc: str = "/proc") -> list[int]:
+    """``pid``'s children."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"{proc}/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f"{proc}/{pid}/task/{tid}/children", encoding="ascii") as f:
+                found += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            continue
+    return found

@@ -11,7 +11,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from dslaunch import wire
 from dslaunch.errors import DslaunchError
@@ -102,14 +102,19 @@ class LocalAgent:
 
     An agent that ends without its ``Done`` (SIGKILL, the OOM killer, a crash) did not sweep its node: its ranks
     die with it (parent-death signal), but not what they double-forked, so the launcher sweeps this machine for
-    the node's processes once it sees the agent gone, as the remote reaper does (docs/teardown.md).
+    the node's processes once it sees the agent gone, as the remote reaper does (docs/teardown.md); and as the
+    launcher is a child subreaper, what they double-forked has become its child: it ends that too, run id or not.
     """
+
+    started: ClassVar[set[int]] = set()  # every agent this launcher forked: its own children, never "adopted"
 
     def __init__(self, plan: LaunchPlan, node_rank: int, warm: Mapping[int, Zygote | None] | None = None) -> None:
         self.node_rank = node_rank
         self.host = plan.node(node_rank).host
         self.run_id = plan.run_id
         self.proc = _ForkedAgent(plan, node_rank, warm)
+        LocalAgent.started.add(self.proc.pid)
+        self._zygotes = {z.proc.pid for z in (warm or {}).values() if z is not None and z.proc is not None}
         self._stopped = False
         self._done = False  # the agent sent Done: it has swept its node itself
         self._swept = False
@@ -149,6 +154,7 @@ class LocalAgent:
         if status is not None and not self._done and not self._swept:
             self._swept = True
             procs.kill_job(self.run_id, self.node_rank)
+            procs.kill_adopted(LocalAgent.started | self._zygotes)  # what they left that hides its run id
         return status
 
 
@@ -170,6 +176,7 @@ class LocalRunner:
 
         handles = []
         prctl.load()
+        prctl.set_child_subreaper()  # what a killed agent's ranks left behind comes to us (LocalAgent.wait)
         if self._warm is None:  # kept for every attempt of the job: the agents, forks of this process, get it
             self._warm = WarmZygotes()
         self._warm.prepare(plan)

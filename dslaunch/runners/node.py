@@ -68,6 +68,7 @@ class NodeRunner:
             from dslaunch.agent.preload.warm import WarmZygotes
 
             prctl.load()
+            prctl.set_child_subreaper()  # what a killed agent's ranks left behind comes to us (LocalAgent.wait)
             self._warm = WarmZygotes()
         self._warm.prepare(plan, node_rank)  # warm while the pods join, and kept from attempt to attempt
         if key is None:

@@ -216,3 +216,39 @@ def test_the_first_rank_to_fail_is_the_root_cause_even_when_it_exits_last(tmp_pa
     assert result.returncode == 1, result.stderr
     assert "rank 1 (local_rank 1, node 0) on host localhost exited with code 1 [root cause" in result.stderr
     assert "ValueError: boom from rank 1, which fails first" in result.stderr
+
+
+@pytest.mark.launch
+def test_a_daemon_without_the_run_id_goes_when_its_agent_is_killed(tmp_path: Path) -> None:
+    """A rank's daemon that left the session and cleared its environment: the sweep cannot find it by run id, but
+    the launcher, a child subreaper, adopts it when the agent dies, and ends it (issue 31, item 4)."""
+    import psutil
+
+    proc = subprocess.Popen(
+        [*DSLAUNCH, "--nproc-per-node", "2", "--master-port", "0", str(SCRIPTS / "bare_daemon.py"), str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert all(wait_for_file(str(tmp_path / f"ready.{r}"), 30) for r in range(2)), proc.communicate(timeout=5)
+        daemons = [int((tmp_path / f"daemon.{r}").read_text()) for r in range(2)]
+        assert all(psutil.pid_exists(pid) for pid in daemons)
+        agent = psutil.Process(proc.pid).children()[0]
+        agent.kill()
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 137, err
+    assert "disappeared" in err, err
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in daemons) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in daemons if _alive(pid)], "the daemons outlived their agent"
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

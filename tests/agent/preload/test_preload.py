@@ -3,6 +3,7 @@ exec with one warning and the job still runs (docs/preload.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -197,11 +198,14 @@ def test_a_killed_agent_takes_the_forked_ranks_with_it(tmp_path: Path) -> None:
         _, alive = psutil.wait_procs([psutil.Process(pid) for pid in pids], timeout=10)
         assert not alive
         assert proc.wait(timeout=30) != 0
+        # their children had no parent-death signal; the launcher, a child subreaper, adopted and ended them
+        assert not [pid for pid in grandchildren if psutil.pid_exists(pid)]
     finally:
         proc.kill()
         proc.wait()
         for pid in grandchildren:
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.torch_api
