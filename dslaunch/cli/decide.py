@@ -21,6 +21,7 @@ from dslaunch.cli.mesh_options import MeshChoice
 from dslaunch.cli.parity_options import ParityChoices
 from dslaunch.cli.pod_options import DEFAULT_JOIN_TIMEOUT, PodChoices
 from dslaunch.cli.remote_options import RemoteChoices
+from dslaunch.cli.slurm_hosts import SlurmHosts
 from dslaunch.errors import DslaunchError
 from dslaunch.inputs import hostfile
 from dslaunch.inputs.config import unknown_key_warnings
@@ -69,15 +70,7 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
     slurm = slurm_hosts.hosts(slurm_kind, core, c.parity.launcher_args, environ) if slurm_kind else None
     _check_node_range(c, slurm.settings.mode if slurm else None)
     pod_range = None if slurm else _elastic_pod_range(c)
-    elastic = Elastic()
-    if slurm:
-        nodes, elastic = slurm.nodes, slurm.elastic
-    elif pod_range is not None:
-        nodes = _elastic_pod_nodes(c, pod_range, environ)
-    elif (core.nnodes or 1) > 1:
-        nodes = _pod_nodes(c, environ)
-    else:
-        nodes, elastic = _nodes(core, environ)
+    nodes, elastic = _where(c, slurm, pod_range, environ)
     pod_rank = 0 if pod_range is not None else c.remote.node_rank  # a pod's launcher is the "node" runner
     launcher = pick_launcher(
         core.launcher, nodes, slurm=slurm is not None, node_rank=pod_rank, force_multi=c.parity.force_multi
@@ -119,9 +112,25 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
         hang_timeout=core.hang_timeout,
         preload=preload,
         elastic=replace(elastic, fixed_addr=bool(core.master_addr)) if elastic.candidates else elastic,
-        pods=_pods(c.pods, master_addr, master_port, pod_range) if launcher == "node" else PodSettings(),
+        # one launcher per pod (no hostfile); DeepSpeed's --node-rank with a hostfile runs that node alone, as before
+        pods=_pods(c.pods, master_addr, master_port, pod_range)
+        if launcher == "node" and core.pool is None
+        else PodSettings(),
     )
     return Decision(plan, frozenset(secrets), tuple(warnings))
+
+
+def _where(
+    c: Choices, slurm: SlurmHosts | None, pod_range: tuple[int, int] | None, environ: Mapping[str, str]
+) -> tuple[tuple[NodePlan, ...], Elastic]:
+    """The plan's nodes, and its candidate hosts: Slurm's, an elastic pod job's, one pod's, or the hostfile's."""
+    if slurm:
+        return slurm.nodes, slurm.elastic
+    if pod_range is not None:
+        return _elastic_pod_nodes(c, pod_range, environ), Elastic()
+    if (c.core.nnodes or 1) > 1:
+        return _pod_nodes(c, environ), Elastic()
+    return _nodes(c.core, environ)
 
 
 def _launcher_checks(c: Choices, launcher: str, *, slurm_mode: str | None) -> list[str]:

@@ -62,7 +62,7 @@ class NodeRunner:
 
     def run(self, plan: LaunchPlan) -> JobResult:
         node_rank = 0 if plan.pods.elastic else plan.manual_node or 0
-        alone = len(plan.nodes) == 1 and not plan.pods.elastic
+        alone = (len(plan.nodes) == 1 or not plan.pods.port) and not plan.pods.elastic  # no control channel
         key = None if alone else self._job_key(plan)  # taken out of the environment before a zygote inherits it
         if self._warm is None:
             from dslaunch.agent.preload.warm import WarmZygotes

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 from pathlib import Path
 
@@ -18,21 +17,17 @@ import pytest
 from dslaunch import nesting
 from tests.helpers import DSLAUNCH, SCRIPTS
 from tests.plans import cli_error, plan_of
+from tests.runners.pods import free_port_pair
 
 SCRIPT = str(SCRIPTS / "pod_env.py")
 POD = ["--nnodes", "2", "--nproc-per-node", "2", "--master-addr", "127.0.0.1"]
 CLEAN = {"DSLAUNCH_RUN_ID": None, "PET_RDZV_ID": None, "PBS_JOBID": None, nesting.CHAIN_VAR: None}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _pods(tmp_path: Path, extra: dict[str, str]) -> list[dict[str, str]]:
-    """Node 0 and node 1 of one job on this machine; node 1's ranks outlive node 0's launcher and its sweep."""
-    port, node0_done = _free_port(), tmp_path / "node0.done"
+    """Node 0 and node 1 of one job on this machine (one job: their launchers end together, tests/runners/
+    test_pods.py); each node's sweep keeps to its own NODE_RANK (tests/oslib/test_procs.py)."""
+    port = free_port_pair()
     env = {k: v for k, v in os.environ.items() if k not in CLEAN} | {
         "OUT_DIR": str(tmp_path),
         "CUDA_VISIBLE_DEVICES": "",
@@ -41,7 +36,7 @@ def _pods(tmp_path: Path, extra: dict[str, str]) -> list[dict[str, str]]:
     pods = [
         subprocess.Popen(
             [*argv, "--node-rank", str(node), SCRIPT],
-            env={**env, **extra, **({"WAIT_FOR": str(node0_done)} if node else {})},
+            env={**env, **extra},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -49,7 +44,6 @@ def _pods(tmp_path: Path, extra: dict[str, str]) -> list[dict[str, str]]:
         for node in (0, 1)
     ]
     first = pods[0].communicate(timeout=90)
-    node0_done.write_text("")
     second = pods[1].communicate(timeout=90)
     assert [p.returncode for p in pods] == [0, 0], (first[1], second[1])
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(4)]

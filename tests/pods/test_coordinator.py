@@ -90,6 +90,7 @@ def test_junk_floods_and_slow_clients_are_dropped_and_the_pods_still_get_in(
     door: tuple[Coordinator, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     coordinator, port = door
+    monkeypatch.setattr(coordinator_mod, "HANDSHAKE_TIME", 1.0)  # how long a silent client holds its slot
     held: list[socket.socket] = []
     for _ in range(200):  # a flood of connections that never answer (a slowloris): more than MAX_PENDING
         held.append(socket.create_connection(("127.0.0.1", port)))

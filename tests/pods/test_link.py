@@ -6,6 +6,8 @@ from __future__ import annotations
 import socket
 import time
 
+import pytest
+
 from dslaunch.pods import link as link_mod
 from dslaunch.pods.link import Link, control
 
@@ -25,7 +27,9 @@ def test_lines_come_through_without_the_heartbeats_and_a_close_is_a_drop() -> No
     assert not here.send({"t": "x"})
 
 
-def test_a_silent_peer_is_lost_within_the_silence_bound() -> None:
+def test_a_silent_peer_is_lost_within_the_silence_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """(The 4 s of the real bound are measured across a network partition: tests/runners/test_pods_partition.py.)"""
+    monkeypatch.setattr(link_mod, "SILENT", 1.0)
     a, _b = socket.socketpair()  # _b is held open and never written: no FIN, no reset, like a partition
     here = Link(a, "there")
     began = time.monotonic()

@@ -94,3 +94,27 @@ def launcher_pid(pod: subprocess.Popen[str]) -> int:
 
 def nothing_left(run_id: str) -> list[str]:
     return [" ".join(p.cmdline()) for p in wait_until_gone(run_id, 15)]
+
+
+class PodController:
+    """A small stand-in for Kubernetes: runs one pod per spec and, when one is deleted, recreates it with the same
+    spec (a pod restart policy, or a Job's controller replacing a deleted pod keeps its name and its env)."""
+
+    def __init__(self, specs: Sequence[tuple[dict[str, str], Sequence[str]]], cwd: Path, gap: float = 0.0) -> None:
+        self.specs = list(specs)
+        self.cwd = cwd
+        self.pods: list[subprocess.Popen[str]] = []
+        for env, args in self.specs:
+            self.pods.append(start_pod(env, args, cwd=cwd))
+            time.sleep(gap)
+
+    def delete(self, index: int, sig: int = signal.SIGKILL) -> None:
+        """Delete pod ``index`` (``sig`` to its whole process group: SIGKILL a forced delete, SIGTERM a graceful
+        one) and recreate it once it is gone."""
+        os.killpg(self.pods[index].pid, sig)
+        self.pods[index].wait(30)
+        env, args = self.specs[index]
+        self.pods[index] = start_pod(env, args, cwd=self.cwd)
+
+    def finish(self, timeout: float = 60) -> list[tuple[int, str, str]]:
+        return finish(self.pods, timeout)

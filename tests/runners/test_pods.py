@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import SCRIPTS, wait_for_file
-from tests.runners.pods import JOB, finish, free_port_pair, nothing_left, pod_env, start_pod
+from tests.runners.pods import JOB, PodController, finish, free_port_pair, nothing_left, pod_env, start_pod
 
 pytestmark = [pytest.mark.launch]
 
@@ -95,13 +95,10 @@ def test_restarts_are_the_jobs_and_a_recreated_pod_joins_the_next_attempt(tmp_pa
     run_id = f"podback{victim}{os.getpid()}"
     port = free_port_pair()
     args = ["--max-restarts", "2", "--restart-delay", "0", str(SCRIPTS / "pod_attempts.py"), str(tmp_path)]
-    envs = [pod_env(r, port, run_id) for r in (0, 1)]
-    pods = [start_pod(env, args, cwd=tmp_path) for env in envs]
-    assert _ready(tmp_path), finish(pods, 5)
-    os.killpg(pods[victim].pid, signal.SIGKILL)
-    pods[victim].wait()
-    pods[victim] = start_pod(envs[victim], args, cwd=tmp_path)
-    (code0, _, err0), (code1, _, err1) = finish(pods)
+    controller = PodController([(pod_env(r, port, run_id), args) for r in (0, 1)], tmp_path)
+    assert _ready(tmp_path), controller.finish(5)
+    controller.delete(victim)
+    (code0, _, err0), (code1, _, err1) = controller.finish()
     assert (code0, code1) == (0, 0), (err0, err1)
     attempts = sorted((tmp_path / "attempts.txt").read_text().split("\n")[:-1])
     assert attempts == [f"{a} {r} 4" for a in (0, 1) for r in range(4)], attempts
