@@ -14,12 +14,12 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from dslaunch.cli import mesh_options, parity_options, remote_options, run_ids, slurm_hosts
+from dslaunch.cli import mesh_options, parity_options, pod_plan, remote_options, run_ids, slurm_hosts
 from dslaunch.cli.core_options import LOCAL_NAMES, CoreChoices, resource_pool
 from dslaunch.cli.log_options import LogChoices
 from dslaunch.cli.mesh_options import MeshChoice
 from dslaunch.cli.parity_options import ParityChoices
-from dslaunch.cli.pod_options import DEFAULT_JOIN_TIMEOUT, PodChoices
+from dslaunch.cli.pod_options import PodChoices
 from dslaunch.cli.remote_options import RemoteChoices
 from dslaunch.cli.slurm_hosts import SlurmHosts
 from dslaunch.errors import DslaunchError
@@ -69,7 +69,7 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
     slurm_kind = slurm_hosts.context(core.launcher, core.pool is not None, environ)
     slurm = slurm_hosts.hosts(slurm_kind, core, c.parity.launcher_args, environ) if slurm_kind else None
     _check_node_range(c, slurm.settings.mode if slurm else None)
-    pod_range = None if slurm else _elastic_pod_range(c)
+    pod_range = None if slurm else pod_plan.elastic_range(c)
     nodes, elastic = _where(c, slurm, pod_range, environ)
     pod_rank = 0 if pod_range is not None else c.remote.node_rank  # a pod's launcher is the "node" runner
     launcher = pick_launcher(
@@ -82,10 +82,12 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
     ssh_config = remote_options.ssh_config_path(c.remote.ssh_config) if remote else None
     given_addr = core.master_addr or (c.pods.endpoint[0] if pod_range and c.pods and c.pods.endpoint else None)
     master_addr = pick_address(given_addr, launcher, nodes, remote=remote, ssh_config=ssh_config, environ=environ)
-    master_port = slurm.port if slurm else core.master_port
+    master_port = (
+        slurm.port if slurm else pod_plan.pods_port(c, core.master_port) if launcher == "node" else core.master_port
+    )
     env, secrets = _rank_env(c, remote, environ)
     if c.mesh is not None:
-        warnings += mesh_options.check(c.mesh, _mesh_nodes(c.mesh, nodes, pod_range))
+        warnings += mesh_options.check(c.mesh, pod_plan.mesh_nodes(c.mesh, nodes, pod_range))
         env["DSLAUNCH_MESH"] = c.mesh.spec.text()
     _check(c, launcher, nodes, master_port)
     warnings += _launcher_checks(c, launcher, slurm_mode=slurm.settings.mode if slurm else None)
@@ -113,7 +115,7 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
         preload=preload,
         elastic=replace(elastic, fixed_addr=bool(core.master_addr)) if elastic.candidates else elastic,
         # one launcher per pod (no hostfile); DeepSpeed's --node-rank with a hostfile runs that node alone, as before
-        pods=_pods(c.pods, master_addr, master_port, pod_range)
+        pods=pod_plan.pod_settings(c.pods, master_addr, master_port, pod_range)
         if launcher == "node" and core.pool is None
         else PodSettings(),
     )
@@ -127,9 +129,9 @@ def _where(
     if slurm:
         return slurm.nodes, slurm.elastic
     if pod_range is not None:
-        return _elastic_pod_nodes(c, pod_range, environ), Elastic()
+        return pod_plan.elastic_pod_nodes(c, pod_range, environ), Elastic()
     if (c.core.nnodes or 1) > 1:
-        return _pod_nodes(c, environ), Elastic()
+        return pod_plan.pod_nodes(c, environ), Elastic()
     return _nodes(c.core, environ)
 
 
@@ -242,99 +244,6 @@ def _elastic_for(launcher: str, elastic: Elastic) -> Elastic:
         "use --launcher ssh or pdsh, or a fixed --num-nodes N",
         option="--nnodes",
     )
-
-
-def _pods(
-    pods: PodChoices | None, master_addr: str, master_port: int, pod_range: tuple[int, int] | None
-) -> PodSettings:
-    """Where the coordinating launcher meets the other pods: --rdzv-endpoint, else the port after --master-port;
-    and for an elastic pod job its node range."""
-    pods = pods or PodChoices(None, "static", DEFAULT_JOIN_TIMEOUT)
-    low, high = pod_range or (0, 0)
-    if pods.endpoint is not None:
-        return PodSettings(pods.endpoint[0], pods.endpoint[1], pods.join_timeout, low, high, pods.last_call)
-    if master_port >= 65535:
-        raise DslaunchError(
-            f"--master-port {master_port}: the pods' control channel takes the next port; give a lower "
-            "--master-port or an --rdzv-endpoint HOST:PORT",
-            option="--master-port",
-        )
-    return PodSettings(master_addr, master_port + 1, pods.join_timeout, low, high, pods.last_call)
-
-
-def _mesh_nodes(
-    mesh: MeshChoice, nodes: tuple[NodePlan, ...], pod_range: tuple[int, int] | None
-) -> tuple[NodePlan, ...]:
-    """The nodes to check the mesh on: all of them; of an elastic pod job the most pods whose world it fits (each
-    attempt is checked again on the pods it has), or all when none fits (the error names the plan's MAX)."""
-    if pod_range is None:
-        return nodes
-    from dslaunch.mesh import MeshConfigError, resolve
-
-    for count in range(pod_range[1], pod_range[0] - 1, -1):
-        try:
-            resolve(mesh.spec, sum(n.nproc for n in nodes[:count]))
-        except MeshConfigError:
-            continue
-        return nodes[:count]
-    return nodes
-
-
-def _elastic_pod_range(c: Choices) -> tuple[int, int] | None:
-    """(MIN, MAX) of an elastic pod job: one launcher per node without a hostfile, and --nnodes MIN:MAX, or N with
-    --rdzv-backend c10d and no --node-rank (torchrun's c10d shape, where the rendezvous gives the node ranks)."""
-    given = c.core.nnodes_range
-    if given is None or c.core.pool is not None or given[1] < 2:
-        return None
-    c10d = c.pods is not None and c.pods.backend == "c10d"
-    if given[0] == given[1] and not (c10d and c.remote.node_rank is None):
-        return None
-    return given
-
-
-def _elastic_pod_nodes(c: Choices, pod_range: tuple[int, int], environ: Mapping[str, str]) -> tuple[NodePlan, ...]:
-    """Up to MAX alike pods, this one first: the coordinator lays each attempt out again (job.elastic.pods_layout)."""
-    import socket
-
-    core = c.core
-    if not core.master_addr and (c.pods is None or c.pods.endpoint is None):
-        raise DslaunchError(
-            f"--nnodes {pod_range[0]}:{pod_range[1]} without a hostfile is one launcher per pod: give "
-            "--rdzv-endpoint HOST[:PORT] (or PET_RDZV_ENDPOINT), where the pods meet, or --master-addr; or give "
-            "-H HOSTFILE listing the candidate hosts (one dslaunch starts them all)",
-            option="--nnodes",
-        )
-    if core.include or core.exclude or core.num_nodes is not None:
-        raise DslaunchError("--include, --exclude and --num-nodes need a hostfile", option="--nnodes")
-    slots = next(iter(resource_pool(core, environ).values()))
-    hosts = [socket.gethostname(), *(f"pod{i}" for i in range(1, pod_range[1]))]
-    size = len(slots)
-    return tuple(NodePlan(host, i, slots, tuple(range(i * size, (i + 1) * size))) for i, host in enumerate(hosts))
-
-
-def _pod_nodes(c: Choices, environ: Mapping[str, str]) -> tuple[NodePlan, ...]:
-    """torchrun's one launcher per node (``--nnodes N --node-rank R``, or PET_*): N alike nodes, this one is R."""
-    import socket
-
-    core, node_rank = c.core, c.remote.node_rank
-    if core.pool is not None or core.include or core.exclude or core.num_nodes is not None:
-        raise DslaunchError(
-            "--nnodes starts one node of N, without a hostfile (as torchrun); with -H the hostfile lists the "
-            "nodes: use --num-nodes, --include or --exclude there",
-            option="--nnodes",
-        )
-    if node_rank is None:
-        raise DslaunchError(f"--nnodes {core.nnodes} starts one node: give its --node-rank (or PET_NODE_RANK)")
-    if not core.master_addr:
-        raise DslaunchError(
-            f"--nnodes {core.nnodes}: give --master-addr (or PET_MASTER_ADDR), the address of node 0",
-            option="--master-addr",
-        )
-    slots = next(iter(resource_pool(core, environ).values()))
-    assert core.nnodes is not None
-    hosts = [socket.gethostname() if i == node_rank else f"node{i}" for i in range(core.nnodes)]
-    size = len(slots)
-    return tuple(NodePlan(host, i, slots, tuple(range(i * size, (i + 1) * size))) for i, host in enumerate(hosts))
 
 
 def pick_launcher(

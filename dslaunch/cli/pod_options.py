@@ -34,7 +34,8 @@ PARAMS: list[click.Parameter] = [
         ["--rdzv-endpoint", "--rdzv_endpoint", "rdzv_endpoint"],
         envvar=pet("rdzv_endpoint"),
         metavar="HOST[:PORT]",
-        help="One launcher per node: where node rank 0's launcher takes the other pods' connections "
+        help="One launcher per node: where the coordinating launcher (node rank 0's, or in an elastic job the one "
+        "on this host) takes the other pods' connections "
         f"[default: --master-addr, port --master-port + 1; PORT default {DEFAULT_RDZV_PORT}].",
     ),
     click.Option(

@@ -187,6 +187,7 @@ class Coordinator:
             last = self.shape.nnodes_max - 1
             return f"node rank {node_rank} is not one of this job's (0..{last}; 0 is the coordinator)"
         held = next((link for w, link in self.joined.values() if w.node_rank == node_rank and not link.closed), None)
+        held = held or next((p.link for p in self.current if p.node_rank == node_rank and not p.link.closed), None)
         if held is not None:
             return f"node rank {node_rank} has already joined (from {held.peer})"
         return None

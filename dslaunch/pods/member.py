@@ -38,6 +38,13 @@ class Joined:
 
 
 @dataclass(frozen=True)
+class Orphaned:
+    """The coordinator went while this pod stood by: it joins again (a recreated or another coordinator)."""
+
+    why: str
+
+
+@dataclass(frozen=True)
 class Ended:
     """The job ended while this pod waited (a standby): it exits with the job's code."""
 
@@ -46,7 +53,7 @@ class Ended:
 
 def join(
     address: tuple[str, int], key: bytes, run_id: str, me: tuple[int, str, int], *, deadline: float, stopped: list[int]
-) -> Joined | Ended | str:
+) -> Joined | Ended | Orphaned | str:
     """This pod (``me``: node rank, host, last attempt taken part in) in the coordinator's next attempt, or why
     not."""
     why = f"the coordinator at {address[0]}:{address[1]} did not answer"
@@ -90,7 +97,7 @@ def _handshake(sock: socket.socket, key: bytes, run_id: str, me: tuple[int, str,
     return Link(sock, "the coordinator", got[1])
 
 
-def _wait_for_start(link: Link, deadline: float, stopped: list[int]) -> Joined | Ended | str:
+def _wait_for_start(link: Link, deadline: float, stopped: list[int]) -> Joined | Ended | Orphaned | str:
     """Wait for the start (a standby waits on, past the join deadline), the job's end, or a refusal."""
     link.start_heartbeats()
     lines = link.lines()
@@ -117,8 +124,15 @@ def _wait_for_start(link: Link, deadline: float, stopped: list[int]) -> Joined |
         if kind == "refused":
             link.close()
             return f"the coordinator ended the job before it started: {message.get('why')}"
+    return _no_start(link, waiting, stopped)
+
+
+def _no_start(link: Link, waiting: _Wait, stopped: list[int]) -> Orphaned | str:
+    """Why the wait for the start ended without one."""
     if stopped:
         return "stopped by a signal while waiting for the other pods"
+    if waiting.deadline == float("inf"):
+        return Orphaned(f"the coordinator's connection ended ({link.why}) while this pod stood by")
     if time.monotonic() >= waiting.deadline:
         return "the other pods did not all join in time"
     return f"the coordinator's connection ended ({link.why})"

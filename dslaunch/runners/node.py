@@ -182,15 +182,21 @@ class NodeRunner:
         return stopped(START_FAILED, why)
 
     def _join(self, plan: LaunchPlan, key: bytes, node_rank: int) -> JobResult:
-        from dslaunch.pods.member import CoordinatorLink, Ended, Forwarding, join
+        from dslaunch.pods.member import CoordinatorLink, Ended, Forwarding, Orphaned, join
 
         address = (plan.pods.coordinator, plan.pods.port)
         asked = self._node_rank if plan.pods.elastic else node_rank
         me = (asked, plan.node(node_rank).host, self._seen)
-        deadline = time.monotonic() + plan.pods.join_timeout
         with stop_signals_caught() as caught:
-            joined = join(address, key, plan.run_id, me, deadline=deadline, stopped=caught)
-        if caught:
+            joined = join(
+                address, key, plan.run_id, me, deadline=time.monotonic() + plan.pods.join_timeout, stopped=caught
+            )
+            while isinstance(joined, Orphaned) and not caught:  # a standby keeps standing by for the job
+                _say(f"dslaunch: {joined.why}; joining again (up to {plan.pods.join_timeout:g} s)")
+                joined = join(
+                    address, key, plan.run_id, me, deadline=time.monotonic() + plan.pods.join_timeout, stopped=caught
+                )
+        if caught or isinstance(joined, Orphaned):
             return stopped(128 + caught[0], "stopped while joining the job")
         if isinstance(joined, Ended):
             return stopped(joined.code, "" if not joined.code else "the job ended while this pod stood by")

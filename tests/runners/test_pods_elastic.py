@@ -86,3 +86,19 @@ def test_a_mesh_that_cannot_fit_the_pods_stops_every_pod_before_any_rank_starts(
     assert all("tp=4" in err and "6 ranks" in err for _, _, err in results), [err for _, _, err in results]
     assert not any('"rank"' in out for _, out, _ in results)
     assert nothing_left(run_id) == []
+
+
+def test_the_coordinators_pod_lost_a_survivor_and_a_standby_go_on(tmp_path: Path) -> None:
+    """On loopback every pod is on the endpoint's host: when the coordinator's pod goes, the survivor and the
+    standby race for the port; one coordinates the next attempt, the other joins it (world size unchanged)."""
+    run_id = f"elcoord{os.getpid()}"
+    env = elastic_env(free_port_pair(), run_id, "2")
+    pods = _pods(3, env, ["--max-restarts", "1", "--restart-delay", "0", ATTEMPTS, str(tmp_path)], tmp_path)
+    assert all(wait_for_file(str(tmp_path / f"ready.{r}"), 30) for r in range(4)), finish(pods, 5)
+    said = _first_line(pods[2], 30)
+    assert "this pod stands by" in said, (said, finish(pods, 5))
+    os.killpg(pods[0].pid, signal.SIGKILL)
+    results = finish(pods)
+    assert (results[1][0], results[2][0]) == (0, 0), [err for _, _, err in results]
+    assert _attempts(tmp_path) == [f"{a} {r} 4" for a in (0, 1) for r in range(4)]
+    assert nothing_left(run_id) == []
