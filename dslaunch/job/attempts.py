@@ -120,7 +120,8 @@ def run_attempts(runner: Runner, plan: LaunchPlan, pool: HostPool | None = None)
             break
         with stop_signals_caught() as caught:  # before the notice: a Ctrl-C right after it must be ours
             _say(
-                f"dslaunch: attempt {count + 1} of {limit + 1} failed ({result.cause or f'exit {result.code}'}); "
+                f"dslaunch: attempt {_number(result, count)} of {limit + 1} failed "
+                f"({result.cause or f'exit {result.code}'}); "
                 f"restarting every rank in {plan.restarts.delay:g} s"
             )
             signum = _sleep_unless_signalled(plan.restarts.delay, caught)
@@ -135,14 +136,24 @@ def run_attempts(runner: Runner, plan: LaunchPlan, pool: HostPool | None = None)
 def attempts_summary(results: list[JobResult], limit: int, hosts: list[tuple[str, ...]] | None = None) -> str:
     """One line per attempt, with its cause (and, for an elastic plan, its hosts): what the user reads after a
     job that was restarted."""
-    lines = [f"dslaunch: the job ran {len(results)} times (--max-restarts {limit}):"]
-    for number, result in enumerate(results, 1):
+    first = _number(results[0], 0)
+    ran = f"{len(results)} times" if first == 1 else f"attempts {first} to {_number(results[-1], len(results) - 1)}"
+    lines = [
+        f"dslaunch: the job ran {ran} here (--max-restarts {limit}):"
+        if first != 1
+        else f"dslaunch: the job ran {ran} (--max-restarts {limit}):"
+    ]
+    for index, result in enumerate(results):
+        number = _number(result, index)
         what = "succeeded" if not result.failed else result.cause or "failed"
-        where = (
-            "" if hosts is None else f" on {', '.join(hosts[number - 1])}" if hosts[number - 1] else " (not started)"
-        )
+        where = "" if hosts is None else f" on {', '.join(hosts[index])}" if hosts[index] else " (not started)"
         lines.append(f"  attempt {number}{where}: exit {result.code}: {what}")
     return "\n".join(lines)
+
+
+def _number(result: JobResult, count: int) -> int:
+    """The attempt's number for people (1 the first): the job's, where the runner knows it, else this launcher's."""
+    return (count if result.attempt is None else result.attempt) + 1
 
 
 @contextmanager

@@ -15,6 +15,9 @@ class JobResult:
     # Hosts that failed as nodes (cannot connect, agent cannot start, agent or connection lost), with why:
     # left out of every later attempt (docs/elastic.md). A rank's own failure blames no host.
     blamed: tuple[tuple[str, str], ...] = ()
+    # The job's attempt number, where the runner knows it better than the count of this launcher's own attempts
+    # (one launcher per pod: the coordinator numbers them; a recreated pod joins in the middle).
+    attempt: int | None = None
 
     @property
     def failed(self) -> bool:

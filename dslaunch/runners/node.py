@@ -162,7 +162,7 @@ class NodeRunner:
         coordinator.finish(result.code, last)
         if last:
             coordinator.close(result.code)
-        return replace(result, retry=result.retry and not last)
+        return replace(result, retry=result.retry and not last, attempt=attempt)
 
     def _gather(self, plan: LaunchPlan, coordinator: Coordinator) -> JobResult | None:
         """Wait for the pods the next attempt needs; None once they are there, else how the job ends."""
@@ -221,7 +221,7 @@ class NodeRunner:
             result = replace(result, retry=not coordinator.verdict[1] and result.retry)
         elif joined.attempt >= plan.restarts.max_restarts:  # the coordinator is gone: the job's count decides
             result = replace(result, retry=False)
-        return result
+        return replace(result, attempt=joined.attempt)
 
 
 def _is_this_host(host: str) -> bool:
