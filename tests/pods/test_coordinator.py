@@ -15,7 +15,7 @@ from dslaunch.pods import coordinator as coordinator_mod
 from dslaunch.pods import handshake
 from dslaunch.pods.assign import Shape
 from dslaunch.pods.coordinator import Coordinator
-from dslaunch.pods.member import Joined, join
+from dslaunch.pods.member import Ended, Joined, Orphaned, join
 from tests.runners.pods import free_port_pair
 
 KEY, RUN = b"job-secret", "run-7"
@@ -30,7 +30,7 @@ def door() -> Iterator[tuple[Coordinator, int]]:
     coordinator.close(0)
 
 
-def _join_in_thread(port: int, node_rank: int, key: bytes = KEY, timeout: float = 15) -> Future[Joined | str]:
+def _join_in_thread(port: int, node_rank: int, key: bytes = KEY, timeout: float = 15) -> Future[Joined | Ended | Orphaned | str]:
     """A pod joining from a thread of its own: the future's result is what ``join`` returned."""
     me = (node_rank, f"pod-{node_rank}", -1)
     pool = ThreadPoolExecutor(1)
@@ -39,7 +39,7 @@ def _join_in_thread(port: int, node_rank: int, key: bytes = KEY, timeout: float 
     return future
 
 
-def _result(future: Future[Joined | str], timeout: float = 20) -> Joined | str:
+def _result(future: Future[Joined | Ended | Orphaned | str], timeout: float = 20) -> Joined | Ended | Orphaned | str:
     return future.result(timeout)
 
 

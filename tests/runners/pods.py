@@ -53,7 +53,8 @@ def pod_env(
 
 def elastic_env(port: int, run_id: str, nnodes: str, **extra: str) -> dict[str, str]:
     """A pod of an elastic job (torchrun's c10d shape): no node rank, the pods meet at the endpoint."""
-    env = pod_env(0, port, run_id, PET_NNODES=nnodes, PET_RDZV_BACKEND="c10d", **extra)
+    env = pod_env(0, port, run_id)
+    env.update(PET_NNODES=nnodes, PET_RDZV_BACKEND="c10d", **extra)
     del env["PET_NODE_RANK"], env["PET_MASTER_ADDR"]
     env["PET_RDZV_ENDPOINT"] = f"127.0.0.1:{port + 1}"
     return env
