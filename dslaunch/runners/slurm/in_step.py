@@ -18,16 +18,21 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dslaunch import wire
 from dslaunch.job.loop import report, supervise
 from dslaunch.job.result import JobResult
 from dslaunch.job.state import Outcome, lost_node_code
+from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.local import LocalAgent
 from dslaunch.slurm import layout
 from dslaunch.slurm.step import node_rank_of, resolve_port
+
+if TYPE_CHECKING:
+    from dslaunch.agent.preload.client import Zygote
+    from dslaunch.agent.preload.warm import WarmZygotes
 
 PEER_FAILED = signal.SIGURG
 # --launcher slurm's launcher turns its SIGQUIT into this, for every process of the step: ignored by default
@@ -47,6 +52,7 @@ class _Peers:
     current: StepAgent | None = None
     told: bool = False  # this task told the others its node failed, in the current attempt
     listening: bool = False
+    warm: WarmZygotes | None = None  # --preload with restarts: this node's zygote, kept for every attempt
 
     def on_signal(self, _signum: int, _frame: object) -> None:
         self.signalled_at = time.monotonic()
@@ -74,13 +80,20 @@ def run_node(plan: LaunchPlan, env: Mapping[str, str] | None = None, *, last: bo
     if plan.restarts.count:
         while (wait := _peers.signalled_at + SETTLE - time.monotonic()) > 0:
             time.sleep(wait)
+    if _peers.warm is None:
+        from dslaunch.agent.preload.warm import WarmZygotes
+
+        prctl.load()
+        prctl.set_child_subreaper()  # what a killed agent's ranks left behind comes to this task (LocalAgent.wait)
+        _peers.warm = WarmZygotes()
+    _peers.warm.prepare(plan, node_rank)
     started = time.monotonic()
     _peers.told = False
     stacks = signal.signal(STACKS_REQUEST, _ask_for_stacks)
     late = _LateTerm(signal.getsignal(signal.SIGTERM))  # a SIGTERM once supervise() has returned: see _after
     signal.signal(signal.SIGTERM, late)
     try:
-        _peers.current = StepAgent(plan, node_rank, on_failure=lambda: _tell_once(plan, env))
+        _peers.current = StepAgent(plan, node_rank, on_failure=lambda: _tell_once(plan, env), warm=_peers.warm.zygotes)
         outcome = supervise(plan, [_peers.current])
     finally:
         signal.signal(STACKS_REQUEST, stacks)
@@ -172,8 +185,14 @@ class StepAgent(LocalAgent):
     ``on_failure`` runs as soon as a rank of this node fails on its own (not stopped by the agent).
     """
 
-    def __init__(self, plan: LaunchPlan, node_rank: int, on_failure: Callable[[], None] | None = None) -> None:
-        super().__init__(plan, node_rank)
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        node_rank: int,
+        on_failure: Callable[[], None] | None = None,
+        warm: Mapping[int, Zygote | None] | None = None,
+    ) -> None:
+        super().__init__(plan, node_rank, warm)
         self.relay_user_signals = not plan.slurm.signals_ranks
         self._on_failure = on_failure
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import uuid
 from pathlib import Path
@@ -56,3 +57,21 @@ def test_rank_mode_refuses_restarts(slurm_env: dict[str, str], tmp_path: Path) -
     res = _run(["srun", "-N1", "-n2", *DSLAUNCH, "--max-restarts", "1", FLAKY, str(tmp_path), "0", "0", "0"], slurm_env)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "rank mode" in res.stderr and "--max-restarts" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_node_mode_restarts_fork_from_each_nodes_kept_zygote(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    """``srun dslaunch --preload --max-restarts``: each task keeps its node's zygote from attempt to attempt, as the
+    local launcher does (issue 31: warm restarts wherever the agent stays)."""
+    run_id = "slurmwarm-" + uuid.uuid4().hex[:8]
+    warm = ROOT / "tests" / "scripts" / "warm"
+    argv = ["srun", "-N2", "--ntasks-per-node=1", *DSLAUNCH, "--master-port", "0", "--nproc-per-node", "2",
+            "--run-id", run_id, "--preload", "json", "--max-restarts", "1", "--restart-delay", "0",
+            str(warm / "warm_job.py")]  # fmt: skip
+    res = _run(argv, slurm_env, {"PYTHONPATH": str(warm), "SLEEP": "30"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    seen = {(int(m[1]), int(m[2])): m[3] for m in re.finditer(r"attempt=(\d) rank=(\d) zygote=(\S+)", res.stdout)}
+    assert sorted(seen) == [(a, r) for a in (0, 1) for r in range(4)], res.stdout
+    for node in (0, 1):  # one zygote per node served both attempts
+        zygotes = {seen[(a, r)] for a in (0, 1) for r in (2 * node, 2 * node + 1)}
+        assert len(zygotes) == 1 and "-" not in zygotes, seen
+    assert wait_until_gone(run_id, 10) == []
