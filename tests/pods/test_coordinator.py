@@ -30,7 +30,9 @@ def door() -> Iterator[tuple[Coordinator, int]]:
     coordinator.close(0)
 
 
-def _join_in_thread(port: int, node_rank: int, key: bytes = KEY, timeout: float = 15) -> Future[Joined | Ended | Orphaned | str]:
+def _join_in_thread(
+    port: int, node_rank: int, key: bytes = KEY, timeout: float = 15
+) -> Future[Joined | Ended | Orphaned | str]:
     """A pod joining from a thread of its own: the future's result is what ``join`` returned."""
     me = (node_rank, f"pod-{node_rank}", -1)
     pool = ThreadPoolExecutor(1)
