@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from dslaunch import wire
 from dslaunch.job.result import START_FAILED, JobResult, stopped
+from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.slurm import in_step
 from dslaunch.runners.slurm.stderr import SrunErrors
@@ -81,7 +82,16 @@ def _run_srun(argv: list[str], plan: LaunchPlan, env: dict[str, str]) -> JobResu
     caught: list[int] = []
     previous = {s: signal.signal(s, lambda signum, _f: caught.append(signum)) for s in _RELAYED}
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        prctl.load()
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+            # a SIGKILLed launcher must not leave the step running until the allocation ends: srun, told to stop,
+            # ends the step (what a second Ctrl-C would do)
+            preexec_fn=lambda: prctl.set_parent_death_signal(signal.SIGTERM),
+        )
     except OSError as exc:
         for s, h in previous.items():
             signal.signal(s, h)

@@ -406,3 +406,49 @@ def test_sigquit_to_launcher_slurm_prints_every_stack_and_the_step_goes_on(
 
     _each_stack_once_after(["salloc", "-N2", *job], slurm_env, tmp_path, quit_the_launcher)
     assert wait_until_gone(run_id, 10) == []
+
+
+def test_sigkill_to_launcher_slurm_leaves_no_step_behind(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    """The allocation outlives the launcher (salloc runs on after it): srun dies with the launcher (its
+    parent-death signal), so the step and its ranks go (issue 31, item 4: a launcher SIGKILL leaves nothing)."""
+    import psutil
+
+    run_id = _run_id()
+    inner = [*DSLAUNCH, "--launcher", "slurm", "--nproc-per-node", "1", "--run-id", run_id, SCRIPT]
+    salloc = _start(
+        ["salloc", "-N2", "sh", "-c", '"$@"; sleep 30', "sh", *inner],
+        {**slurm_env, "OUT_DIR": str(tmp_path), "SLEEP": "120"},
+    )
+    try:
+        for rank in range(2):
+            assert wait_for_file(str(tmp_path / f"rank{rank}.ready"), 60), f"rank {rank} never started"
+        launcher = [
+            p
+            for p in psutil.Process(salloc.pid).children(recursive=True)
+            if p.cmdline()[1:5] == ["-m", "dslaunch", "--launcher", "slurm"]
+        ]
+        assert len(launcher) == 1
+        launcher[0].kill()
+        assert _step_gone(run_id, 20) == [], "the step outlived its launcher"
+    finally:
+        salloc.kill()
+        salloc.wait()
+
+
+def _step_gone(run_id: str, timeout: float) -> list[int]:
+    """Wait until no process has the job's run id in its environment (the agents and ranks of the step; salloc's
+    wrapper names the run id only on its command line); what is still there at the deadline."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while True:
+        left = []
+        for proc in psutil.process_iter():
+            try:
+                if proc.environ().get("DSLAUNCH_RUN_ID") == run_id:
+                    left.append(proc.pid)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
