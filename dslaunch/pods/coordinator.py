@@ -104,10 +104,10 @@ class Coordinator:
             if pod.node_rank != source:
                 pod.link.send_raw(data)
 
-    def finish(self, code: int, last: bool) -> None:
-        """End the attempt on every pod: the job's exit code, and whether no attempt follows."""
+    def finish(self, code: int, last: bool, cause: str = "") -> None:
+        """End the attempt on every pod: the job's exit code, whether no attempt follows, and its cause in words."""
         for pod in self.current:
-            pod.link.send({"t": "end", "code": code, "last": last})
+            pod.link.send({"t": "end", "code": code, "last": last, "cause": cause[:1000]})
         deadline = time.monotonic() + END_DRAIN
         for pod in self.current:
             pod.drain(deadline)

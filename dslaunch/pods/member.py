@@ -169,6 +169,7 @@ class CoordinatorLink:
         self.link = joined.link
         self.local = local
         self.verdict: tuple[int, bool] | None = None  # the job's exit code, and whether no attempt follows
+        self.cause = ""  # the coordinator's words for what ended the attempt
         self._lines = joined.lines
         self._ended = threading.Event()
 
@@ -188,6 +189,7 @@ class CoordinatorLink:
                     self.local.signal(wire.STACKS_SIGNAL)
                 elif message["t"] == "end" and type(message.get("code")) is int:
                     self.verdict = (message["code"], bool(message.get("last", True)))
+                    self.cause = str(message.get("cause") or "")[:1000]
                     self.link.close()
                     yield wire.encode(wire.Done(self.node_rank, 0))
                     return

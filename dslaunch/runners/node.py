@@ -22,6 +22,7 @@ from dslaunch.job.attempts import stop_signals_caught
 from dslaunch.job.elastic import pods_layout
 from dslaunch.job.loop import report, supervise
 from dslaunch.job.result import START_FAILED, JobResult, stopped
+from dslaunch.job.state import Outcome
 from dslaunch.mesh import MeshConfigError
 from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan
@@ -159,7 +160,7 @@ class NodeRunner:
             coordinator.relay(wire.NodeLost(0, plan.node(0).host, -outcome.signal, why), 0)
         result = report(outcome, plan)
         last = not result.failed or not result.retry or attempt >= plan.restarts.max_restarts
-        coordinator.finish(result.code, last)
+        coordinator.finish(result.code, last, result.cause)
         if last:
             coordinator.close(result.code)
         return replace(result, retry=result.retry and not last, attempt=attempt)
@@ -216,12 +217,22 @@ class NodeRunner:
         outcome = supervise(plan, [local, coordinator])
         if coordinator.verdict is not None and outcome.signal is None:
             outcome = replace(outcome, code=coordinator.verdict[0])
-        result = report(outcome, plan)
+        result = _report_member(outcome, plan, coordinator.cause)
         if coordinator.verdict is not None:
             result = replace(result, retry=not coordinator.verdict[1] and result.retry)
         elif joined.attempt >= plan.restarts.max_restarts:  # the coordinator is gone: the job's count decides
             result = replace(result, retry=False)
         return replace(result, attempt=joined.attempt)
+
+
+def _report_member(outcome: Outcome, plan: LaunchPlan, cause: str) -> JobResult:
+    """A pod's summary: its own, unless it knows no more than the code (the coordinator decided, e.g. a hang):
+    then the coordinator's words."""
+    known = outcome.root_cause or outcome.lost_node or outcome.signal is not None or outcome.hang
+    if outcome.code == 0 or known or not cause:
+        return report(outcome, plan)
+    _say(f"dslaunch: job failed on every pod (exit {outcome.code}): {cause}")
+    return JobResult(outcome.code, cause)
 
 
 def _is_this_host(host: str) -> bool:

@@ -118,3 +118,18 @@ def test_no_rank_inherits_the_secret(tmp_path: Path, preload: list[str]) -> None
     ranks = [json.loads(line.split("]: ", 1)[1]) for _, out, _ in results for line in out.splitlines()]
     assert sorted(r["rank"] for r in ranks) == [0, 1, 2, 3]
     assert not any(r["os"] or r["proc"] for r in ranks), ranks
+
+
+def test_a_hang_across_pods_is_declared_once_with_every_pods_stacks(tmp_path: Path) -> None:
+    """--hang-timeout: the coordinator's watch sees every pod's ranks; each pod prints its ranks' stacks; every
+    pod ends with 124, the other pod with the coordinator's words for the hang."""
+    run_id = f"podhang{os.getpid()}"
+    script = [str(SCRIPTS / "waiter.py"), "silent", "1,1,1,1", str(tmp_path)]
+    pods = _two_pods(tmp_path, run_id, ["--hang-timeout", "2", *script])
+    (code0, _, err0), (code1, _, err1) = finish(pods)
+    assert (code0, code1) == (124, 124), (err0, err1)
+    assert "no rank made progress for 2 s; least progress: rank 0" in err0, err0
+    assert "job failed on every pod (exit 124): hang: no progress for 2 s" in err1, err1
+    for rank, text in ((0, err0), (1, err0), (2, err1), (3, err1)):
+        assert f"[{os.uname().nodename}:rank{rank}]:   File" in text and "in stuck_here" in text, text
+    assert nothing_left(run_id) == []
