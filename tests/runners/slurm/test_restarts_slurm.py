@@ -27,7 +27,9 @@ def _seen(folder: Path) -> list[tuple[int, ...]]:
 def test_fails_on_attempt_0_and_succeeds_on_attempt_1(slurm_env: dict[str, str], tmp_path: Path, mode: str) -> None:
     run_id = "slurmrs-" + uuid.uuid4().hex[:8]
     args = ["--nproc-per-node", "2", "--run-id", run_id, "--max-restarts", "1", "--restart-delay", "0.5"]
-    script = [FLAKY, str(tmp_path), "3", "1", "7", "1"]
+    # In attempt 0 the other ranks wait until the failure stops them: with 1 s, node 0's ranks once finished
+    # before node 1's failure reached them (scancel --signal under load), so node 0 ended 0 and never restarted.
+    script = [FLAKY, str(tmp_path), "3", "1", "7", "1", "60"]
     if mode == "allocation":
         argv = ["salloc", "-N2", *DSLAUNCH, "--launcher", "slurm", *args, *script]
     else:
