@@ -44,6 +44,15 @@ def job_processes(run_id: str) -> list[psutil.Process]:
     return found
 
 
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie is dead, only not yet reaped (the test session is a subreaper, so what a
+    launcher adopted and left unreaped comes to it)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def wait_until_gone(run_id: str, timeout: float) -> list[psutil.Process]:
     """Poll until no process of the job is left; return what is still alive at the deadline."""
     deadline = time.monotonic() + timeout

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.helpers import DSLAUNCH, SCRIPTS, job_processes, run_cli, wait_for_file, wait_until_gone
+from tests.helpers import DSLAUNCH, SCRIPTS, alive, job_processes, run_cli, wait_for_file, wait_until_gone
 
 pytestmark = pytest.mark.launch
 
@@ -240,15 +240,6 @@ def test_a_daemon_without_the_run_id_goes_when_its_agent_is_killed(tmp_path: Pat
     assert proc.returncode == 137, err
     assert "disappeared" in err, err
     deadline = time.monotonic() + 5
-    while any(_alive(pid) for pid in daemons) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in daemons) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not [pid for pid in daemons if _alive(pid)], "the daemons outlived their agent"
-
-
-def _alive(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+    assert not [pid for pid in daemons if alive(pid)], "the daemons outlived their agent"

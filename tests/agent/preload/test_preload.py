@@ -16,7 +16,7 @@ import pytest
 from dslaunch.agent.preload import client
 from dslaunch.cli.core_options import preload_modules
 from dslaunch.errors import DslaunchError
-from tests.helpers import DSLAUNCH, SCRIPTS, run_cli
+from tests.helpers import DSLAUNCH, SCRIPTS, alive, run_cli
 from tests.plans import cli_error
 
 WHOAMI = str(SCRIPTS / "whoami.py")
@@ -195,11 +195,11 @@ def test_a_killed_agent_takes_the_forked_ranks_with_it(tmp_path: Path) -> None:
         agent = psutil.Process(proc.pid).children()[0]
         assert {p.pid for p in agent.children()} == set(pids)  # adopted by the agent; the zygote is gone
         agent.kill()
-        _, alive = psutil.wait_procs([psutil.Process(pid) for pid in pids], timeout=10)
-        assert not alive
+        _, left = psutil.wait_procs([psutil.Process(pid) for pid in pids], timeout=10)
+        assert not left
         assert proc.wait(timeout=30) != 0
         # their children had no parent-death signal; the launcher, a child subreaper, adopted and ended them
-        assert not [pid for pid in grandchildren if psutil.pid_exists(pid)]
+        assert not [pid for pid in grandchildren if alive(pid)]
     finally:
         proc.kill()
         proc.wait()
