@@ -268,3 +268,29 @@ class ControlReader:
             elif line.startswith("signal ") and line[7:] in _CONTROL_SIGNALS:
                 commands.append(int(_CONTROL_SIGNALS[line[7:]]))
         return commands
+
+
+# ---- a node agent that lives for the job (``--for-job``, agent/job_agent.py) ----------------------------------
+# Launcher -> agent, whole lines on its stdin: ``run N PLAN`` starts an attempt as node rank N of PLAN (base64);
+# ``standby PLAN``: a spare host gets ready (with --preload, its zygote imports now) and waits; EOF ends the job.
+# Agent -> launcher: after each attempt, once its output is out, ``ATTEMPT_END`` on its stderr, then its stdout.
+ATTEMPT_END = "@dslaunch-attempt-end"
+
+
+def job_run(node_rank: int, plan: LaunchPlan) -> bytes:
+    return f"run {node_rank} {plan_to_b64(plan)}\n".encode()
+
+
+def job_standby(plan: LaunchPlan) -> bytes:
+    return f"standby {plan_to_b64(plan)}\n".encode()
+
+
+def parse_job_line(line: bytes) -> tuple[int | None, LaunchPlan] | None:
+    """A ``run`` line's (node rank, plan), a ``standby`` line's (None, plan); None for any other line (a stop or a
+    signal that came after its attempt ended). Raises ``WireError`` for a plan that does not decode."""
+    words = line.decode("ascii", "replace").split()
+    if len(words) == 3 and words[0] == "run" and words[1].isascii() and words[1].isdigit():
+        return int(words[1]), plan_from_b64(words[2])
+    if len(words) == 2 and words[0] == "standby":
+        return None, plan_from_b64(words[1])
+    return None

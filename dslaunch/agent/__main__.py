@@ -1,4 +1,5 @@
-"""``python -m dslaunch.agent --node-rank N [--plan-file PATH] [--no-control]``."""
+"""``python -m dslaunch.agent --node-rank N [--plan-file PATH] [--no-control]``, or ``--for-job``: an agent that
+lives for the job and takes each attempt on its stdin (agent/job_agent.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from dslaunch.oslib import prctl
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dslaunch.agent")
-    parser.add_argument("--node-rank", required=True, help="N, or 'mpi': this process's rank under mpirun/mpiexec")
+    parser.add_argument("--node-rank", help="N, or 'mpi': this process's rank under mpirun/mpiexec")
+    parser.add_argument("--for-job", action="store_true", help="live for the job: each attempt comes on stdin")
     parser.add_argument(
         "--plan-file",
         help=f"read the plan from this file (relative: to $HOME) and delete it; default: ${wire.PLAN_VAR}, "
@@ -23,6 +25,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-control", action="store_true", help="do not watch stdin for stop/EOF")
     args = parser.parse_args(argv)
+    if args.for_job:
+        return _for_job()
+    if args.node_rank is None:
+        parser.error("--node-rank is required (or --for-job)")
     try:
         if args.node_rank == "mpi":
             args.node_rank = mpi_env.node_rank(os.environ)
@@ -59,6 +65,18 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if pid_file is not None:
             _remove(pid_file)
+
+
+def _for_job() -> int:
+    from dslaunch.agent.job_agent import serve
+
+    prctl.set_parent_death_signal(signal.SIGTERM)
+    if os.getppid() == 1:
+        return 143
+    try:
+        return serve(sys.stdin.fileno())
+    except KeyboardInterrupt:
+        return 130
 
 
 def _write_pid(plan_file: str | None) -> str | None:

@@ -111,6 +111,7 @@ class NodeLoop:
         )
         self.progress: ProgressWatch | None = None
         self.fs_clock_offset = 0.0  # of the error files' folder (node_io.fs_clock_offset)
+        self._kept: set[int] = set()  # a zygote this agent keeps for the next attempt: spared by the sweep
 
     # ---- spawning -------------------------------------------------------
     def start(self, error_dir: str, warm: Mapping[int, Zygote | None] | None = None) -> None:
@@ -129,7 +130,9 @@ class NodeLoop:
         try:
             self._start_ranks(zygote, progress, log_dir, error_dir)
         finally:
-            if zygote is not None:
+            if zygote is not None and zygote.warm and zygote.proc_owner() == os.getpid():
+                self._kept.add(zygote.proc.pid)  # this agent keeps it for the job (agent/job_agent.py)
+            elif zygote is not None:
                 zygote.close()
 
     def _start_ranks(self, zygote: Zygote | None, progress: ProgressWatch, log_dir: str | None, error_dir: str) -> None:
@@ -380,7 +383,7 @@ class NodeLoop:
 
     def _kill_descendants(self) -> None:
         waiters = [w for r in self.ranks if (w := getattr(r.proc, "waiter", None))]  # warm ranks' (preload/warm.py)
-        kill_descendants((os.getpid(), *waiters), spared={r.pid for r in self.ranks})
+        kill_descendants((os.getpid(), *waiters), spared={*(r.pid for r in self.ranks), *self._kept})
 
     def _emit(self, line: str) -> None:
         """An event: on its own pipe when there is one (the launcher always reads it), else before queued output."""

@@ -100,7 +100,17 @@ class HostPool:
 
 
 def run_attempts(runner: Runner, plan: LaunchPlan, pool: HostPool | None = None) -> int:
-    """Run ``plan`` up to ``1 + max_restarts`` times; the exit code is the last attempt's."""
+    """Run ``plan`` up to ``1 + max_restarts`` times; the exit code is the last attempt's. A runner that keeps
+    something for the whole job (agents that live for it) has a ``close()``, called once the job is over."""
+    try:
+        return _run_attempts(runner, plan, pool)
+    finally:
+        close = getattr(runner, "close", None)
+        if close is not None:
+            close()
+
+
+def _run_attempts(runner: Runner, plan: LaunchPlan, pool: HostPool | None) -> int:
     pool = pool or HostPool(plan)
     results: list[JobResult] = []
     used: list[tuple[str, ...]] = []

@@ -24,11 +24,13 @@ def agent_command(
     *,
     venv_script: str | None = None,
     plan_file: str | None = None,
+    for_job: bool = False,
 ) -> str:
     """``cd CWD && [. VENV &&] exec env DSLAUNCH_RUN_ID=.. PYTHON -u -m dslaunch.agent --node-rank N``.
 
     ``plan_file`` names the staged plan (relative to the remote home) for transports
-    without a usable stdin; otherwise the plan is the first line the agent reads.
+    without a usable stdin; otherwise the plan is the first line the agent reads. ``for_job``: an agent that
+    lives for the job (``--for-job``), which takes each attempt, with its node rank, on its stdin.
     """
     parts: list[str] = []
     if plan.cwd:
@@ -38,7 +40,8 @@ def agent_command(
     env: Mapping[str, str] = dict(plan.env)
     assignments = [f"DSLAUNCH_RUN_ID={plan.run_id}"]
     assignments += [f"{name}={env[name]}" for name in AGENT_ENV_NAMES if name in env]
-    argv = ["env", *assignments, plan.program.python, "-u", "-m", "dslaunch.agent", "--node-rank", str(node_rank)]
+    role = ["--for-job"] if for_job else ["--node-rank", str(node_rank)]
+    argv = ["env", *assignments, plan.program.python, "-u", "-m", "dslaunch.agent", *role]
     if plan_file is not None:
         argv += ["--plan-file", plan_file]
     parts.append("exec " + shlex.join(argv))

@@ -21,7 +21,7 @@ RUNNERS: dict[str, str] = {
     "slurm": "dslaunch.runners.slurm.runner:SlurmRunner",
     "openmpi": "dslaunch.runners.mpi:OpenMpiRunner",
     "mpich": "dslaunch.runners.mpi:MpichRunner",
-    "ssh": "dslaunch.runners.ssh:SshRunner",
+    "ssh": "dslaunch.runners.ssh.runner:SshRunner",
     "pdsh": "dslaunch.runners.pdsh.runner:PdshRunner",
     "node": "dslaunch.runners.node:NodeRunner",
 }

@@ -20,7 +20,7 @@ def _run_local(command: str, timeout: float) -> tuple[int | None, str, str]:
 
 
 def _results_ssh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, str, str]]:
-    from dslaunch.runners.ssh import connect_all, run_on
+    from dslaunch.runners.ssh.runner import connect_all, run_on
 
     settings = plan.remote
     conns, failures = connect_all(plan, settings)

@@ -66,23 +66,26 @@ class WarmZygotes:
         # node rank -> its zygote (None: it could not start one, and said why)
         self.zygotes: dict[int, client.Zygote | None] = {}
 
-    def prepare(self, plan: LaunchPlan, only: int | None = None) -> None:
+    def prepare(self, plan: LaunchPlan, only: int | None = None, key: int | None = None) -> None:
         """Before an attempt: every node of ``plan`` (or node rank ``only``: one launcher per node) has its zygote,
         started now or kept from the last attempt if it can still fork (else replaced, with a warning). Runs in the
-        launcher's main thread (the parent-death signal of the zygote follows the thread that started it)."""
+        launcher's main thread (the parent-death signal of the zygote follows the thread that started it).
+        ``key``: keep ``only``'s zygote under this key instead of its node rank (a host whose node rank changes
+        from attempt to attempt keeps one zygote)."""
         if not wanted(plan) or plan.bind_cores is not None:
             return  # the agent says why it does not preload (client.for_node)
         for node in plan.nodes if only is None else (plan.node(only),):
-            if node.node_rank in self.zygotes and self.zygotes[node.node_rank] is None:
+            kept_as = node.node_rank if key is None else key
+            if kept_as in self.zygotes and self.zygotes[kept_as] is None:
                 continue  # it could not start: said once
-            kept = self.zygotes.get(node.node_rank)
+            kept = self.zygotes.get(kept_as)
             if kept is not None:
                 why = check(kept)
                 if why is None:
                     continue
                 print(f"dslaunch: warning: {kept.label}: replaced for this attempt: {why}", file=sys.stderr, flush=True)
                 kept.close()
-            self.zygotes[node.node_rank] = self._start(plan, node.node_rank)
+            self.zygotes[kept_as] = self._start(plan, node.node_rank)
 
     def _start(self, plan: LaunchPlan, node_rank: int) -> client.Zygote | None:
         import atexit

@@ -21,6 +21,7 @@ from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import common, rlimits
 from dslaunch.remote.agent_command import agent_command
 from dslaunch.runners.remote_base import RemoteRunner, report_start_failures
+from dslaunch.runners.ssh.live import Attempt, LiveAgent, LiveAgents
 
 # Bytes per read of a channel: paramiko moves what is left in its buffer (up to the 2 MiB window) down after each
 # read, so small reads of a full buffer cost more than the bytes they return; much larger ones cost memory.
@@ -125,6 +126,12 @@ class SshAgent:
 
 def connect_all(plan: LaunchPlan, settings: RemoteSettings) -> tuple[dict[int, Any], dict[str, str]]:
     """Connect to every node, at most ``fanout`` handshakes at a time; return connections and failures."""
+    conns, failures = connect_hosts([node.host for node in plan.nodes], settings)
+    return {node.node_rank: conns[node.host] for node in plan.nodes if node.host in conns}, failures
+
+
+def connect_hosts(hosts: list[str], settings: RemoteSettings) -> tuple[dict[str, Any], dict[str, str]]:
+    """Connect to each of ``hosts``, at most ``fanout`` handshakes at a time; connections and failures by host."""
     from dslaunch.remote.paramiko_conn import ConnectError, connect
 
     def one(host: str) -> Any:
@@ -132,15 +139,15 @@ def connect_all(plan: LaunchPlan, settings: RemoteSettings) -> tuple[dict[int, A
             host, settings.ssh_config, settings.ssh_port, settings.accept_new_hosts, settings.connect_timeout
         )
 
-    conns: dict[int, Any] = {}
+    conns: dict[str, Any] = {}
     failures: dict[str, str] = {}
-    with ThreadPoolExecutor(max_workers=max(1, min(settings.fanout, len(plan.nodes)))) as pool:
-        futures = {node.node_rank: pool.submit(one, node.host) for node in plan.nodes}
-        for node_rank, future in futures.items():
+    with ThreadPoolExecutor(max_workers=max(1, min(settings.fanout, len(hosts)))) as pool:
+        futures = {host: pool.submit(one, host) for host in hosts}
+        for host, future in futures.items():
             try:
-                conns[node_rank] = future.result()
+                conns[host] = future.result()
             except ConnectError as exc:
-                failures[plan.node(node_rank).host] = str(exc)
+                failures[host] = str(exc)
     return conns, failures
 
 
@@ -161,13 +168,28 @@ class SshRunner(RemoteRunner):
     def __init__(self) -> None:
         self._settings = RemoteSettings()
         self._conns: dict[str, Any] = {}
+        self._live: LiveAgents | None = None  # with restarts: one agent per host for the job (live.py)
+        self._keepalive: Keepalive | None = None
 
     def describe(self, plan: LaunchPlan) -> list[str]:
         settings = plan.remote
+        if plan.restarts.max_restarts > 0:
+            command = agent_command(plan, 0, venv_script=settings.venv_script, for_job=True)
+            return [f"ssh {n.host}  {command}  < each attempt on stdin (node rank {n.node_rank})" for n in plan.nodes]
         return [
             f"ssh {n.host}  {agent_command(plan, n.node_rank, venv_script=settings.venv_script)}  < plan on stdin"
             for n in plan.nodes
         ]
+
+    def close(self) -> None:
+        """The job is over: end the agents that live for it, and their connections."""
+        if self._live is not None:
+            self._live.close()
+        if self._keepalive is not None:
+            self._keepalive.close()
+        for conn in self._conns.values():
+            conn.close()
+        self._conns = {}
 
     def exec_on(self, host: str, command: str, timeout: float) -> tuple[int, str, str]:
         """Over this job's connection to ``host``, or a new one when it dropped."""
@@ -185,6 +207,8 @@ class SshRunner(RemoteRunner):
         return run_on(conn, command, timeout)
 
     def run(self, plan: LaunchPlan) -> JobResult:
+        if plan.restarts.max_restarts > 0:
+            return self._run_live(plan)
         settings = self._settings = plan.remote
         for warning in rlimits.make_room(len(plan.nodes), "ssh"):  # a socket and threads per host, for the job
             common.write_err(warning.encode())
@@ -226,3 +250,42 @@ class SshRunner(RemoteRunner):
             for conn in self._conns.values():
                 conn.close()
             self._conns = {}
+
+    def _run_live(self, plan: LaunchPlan) -> JobResult:
+        """One attempt on the agents that live for the job: started on the hosts that have none, told elsewhere."""
+        settings = self._settings = plan.remote
+        if self._live is None:
+            for warning in rlimits.make_room(len(plan.nodes), "ssh"):
+                common.write_err(warning.encode())
+            self._live, self._keepalive = LiveAgents(), Keepalive(common.keepalive_interval(settings))
+        live, keepalive = self._live, self._keepalive
+        assert keepalive is not None  # set with _live
+        lacking = live.lacking([node.host for node in plan.nodes])
+        conns, failures = connect_hosts(lacking, settings)
+        if failures:
+            for conn in conns.values():
+                conn.close()
+            return report_start_failures(failures)
+        for host, conn in conns.items():
+            if host in self._conns:
+                self._conns[host].close()
+            self._conns[host] = conn
+        plan, why = self.with_free_port(plan, settings)
+        if why:
+            return report_start_failures({plan.nodes[0].host: why})
+        command = agent_command(plan, 0, venv_script=settings.venv_script, for_job=True)
+        attempts: list[Attempt] = []
+        try:
+            for host, conn in conns.items():
+                live.by_host[host] = LiveAgent(host, conn, command)
+                keepalive.watch(conn)
+            attempts = [live.by_host[node.host].start(plan, node.node_rank) for node in plan.nodes]
+        except Exception as exc:  # noqa: BLE001 - any channel error: stop what already started
+            for attempt in attempts:
+                attempt.kill()
+            live.after(attempts)
+            return report_start_failures({host: f"{type(exc).__name__}: {exc}" for host in conns} or {"?": str(exc)})
+        result = supervise_and_report(plan, attempts)
+        live.after(attempts)
+        self.reap(plan, settings, [a.host for a in attempts if not a.reported])
+        return result

@@ -1,0 +1,89 @@
+"""A node agent that lives for the job (``python -m dslaunch.agent --for-job``): the ssh runner starts one per
+host once, and each attempt is a line on its stdin (``wire.job_run``), so a restart costs no new session, no new
+agent and, with ``--preload``, no new import: the host's zygote is kept from attempt to attempt (preload/warm.py).
+
+Between attempts the agent waits on its stdin: a ``run`` line starts the next attempt (as whatever node rank the
+launcher gives this host), a ``standby`` line readies a spare host's zygote, and EOF (the job is over, or the
+launcher or its connection is gone) ends the zygote and the agent. During an attempt stdin is the control channel,
+as for any agent (``NodeLoop``); EOF there tears the node down and ends the agent too. After each attempt the agent
+writes ``wire.ATTEMPT_END`` on its stderr and then its stdout, after the attempt's output: the launcher's handle
+on the attempt ends there (runners/ssh/live.py).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from dslaunch import wire
+from dslaunch.agent.run_node import run_node
+
+KEEP = -1  # the key of this host's zygote in WarmZygotes: one for the job, whatever node rank an attempt gives it
+
+
+class _StdinLines:
+    """Whole lines from a raw fd, nothing read past what the caller has been given but ``pending``."""
+
+    def __init__(self, fd: int, pending: bytes = b"") -> None:
+        self.fd = fd
+        self.pending = pending
+
+    def next(self) -> bytes | None:
+        """The next line; None at EOF."""
+        os.set_blocking(self.fd, True)  # an attempt's loop left it non-blocking
+        while b"\n" not in self.pending:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except InterruptedError:
+                continue
+            if not chunk:
+                return None
+            self.pending += chunk
+        line, _, self.pending = self.pending.partition(b"\n")
+        return line
+
+
+def serve(fd: int, pending: bytes = b"") -> int:
+    """Run the attempts the launcher sends until EOF; the last attempt's exit code."""
+    from dslaunch.agent.preload.warm import WarmZygotes
+
+    warm = WarmZygotes()
+    lines = _StdinLines(fd, pending)
+    code = 0
+    try:
+        while True:
+            line = lines.next()
+            if line is None:
+                return code
+            try:
+                parsed = wire.parse_job_line(line)
+            except wire.WireError as exc:
+                print(f"dslaunch agent: {exc}", file=sys.stderr, flush=True)
+                return 2
+            if parsed is None:
+                continue  # a stop or a signal for an attempt that has ended
+            node_rank, plan = parsed
+            warm.prepare(plan, 0 if node_rank is None else node_rank, key=KEEP)
+            if node_rank is None:
+                continue  # a spare: ready, and waiting for an attempt
+            if not 0 <= node_rank < len(plan.nodes):
+                print(f"dslaunch agent: node rank {node_rank} is not in 0..{len(plan.nodes) - 1}", file=sys.stderr)
+                return 2
+            kept = {node_rank: warm.zygotes[KEEP]} if KEEP in warm.zygotes else None
+            code = run_node(plan, node_rank, sys.stdin.buffer, lines.pending, warm=kept)
+            lines.pending = b""
+            _end_of_attempt()
+    finally:
+        warm.close_all()
+
+
+def _end_of_attempt() -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for fd in (2, 1):  # stdout last: the launcher reads stderr's marker once stdout's has come
+        data = (wire.ATTEMPT_END + "\n").encode()
+        try:
+            while data:
+                data = data[os.write(fd, data) :]
+        except OSError:
+            return  # the launcher is gone: stdin's EOF ends this agent next
