@@ -14,7 +14,8 @@ from typing import Any, Literal
 # 3: restarts, hang_timeout, preload.
 # 4: elastic (candidate hosts, MIN:MAX).
 # 5: pods (one launcher per node: the coordinator's address and the join timeout).
-PLAN_VERSION = 5
+# 6: remote.spare_check (ssh spares' health checks); agents that live for the job take plans per attempt.
+PLAN_VERSION = 6
 # In the plan's env (and so each rank's) as "0" when --no-collapse-output: the agents and the launcher read it.
 COLLAPSE_VAR = "DSLAUNCH_COLLAPSE_OUTPUT"
 
@@ -53,6 +54,7 @@ class RemoteSettings:
     ssh_port: int | None = None
     accept_new_hosts: bool = False
     connect_timeout: float = 10.0
+    spare_check: float = 30.0  # seconds between health checks of a spare host waiting with its agent (ssh)
 
 
 SlurmMode = Literal["srun", "node", "rank"]

@@ -63,7 +63,7 @@ def serve(fd: int, pending: bytes = b"") -> int:
             if parsed is None:
                 continue  # a stop or a signal for an attempt that has ended
             node_rank, plan = parsed
-            warm.prepare(plan, 0 if node_rank is None else node_rank, key=KEEP)
+            warm.prepare(plan, 0 if node_rank is None else node_rank, key=KEEP, host=os.environ.get("DSLAUNCH_HOST"))
             if node_rank is None:
                 continue  # a spare: ready, and waiting for an attempt
             if not 0 <= node_rank < len(plan.nodes):

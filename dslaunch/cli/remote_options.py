@@ -62,6 +62,15 @@ PARAMS: list[click.Parameter] = [
         help="Give up on a host that does not answer ssh within this time.",
     ),
     click.Option(
+        ["--spare-check-interval", "spare_check"],
+        type=Seconds(1, 86400),
+        default=30.0,
+        show_default=True,
+        metavar="SECONDS",
+        help="ssh: how often each spare host, waiting with its agent, is checked as --preflight does; "
+        "one that fails is dropped.",
+    ),
+    click.Option(
         ["--export", "exports"],
         multiple=True,
         metavar="NAME[=VALUE]",
@@ -99,6 +108,7 @@ class RemoteChoices:
     ssh_port: int | None
     accept_new_hosts: bool
     connect_timeout: float
+    spare_check: float
     remote_python: str | None
     remote_cwd: str | None
     explicit_env: tuple[tuple[str, str], ...]  # --env-file lines, then --export, in order
@@ -115,6 +125,7 @@ class RemoteChoices:
             ssh_port=self.ssh_port,
             accept_new_hosts=self.accept_new_hosts,
             connect_timeout=self.connect_timeout,
+            spare_check=self.spare_check,
         )
 
 
@@ -137,6 +148,7 @@ def parse(values: Mapping[str, Any], environ: Mapping[str, str]) -> RemoteChoice
         ssh_port=values.get("ssh_port"),
         accept_new_hosts=bool(values.get("ssh_accept_new_hosts")),
         connect_timeout=values["ssh_connect_timeout"],
+        spare_check=values.get("spare_check", 30.0),
         remote_python=values.get("remote_python"),
         remote_cwd=values.get("remote_cwd"),
         explicit_env=tuple(explicit),

@@ -1,6 +1,7 @@
 """``python -m dslaunch.remote.reap RUN_ID``: kill what is left of one job on this host.
 
-``python -m dslaunch.remote.reap --agent-signal NAME RUN_ID`` instead sends signal NAME (TERM, USR1, ...)
+``python -m dslaunch.remote.reap --host HOST RUN_ID`` kills only those with ``DSLAUNCH_HOST=HOST`` (hosts that share
+a machine). ``python -m dslaunch.remote.reap --agent-signal NAME RUN_ID`` instead sends signal NAME (TERM, USR1, ...)
 to the job's node agent here: how the pdsh runner stops a node with its grace period, or relays a
 signal, since pdsh gives no per-host channel to the agent.
 
@@ -43,13 +44,24 @@ def signal_agent(run_id: str, name: str) -> int:
     return 0
 
 
+def _on_host(pid: int, host: str, proc: str = "/proc") -> bool:
+    try:
+        with open(f"{proc}/{pid}/environ", "rb") as f:
+            return f"DSLAUNCH_HOST={host}".encode() in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
 def main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[0] == "--agent-signal" and argv[2]:
         return signal_agent(argv[2], argv[1])
+    host = None
+    if len(argv) == 3 and argv[0] == "--host" and argv[1]:
+        host, argv = argv[1], argv[2:]
     if len(argv) != 1 or not argv[0]:
-        print("usage: python -m dslaunch.remote.reap [--agent-signal NAME] RUN_ID", file=sys.stderr)
+        print("usage: python -m dslaunch.remote.reap [--agent-signal NAME | --host HOST] RUN_ID", file=sys.stderr)
         return 2
-    pids = job_pids(argv[0])
+    pids = [pid for pid in job_pids(argv[0]) if host is None or _on_host(pid, host)]
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)

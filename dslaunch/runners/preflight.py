@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -20,7 +21,7 @@ def _run_local(command: str, timeout: float) -> tuple[int | None, str, str]:
 
 
 def _results_ssh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, str, str]]:
-    from dslaunch.runners.ssh.runner import connect_all, run_on
+    from dslaunch.runners.ssh.connect import connect_all, run_on
 
     settings = plan.remote
     conns, failures = connect_all(plan, settings)
@@ -116,15 +117,19 @@ def run_preflight(plan: LaunchPlan) -> tuple[int, str]:
     return (0 if all(r.ok for r in rows) else 1), report
 
 
-def probe_hosts(plan: LaunchPlan, hosts: list[str]) -> dict[str, str]:
+Results = Callable[[LaunchPlan, str], dict[int, tuple[int | None, str, str]]]  # (plan, command) -> by node rank
+
+
+def probe_hosts(plan: LaunchPlan, hosts: list[str], run: Results | None = None) -> dict[str, str]:
     """Probe ``hosts`` (candidates of ``plan``) in parallel as --preflight does: reachable, same python,
-    dslaunch and torch as this launcher, GPUs for the slots. The hosts that fail, with why (docs/elastic.md)."""
+    dslaunch and torch as this launcher, GPUs for the slots. The hosts that fail, with why (docs/elastic.md).
+    ``run``: how to run the probe on each node of a plan (default: over the plan's launcher, new sessions)."""
     if not hosts:
         return {}
     slots = {c.host: c.slots for c in plan.elastic.candidates}
     probe_plan = replace(plan, nodes=assign_ranks({h: slots[h] for h in hosts}))
     expected = local_expected(0)
-    results = _results(probe_plan, probe_command(plan.program.python, 0))
+    results = (run or _results)(probe_plan, probe_command(plan.program.python, 0))
     failures: dict[str, str] = {}
     for node in probe_plan.nodes:
         row = evaluate(node.host, node.nproc, False, expected, results[node.node_rank])

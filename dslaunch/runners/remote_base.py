@@ -50,12 +50,12 @@ class RemoteRunner:
         return plan.with_port(port), None
 
     def reap(self, plan: LaunchPlan, settings: RemoteSettings, hosts: Sequence[str]) -> None:
-        """Kill, by run id, whatever of the job is left on ``hosts`` (in parallel)."""
+        """Kill, by run id and host name, whatever of the job is left on ``hosts`` (in parallel)."""
         if not hosts:
             return
-        command = reap_command(plan, settings.venv_script)
 
         def one(host: str) -> None:
+            command = reap_command(plan, settings.venv_script, host=host)
             try:
                 self.exec_on(host, command, settings.connect_timeout + 20)
             except Exception as exc:  # noqa: BLE001 - the host may be gone for good

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import envs, probe
-from dslaunch.remote.agent_command import agent_command
+from dslaunch.remote.agent_command import agent_command, reap_command
 from dslaunch.remote.sshconfig import resolve, valid_host
 from dslaunch.runners.pdsh.runner import pdsh_argv, pdsh_env, pdsh_label, pdsh_labels
 from tests.plans import make_plan
@@ -313,6 +313,32 @@ def test_reap_kills_only_the_named_run() -> None:
         for p in (mine, other):
             p.kill()
             p.wait()
+
+
+@pytest.mark.launch
+def test_reap_of_one_host_spares_the_runs_processes_of_another_host_on_the_same_machine() -> None:
+    """Hosts of a test bed share one machine: a lost host's reap must not take another host's live agent."""
+    env = {**os.environ, "DSLAUNCH_RUN_ID": "reap-host"}
+    lost = subprocess.Popen(["sleep", "60"], env={**env, "DSLAUNCH_HOST": "node1"})
+    kept = subprocess.Popen(["sleep", "60"], env={**env, "DSLAUNCH_HOST": "node2"})
+    try:
+        argv = [sys.executable, "-m", "dslaunch.remote.reap", "--host", "node1", "reap-host"]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0 and "1 process(es) of run reap-host killed" in out.stdout, out.stderr
+        assert lost.wait(5) == -9
+        assert kept.poll() is None
+    finally:
+        for p in (lost, kept):
+            p.kill()
+            p.wait()
+
+
+def test_a_job_lifetime_agents_command_golden() -> None:
+    assert agent_command(_plan("/w"), 0, for_job=True, host="b;touch x") == (
+        "cd /w && exec env DSLAUNCH_RUN_ID=r1 'DSLAUNCH_HOST=b;touch x' 'PYTHONPATH=/lib $(x)' "
+        "/usr/bin/python3 -u -m dslaunch.agent --for-job"
+    )
+    assert reap_command(_plan("/w"), host="b;touch x").endswith("-m dslaunch.remote.reap --host 'b;touch x' r1")
 
 
 @pytest.mark.parametrize(

@@ -137,3 +137,21 @@ def test_agent_refuses_a_plan_it_cannot_read(tmp_path: Path) -> None:
         env={**os.environ, wire.PLAN_VAR: ""},
     )
     assert out.returncode == 2 and "cannot read the launch plan" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_job_lines_carry_a_node_rank_and_a_plan_and_nothing_else_starts_an_attempt() -> None:
+    plan = _plan((("HF_TOKEN", "x y"),))
+    assert wire.parse_job_line(wire.job_run(3, plan).rstrip(b"\n")) == (3, plan)
+    assert wire.parse_job_line(wire.job_standby(plan).rstrip(b"\n")) == (None, plan)
+    for other in (b"stop", b"signal SIGUSR1", b"", b"run", b"run -1 x", b"run 1", b"standby", b"run 1 x y"):
+        assert wire.parse_job_line(other) is None, other
+    with pytest.raises(wire.WireError):
+        wire.parse_job_line(b"run 1 not-a-plan")
+
+
+@given(st.binary(max_size=200))
+def test_a_job_line_either_parses_or_is_ignored_or_is_a_wire_error(line: bytes) -> None:
+    try:
+        wire.parse_job_line(line)
+    except wire.WireError:
+        pass

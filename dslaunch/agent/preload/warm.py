@@ -66,12 +66,15 @@ class WarmZygotes:
         # node rank -> its zygote (None: it could not start one, and said why)
         self.zygotes: dict[int, client.Zygote | None] = {}
 
-    def prepare(self, plan: LaunchPlan, only: int | None = None, key: int | None = None) -> None:
+    def prepare(
+        self, plan: LaunchPlan, only: int | None = None, key: int | None = None, host: str | None = None
+    ) -> None:
         """Before an attempt: every node of ``plan`` (or node rank ``only``: one launcher per node) has its zygote,
         started now or kept from the last attempt if it can still fork (else replaced, with a warning). Runs in the
         launcher's main thread (the parent-death signal of the zygote follows the thread that started it).
         ``key``: keep ``only``'s zygote under this key instead of its node rank (a host whose node rank changes
-        from attempt to attempt keeps one zygote)."""
+        from attempt to attempt keeps one zygote), and ``host``: the host it runs on, in its ``DSLAUNCH_HOST`` (a
+        spare's zygote is readied with another node's plan)."""
         if not wanted(plan) or plan.bind_cores is not None:
             return  # the agent says why it does not preload (client.for_node)
         for node in plan.nodes if only is None else (plan.node(only),):
@@ -85,9 +88,9 @@ class WarmZygotes:
                     continue
                 print(f"dslaunch: warning: {kept.label}: replaced for this attempt: {why}", file=sys.stderr, flush=True)
                 kept.close()
-            self.zygotes[kept_as] = self._start(plan, node.node_rank)
+            self.zygotes[kept_as] = self._start(plan, node.node_rank, host)
 
-    def _start(self, plan: LaunchPlan, node_rank: int) -> client.Zygote | None:
+    def _start(self, plan: LaunchPlan, node_rank: int, host: str | None = None) -> client.Zygote | None:
         import atexit
 
         from dslaunch.agent import ranks
@@ -96,6 +99,8 @@ class WarmZygotes:
             atexit.register(self.close_all)
         node = plan.node(node_rank)
         env = ranks.rank_env(plan, node, 0, os.environ, os.devnull)  # the zygote itself never writes an error file
+        if host is not None:
+            env["DSLAUNCH_HOST"] = host
         return client.start(plan.preload, plan.program.python, env, plan.cwd, node.host, warm=True)
 
     def close_all(self) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from dslaunch import wire
@@ -21,7 +20,9 @@ from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import common, rlimits
 from dslaunch.remote.agent_command import agent_command
 from dslaunch.runners.remote_base import RemoteRunner, report_start_failures
+from dslaunch.runners.ssh.connect import connect_all, connect_hosts, run_on
 from dslaunch.runners.ssh.live import Attempt, LiveAgent, LiveAgents
+from dslaunch.runners.ssh.spares import Spares, run_each
 
 # Bytes per read of a channel: paramiko moves what is left in its buffer (up to the 2 MiB window) down after each
 # read, so small reads of a full buffer cost more than the bytes they return; much larger ones cost memory.
@@ -124,44 +125,6 @@ class SshAgent:
         return START_FAILED if status == -1 else status
 
 
-def connect_all(plan: LaunchPlan, settings: RemoteSettings) -> tuple[dict[int, Any], dict[str, str]]:
-    """Connect to every node, at most ``fanout`` handshakes at a time; return connections and failures."""
-    conns, failures = connect_hosts([node.host for node in plan.nodes], settings)
-    return {node.node_rank: conns[node.host] for node in plan.nodes if node.host in conns}, failures
-
-
-def connect_hosts(hosts: list[str], settings: RemoteSettings) -> tuple[dict[str, Any], dict[str, str]]:
-    """Connect to each of ``hosts``, at most ``fanout`` handshakes at a time; connections and failures by host."""
-    from dslaunch.remote.paramiko_conn import ConnectError, connect
-
-    def one(host: str) -> Any:
-        return connect(
-            host, settings.ssh_config, settings.ssh_port, settings.accept_new_hosts, settings.connect_timeout
-        )
-
-    conns: dict[str, Any] = {}
-    failures: dict[str, str] = {}
-    with ThreadPoolExecutor(max_workers=max(1, min(settings.fanout, len(hosts)))) as pool:
-        futures = {host: pool.submit(one, host) for host in hosts}
-        for host, future in futures.items():
-            try:
-                conns[host] = future.result()
-            except ConnectError as exc:
-                failures[host] = str(exc)
-    return conns, failures
-
-
-def run_on(conn: Any, command: str, timeout: float) -> tuple[int, str, str]:
-    """Run one command over an open connection; (status, stdout, stderr)."""
-    channel = conn.client.get_transport().open_session(timeout=timeout)
-    channel.settimeout(timeout)
-    channel.exec_command(command)
-    channel.shutdown_write()
-    out = channel.makefile("rb").read().decode("utf-8", "replace")
-    err = channel.makefile_stderr("rb").read().decode("utf-8", "replace")
-    return channel.recv_exit_status(), out, err
-
-
 class SshRunner(RemoteRunner):
     name = "ssh"
 
@@ -169,6 +132,7 @@ class SshRunner(RemoteRunner):
         self._settings = RemoteSettings()
         self._conns: dict[str, Any] = {}
         self._live: LiveAgents | None = None  # with restarts: one agent per host for the job (live.py)
+        self._spares: Spares | None = None  # ... and one on each spare host, standing by (spares.py)
         self._keepalive: Keepalive | None = None
 
     def describe(self, plan: LaunchPlan) -> list[str]:
@@ -181,8 +145,52 @@ class SshRunner(RemoteRunner):
             for n in plan.nodes
         ]
 
+    def probe(self, plan: LaunchPlan, hosts: list[str]) -> dict[str, str]:
+        """Check ``hosts`` as --preflight does (job/attempts.HostPool): with agents that live for the job, over the
+        connections they have, and a spare that passed its last check less than --spare-check-interval ago is not
+        checked again."""
+        from dslaunch.runners.preflight import probe_hosts
+
+        if plan.restarts.max_restarts == 0:
+            return probe_hosts(plan, hosts)
+        self._settings = plan.remote  # exec_on's, before the first attempt sets it
+        spares = self._spares
+        failures = {h: spares.unfit[h] for h in hosts if spares is not None and h in spares.unfit}
+        todo = [h for h in hosts if h not in failures and not (spares and spares.fresh(h, plan.remote.spare_check))]
+        failures.update(probe_hosts(plan, todo, self._probe_results))
+        return failures
+
+    def _probe_results(self, plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, str, str]]:
+        timeout = plan.remote.connect_timeout + 20
+
+        def one(host: str) -> tuple[int | None, str, str]:
+            try:
+                return self.exec_on(host, command, timeout)
+            except Exception as exc:  # noqa: BLE001 - any transport error is this host's failure
+                return None, "", str(exc)
+
+        results = run_each([n.host for n in plan.nodes], one, plan.remote.fanout)
+        return {node.node_rank: result for node, result in zip(plan.nodes, results)}
+
+    def _connect(self, hosts: list[str], settings: RemoteSettings) -> tuple[dict[str, Any], dict[str, str]]:
+        """A connection to each of ``hosts``: the one this job has (a probe's), else a new one."""
+        kept = {}
+        for host in hosts:
+            conn = self._conns.get(host)
+            transport = conn.client.get_transport() if conn is not None else None
+            if transport is not None and transport.is_active():
+                kept[host] = conn
+        conns, failures = connect_hosts([h for h in hosts if h not in kept], settings)
+        for host, conn in conns.items():
+            if host in self._conns:
+                self._conns[host].close()
+            self._conns[host] = conn
+        return {**kept, **conns}, failures
+
     def close(self) -> None:
         """The job is over: end the agents that live for it, and their connections."""
+        if self._spares is not None:
+            self._spares.close()
         if self._live is not None:
             self._live.close()
         if self._keepalive is not None:
@@ -258,28 +266,30 @@ class SshRunner(RemoteRunner):
             for warning in rlimits.make_room(len(plan.nodes), "ssh"):
                 common.write_err(warning.encode())
             self._live, self._keepalive = LiveAgents(), Keepalive(common.keepalive_interval(settings))
-        live, keepalive = self._live, self._keepalive
-        assert keepalive is not None  # set with _live
+            self._spares = Spares(self._live, self.probe)
+        live, keepalive, spares = self._live, self._keepalive, self._spares
+        assert keepalive is not None and spares is not None  # set with _live
+        spares.join()
         lacking = live.lacking([node.host for node in plan.nodes])
-        conns, failures = connect_hosts(lacking, settings)
+        conns, failures = self._connect(lacking, settings)
         if failures:
-            for conn in conns.values():
-                conn.close()
             return report_start_failures(failures)
-        for host, conn in conns.items():
-            if host in self._conns:
-                self._conns[host].close()
-            self._conns[host] = conn
         plan, why = self.with_free_port(plan, settings)
         if why:
             return report_start_failures({plan.nodes[0].host: why})
-        command = agent_command(plan, 0, venv_script=settings.venv_script, for_job=True)
+
+        def command(host: str) -> str:
+            return agent_command(plan, 0, venv_script=settings.venv_script, for_job=True, host=host)
+
         attempts: list[Attempt] = []
         try:
             for host, conn in conns.items():
-                live.by_host[host] = LiveAgent(host, conn, command)
+                live.by_host[host] = LiveAgent(host, conn, command(host))
                 keepalive.watch(conn)
             attempts = [live.by_host[node.host].start(plan, node.node_rank) for node in plan.nodes]
+            spares.promoted([node.host for node in plan.nodes])
+            if plan.elastic.candidates:
+                spares.stand_by(plan, lambda hosts: self._connect(hosts, settings)[0], command)
         except Exception as exc:  # noqa: BLE001 - any channel error: stop what already started
             for attempt in attempts:
                 attempt.kill()
@@ -287,5 +297,7 @@ class SshRunner(RemoteRunner):
             return report_start_failures({host: f"{type(exc).__name__}: {exc}" for host in conns} or {"?": str(exc)})
         result = supervise_and_report(plan, attempts)
         live.after(attempts)
+        with spares.lock:
+            spares.unfit.update(result.blamed)  # left out by the next attempts (HostPool): never a spare
         self.reap(plan, settings, [a.host for a in attempts if not a.reported])
         return result

@@ -1,0 +1,46 @@
+"""Connections for the ssh runner and ``--preflight`` over ssh: to many hosts at once, and one command over one."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from dslaunch.plan import LaunchPlan, RemoteSettings
+
+
+def connect_all(plan: LaunchPlan, settings: RemoteSettings) -> tuple[dict[int, Any], dict[str, str]]:
+    """Connect to every node, at most ``fanout`` handshakes at a time; return connections and failures."""
+    conns, failures = connect_hosts([node.host for node in plan.nodes], settings)
+    return {node.node_rank: conns[node.host] for node in plan.nodes if node.host in conns}, failures
+
+
+def connect_hosts(hosts: list[str], settings: RemoteSettings) -> tuple[dict[str, Any], dict[str, str]]:
+    """Connect to each of ``hosts``, at most ``fanout`` handshakes at a time; connections and failures by host."""
+    from dslaunch.remote.paramiko_conn import ConnectError, connect
+
+    def one(host: str) -> Any:
+        return connect(
+            host, settings.ssh_config, settings.ssh_port, settings.accept_new_hosts, settings.connect_timeout
+        )
+
+    conns: dict[str, Any] = {}
+    failures: dict[str, str] = {}
+    with ThreadPoolExecutor(max_workers=max(1, min(settings.fanout, len(hosts)))) as pool:
+        futures = {host: pool.submit(one, host) for host in hosts}
+        for host, future in futures.items():
+            try:
+                conns[host] = future.result()
+            except ConnectError as exc:
+                failures[host] = str(exc)
+    return conns, failures
+
+
+def run_on(conn: Any, command: str, timeout: float) -> tuple[int, str, str]:
+    """Run one command over an open connection; (status, stdout, stderr)."""
+    channel = conn.client.get_transport().open_session(timeout=timeout)
+    channel.settimeout(timeout)
+    channel.exec_command(command)
+    channel.shutdown_write()
+    out = channel.makefile("rb").read().decode("utf-8", "replace")
+    err = channel.makefile_stderr("rb").read().decode("utf-8", "replace")
+    return channel.recv_exit_status(), out, err

@@ -1,0 +1,125 @@
+"""Warm spare hosts over ssh: a spare (``--num-nodes N`` with a longer hostfile, ``--nnodes MIN:MAX``) gets its
+job-lifetime agent when the job starts, and with ``--preload`` its zygote imports at once (``wire.job_standby``), so
+promoting it costs a fork and a rendezvous. While it waits it is checked every ``--spare-check-interval`` seconds
+as ``--preflight`` checks a host, over the connection it already has; a spare that fails is dropped with one line,
+and the next attempt leaves it out (docs/elastic.md).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from dslaunch.plan import LaunchPlan
+from dslaunch.remote import common
+from dslaunch.runners.ssh.live import LiveAgent, LiveAgents
+
+Probe = Callable[[LaunchPlan, list[str]], dict[str, str]]  # (plan, hosts) -> the hosts that failed, with why
+
+
+class Spares:
+    """The job's spare hosts standing by, their last good check, and the ones found unfit."""
+
+    def __init__(self, live: LiveAgents, probe: Probe) -> None:
+        self.live = live
+        self.probe = probe
+        self.waiting: set[str] = set()  # spares with a live agent, in no attempt
+        self.unfit: dict[str, str] = {}  # spare -> why it was dropped
+        self.checked: dict[str, float] = {}  # host -> when it last passed a check (monotonic)
+        self.lock = threading.Lock()
+        self._started: threading.Thread | None = None
+        self._done = threading.Event()
+        self._watch: threading.Thread | None = None
+
+    def stand_by(
+        self, plan: LaunchPlan, connect: Callable[[list[str]], dict[str, Any]], command: Callable[[str], str]
+    ) -> None:
+        """In the background: an agent on each candidate host ``plan`` does not use, told to get ready."""
+        in_use = {node.host for node in plan.nodes}
+        with self.lock:
+            hosts = [
+                c.host
+                for c in plan.elastic.candidates
+                if c.host not in in_use and c.host not in self.unfit and c.host not in self.live.by_host
+            ]
+        if not hosts:
+            return
+        self.join()
+        self._started = threading.Thread(target=self._start, args=(plan, hosts, connect, command), daemon=True)
+        self._started.start()
+
+    def _start(
+        self,
+        plan: LaunchPlan,
+        hosts: list[str],
+        connect: Callable[[list[str]], dict[str, Any]],
+        command: Callable[[str], str],
+    ) -> None:
+        now = time.monotonic()
+        for host, conn in connect(hosts).items():  # a host that cannot be reached is the next probe's to judge
+            try:
+                agent = LiveAgent(host, conn, command(host))
+            except Exception:  # noqa: BLE001 - no session there: it stays out of the spares
+                conn.close()
+                continue
+            agent.stand_by(plan)
+            with self.lock:
+                self.live.by_host[host] = agent
+                self.waiting.add(host)
+                self.checked[host] = now  # probed before attempt 0 (job/attempts.HostPool)
+        if self._watch is None:
+            self._watch = threading.Thread(target=self._check_loop, args=(plan,), name="spares", daemon=True)
+            self._watch.start()
+
+    def join(self) -> None:
+        """Until the spares being started are up (before an attempt picks its hosts)."""
+        if self._started is not None:
+            self._started.join()
+            self._started = None
+
+    def promoted(self, hosts: list[str]) -> None:
+        with self.lock:
+            self.waiting.difference_update(hosts)
+
+    def fresh(self, host: str, interval: float) -> bool:
+        """Whether ``host`` is a spare that passed a check less than ``interval`` ago: no need to probe it again."""
+        with self.lock:
+            return host in self.waiting and time.monotonic() - self.checked.get(host, -interval) < interval
+
+    def close(self) -> None:
+        self._done.set()
+        self.join()
+
+    def _check_loop(self, plan: LaunchPlan) -> None:
+        interval = plan.remote.spare_check
+        while not self._done.wait(interval):
+            with self.lock:
+                hosts = sorted(self.waiting)
+            if not hosts:
+                continue
+            with self.lock:
+                gone = {h: "its agent is gone" for h in hosts if (a := self.live.by_host.get(h)) and not a.usable()}
+            failed = {**self.probe(plan, [h for h in hosts if h not in gone]), **gone}
+            now = time.monotonic()
+            for host in hosts:
+                why = failed.get(host)
+                if why is None:
+                    with self.lock:
+                        self.checked[host] = now
+                    continue
+                with self.lock:
+                    if host not in self.waiting:
+                        continue  # promoted meanwhile: the attempt judges it
+                    self.waiting.discard(host)
+                    self.unfit[host] = why
+                    self.live.drop(host)
+                common.write_err(f"dslaunch: spare host {host} failed its check and is dropped: {why}\n".encode())
+
+
+def run_each(hosts: list[str], run: Callable[[str], tuple[int | None, str, str]], fanout: int) -> list[Any]:
+    """``run(host)`` for every host, at most ``fanout`` at a time, in order."""
+    with ThreadPoolExecutor(max_workers=max(1, min(fanout, len(hosts)))) as pool:
+        return list(pool.map(run, hosts))

@@ -1,0 +1,104 @@
+"""Warm spare hosts over ssh: a spare's agent and zygote start with the job, a lost node's place is taken by the
+spare's warm zygote, and a spare that fails its check while it waits is dropped (real sshd on loopback)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from testbeds.ssh_cluster import SshCluster
+from tests.helpers import SCRIPTS, job_processes
+from tests.remote.launch import base_args, start, wait_until_gone
+
+pytestmark = [pytest.mark.launch, pytest.mark.cluster]
+
+WARM_JOB = str(SCRIPTS / "warm" / "warm_job.py")
+UNTIL_FILE = str(SCRIPTS / "until_file.py")
+SEEN = re.compile(r"attempt=(\d) rank=(\d) zygote=(\S+)")
+
+
+def _with(run_id: str, word: str) -> list[psutil.Process]:
+    found = []
+    for proc in job_processes(run_id):
+        with contextlib.suppress(psutil.Error):
+            if word in " ".join(proc.cmdline()):
+                found.append(proc)
+    return found
+
+
+def _wait_for(what: object, count: int, timeout: float = 30) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout
+    found: list[psutil.Process] = []
+    while time.monotonic() < deadline:
+        found = what()  # type: ignore[operator]
+        if len(found) >= count:
+            return found
+        time.sleep(0.05)
+    return found
+
+
+def _zygotes(run_id: str) -> list[psutil.Process]:
+    """Each agent's zygote (its forks, the waiters and ranks, share its command line)."""
+    found = []
+    for proc in _with(run_id, "preload.server"):
+        with contextlib.suppress(psutil.Error, AttributeError):
+            if "--for-job" in proc.parent().cmdline():
+                found.append(proc)
+    return found
+
+
+def _agent_of(rank: psutil.Process) -> psutil.Process:
+    return next(p for p in rank.parents() if "--for-job" in p.cmdline())
+
+
+def test_a_lost_node_is_replaced_by_the_spares_warm_zygote(ssh_cluster: SshCluster, tmp_path: Path) -> None:
+    run_id = "sshspare-" + uuid.uuid4().hex[:8]
+    args = [*base_args(ssh_cluster, "ssh", ["node1", "node2", "node3"]), "--num-nodes", "2", "--run-id", run_id,
+            "--master-port", "0", "--preload", "json", "--max-restarts", "1", "--restart-delay", "0",
+            "--export", "FAIL_RANK=none", "--export", "SLEEP=60", WARM_JOB]  # fmt: skip
+    proc = start(args, cwd=tmp_path)
+    try:
+        zygotes = _wait_for(lambda: _zygotes(run_id), 3)  # node1's, node2's and the spare's
+        assert len(zygotes) == 3, [z.cmdline() for z in zygotes]
+        ranks = _wait_for(lambda: [p for p in job_processes(run_id) if p.environ().get("RANK") == "0"], 1)
+        _agent_of(ranks[0]).kill()  # node1's agent: the node is lost
+        out, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "attempt 2 runs on node2, node3 (4 ranks)" in err, err
+    seen = {(int(m[1]), int(m[2])): m[3] for m in SEEN.finditer(out)}
+    assert {(1, r) for r in range(4)} <= set(seen), out
+    ready = {str(z.pid) for z in zygotes}
+    assert {seen[(1, r)] for r in range(4)} <= ready, (seen, ready)  # both nodes forked from zygotes started at 0
+    assert seen[(1, 2)] == seen[(1, 3)] and seen[(1, 2)] not in {seen.get((0, r)) for r in range(4)}  # the spare's
+    assert wait_until_gone(run_id, 10) == []
+
+
+def test_a_spare_that_fails_its_check_while_it_waits_is_dropped(ssh_cluster: SshCluster, tmp_path: Path) -> None:
+    run_id = "sshunfit-" + uuid.uuid4().hex[:8]
+    until = tmp_path / "go"
+    args = [*base_args(ssh_cluster, "ssh", ["node1", "node2", "node3"]), "--num-nodes", "2", "--run-id", run_id,
+            "--max-restarts", "1", "--spare-check-interval", "1", UNTIL_FILE, str(until)]  # fmt: skip
+    proc = start(args, cwd=tmp_path)
+    try:
+        agents = _wait_for(lambda: _with(run_id, "--for-job"), 3)
+        assert len(agents) == 3
+        ranks = _wait_for(lambda: [p for p in job_processes(run_id) if p.environ().get("RANK")], 4)
+        working = {_agent_of(rank).pid for rank in ranks}
+        spare = next(a for a in agents if a.pid not in working)
+        spare.kill()
+        time.sleep(3)  # a check a second: it finds the spare's agent gone
+        until.write_text("")
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert err.count("dslaunch: spare host node3 failed its check and is dropped: its agent is gone") == 1, err
+    assert wait_until_gone(run_id, 10) == []
