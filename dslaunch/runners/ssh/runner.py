@@ -3,7 +3,9 @@
 The plan is the first line of the agent's stdin and the rest of stdin is its
 control channel, so nothing relies on sshd's AcceptEnv, and a dropped
 connection (or a launcher killed with SIGKILL) is EOF on the agent's stdin,
-which tears that node down.
+which tears that node down. With ``--max-restarts`` the agents live for the job
+instead, each attempt a line on the same stdin (live.py), and spare hosts get
+theirs at the job's start (spares.py).
 """
 
 from __future__ import annotations
@@ -138,8 +140,11 @@ class SshRunner(RemoteRunner):
     def describe(self, plan: LaunchPlan) -> list[str]:
         settings = plan.remote
         if plan.restarts.max_restarts > 0:
-            command = agent_command(plan, 0, venv_script=settings.venv_script, for_job=True)
-            return [f"ssh {n.host}  {command}  < each attempt on stdin (node rank {n.node_rank})" for n in plan.nodes]
+            return [
+                f"ssh {n.host}  {agent_command(plan, 0, venv_script=settings.venv_script, for_job=True, host=n.host)}"
+                f"  < each attempt on stdin (node rank {n.node_rank})"
+                for n in plan.nodes
+            ]
         return [
             f"ssh {n.host}  {agent_command(plan, n.node_rank, venv_script=settings.venv_script)}  < plan on stdin"
             for n in plan.nodes

@@ -53,8 +53,9 @@ def _zygotes(run_id: str) -> list[psutil.Process]:
     return found
 
 
-def _agent_of(rank: psutil.Process) -> psutil.Process:
-    return next(p for p in rank.parents() if "--for-job" in p.cmdline())
+def _agent_on(run_id: str, host: str) -> psutil.Process:
+    """The job's agent on ``host``: each names its host in its environment (a forked rank's shows its zygote's)."""
+    return next(a for a in _with(run_id, "--for-job") if a.environ().get("DSLAUNCH_HOST") == host)
 
 
 def test_a_lost_node_is_replaced_by_the_spares_warm_zygote(ssh_cluster: SshCluster, tmp_path: Path) -> None:
@@ -66,8 +67,9 @@ def test_a_lost_node_is_replaced_by_the_spares_warm_zygote(ssh_cluster: SshClust
     try:
         zygotes = _wait_for(lambda: _zygotes(run_id), 3)  # node1's, node2's and the spare's
         assert len(zygotes) == 3, [z.cmdline() for z in zygotes]
-        ranks = _wait_for(lambda: [p for p in job_processes(run_id) if p.environ().get("RANK") == "0"], 1)
-        _agent_of(ranks[0]).kill()  # node1's agent: the node is lost
+        forks = _wait_for(lambda: _with(run_id, "preload.server"), 3 + 2 * 4)  # + a waiter and a rank per rank
+        assert len(forks) >= 11, [f.cmdline() for f in forks]
+        _agent_on(run_id, "node1").kill()  # node1's agent: the node is lost
         out, err = proc.communicate(timeout=90)
     finally:
         proc.kill()
@@ -90,10 +92,7 @@ def test_a_spare_that_fails_its_check_while_it_waits_is_dropped(ssh_cluster: Ssh
     try:
         agents = _wait_for(lambda: _with(run_id, "--for-job"), 3)
         assert len(agents) == 3
-        ranks = _wait_for(lambda: [p for p in job_processes(run_id) if p.environ().get("RANK")], 4)
-        working = {_agent_of(rank).pid for rank in ranks}
-        spare = next(a for a in agents if a.pid not in working)
-        spare.kill()
+        _agent_on(run_id, "node3").kill()
         time.sleep(3)  # a check a second: it finds the spare's agent gone
         until.write_text("")
         _out, err = proc.communicate(timeout=60)
