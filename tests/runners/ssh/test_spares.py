@@ -55,7 +55,18 @@ def _zygotes(run_id: str) -> list[psutil.Process]:
 
 def _agent_on(run_id: str, host: str) -> psutil.Process:
     """The job's agent on ``host``: each names its host in its environment (a forked rank's shows its zygote's)."""
-    return next(a for a in _with(run_id, "--for-job") if a.environ().get("DSLAUNCH_HOST") == host)
+
+    def named() -> list[psutil.Process]:
+        found = []
+        for agent in _with(run_id, "--for-job"):
+            with contextlib.suppress(psutil.Error):
+                if agent.environ().get("DSLAUNCH_HOST") == host:
+                    found.append(agent)
+        return found
+
+    found = _wait_for(named, 1)
+    assert found, [(a.pid, a.cmdline()) for a in _with(run_id, "--for-job")]
+    return found[0]
 
 
 def test_a_lost_node_is_replaced_by_the_spares_warm_zygote(ssh_cluster: SshCluster, tmp_path: Path) -> None:
