@@ -60,11 +60,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     control = None if args.no_control else sys.stdin.buffer
     pid_file = _write_pid(args.plan_file)
+    removed = (lambda: _remove(pid_file)) if pid_file is not None else None  # before Done: pdsh may end us then
     try:
-        return run_node(plan, args.node_rank, control, pending)
+        return run_node(plan, args.node_rank, control, pending, before_done=removed)
     finally:
-        if pid_file is not None:
-            _remove(pid_file)
+        if removed is not None:
+            removed()
 
 
 def _for_job() -> int:

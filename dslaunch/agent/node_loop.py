@@ -18,7 +18,7 @@ import os
 import selectors
 import signal
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
@@ -112,6 +112,7 @@ class NodeLoop:
         self.progress: ProgressWatch | None = None
         self.fs_clock_offset = 0.0  # of the error files' folder (node_io.fs_clock_offset)
         self._kept: set[int] = set()  # a zygote this agent keeps for the next attempt: spared by the sweep
+        self.before_done: Callable[[], None] | None = None  # the last thing before the Done event
 
     # ---- spawning -------------------------------------------------------
     def start(self, error_dir: str, warm: Mapping[int, Zygote | None] | None = None) -> None:
@@ -204,6 +205,8 @@ class NodeLoop:
             if self.progress is not None:
                 self.progress.close()
             self.output.flush_held()
+        if self.before_done is not None:
+            self.before_done()  # the launcher may end this process's transport once it has the Done
         self._emit(wire.encode(wire.Done(node_rank=self.node.node_rank, code=code)))
         self.output.wait_idle(STALL if self.state.stopping else None)
         return code

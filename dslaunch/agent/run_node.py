@@ -7,7 +7,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, BinaryIO, TextIO, cast
 
 from dslaunch.agent.node_loop import NodeLoop
@@ -37,12 +37,14 @@ def run_node(
     events: int | None = None,
     *,
     warm: Mapping[int, Zygote | None] | None = None,
+    before_done: Callable[[], None] | None = None,
 ) -> int:
     """Supervise this node's ranks until they end; return the node's exit code.
 
     Rank output goes to fds 1 and 2; events to ``events`` when given (a forked local agent),
     else on fd 1 as marked lines (a remote agent: one stream over the transport). ``warm``: the zygotes a local
-    launcher keeps for the whole job, by node rank (preload/warm.py), handed to its forked agent.
+    launcher keeps for the whole job, by node rank (preload/warm.py), handed to its forked agent. ``before_done``:
+    called once the ranks are gone, just before the Done event (after it the launcher may end this process).
     """
     from dslaunch.logs import configure_agent
 
@@ -50,6 +52,7 @@ def run_node(
     sys.stdout.flush()
     sys.stderr.flush()
     loop = NodeLoop(plan, node_rank, control=control, out=1, err=2, events=events)
+    loop.before_done = before_done
     error_dir = tempfile.mkdtemp(prefix=f"dslaunch-{plan.run_id}-")
     console, sys.stderr = sys.stderr, cast(TextIO, loop.console())
     try:
