@@ -16,6 +16,7 @@ import os
 import sys
 
 from dslaunch import wire
+from dslaunch.agent.node_io import write_all
 from dslaunch.agent.run_node import run_node
 
 KEEP = -1  # the key of this host's zygote in WarmZygotes: one for the job, whatever node rank an attempt gives it
@@ -81,9 +82,4 @@ def _end_of_attempt() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     for fd in (2, 1):  # stdout last: the launcher reads stderr's marker once stdout's has come
-        data = (wire.ATTEMPT_END + "\n").encode()
-        try:
-            while data:
-                data = data[os.write(fd, data) :]
-        except OSError:
-            return  # the launcher is gone: stdin's EOF ends this agent next
+        write_all(fd, (wire.ATTEMPT_END + "\n").encode())  # a launcher gone: stdin's EOF ends this agent next

@@ -7,6 +7,10 @@ from typing import Any
 
 from dslaunch.plan import LaunchPlan, RemoteSettings
 
+# Bytes per read of a channel: paramiko moves what is left in its buffer (up to the 2 MiB window) down after each
+# read, so small reads of a full buffer cost more than the bytes they return; much larger ones cost memory.
+RECV = 256 << 10
+
 
 def connect_all(plan: LaunchPlan, settings: RemoteSettings) -> tuple[dict[int, Any], dict[str, str]]:
     """Connect to every node, at most ``fanout`` handshakes at a time; return connections and failures."""

@@ -20,8 +20,8 @@ from dslaunch.job.result import START_FAILED
 from dslaunch.output.sink import STALL
 from dslaunch.plan import LaunchPlan
 from dslaunch.remote import common
+from dslaunch.runners.ssh.connect import RECV
 
-RECV = 256 << 10  # see runner.RECV
 END_WAIT = 4 * STALL  # how long an attempt's end waits for its stderr to catch up with its stdout
 CLOSE_WAIT = 5.0  # how long the job's end waits for an agent to exit after its stdin's EOF
 

@@ -22,13 +22,9 @@ from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import common, rlimits
 from dslaunch.remote.agent_command import agent_command
 from dslaunch.runners.remote_base import RemoteRunner, report_start_failures
-from dslaunch.runners.ssh.connect import connect_all, connect_hosts, run_on
+from dslaunch.runners.ssh.connect import RECV, connect_all, connect_hosts, run_on
 from dslaunch.runners.ssh.live import Attempt, LiveAgent, LiveAgents
 from dslaunch.runners.ssh.spares import Spares, run_each
-
-# Bytes per read of a channel: paramiko moves what is left in its buffer (up to the 2 MiB window) down after each
-# read, so small reads of a full buffer cost more than the bytes they return; much larger ones cost memory.
-RECV = 256 << 10
 
 
 class Keepalive:
