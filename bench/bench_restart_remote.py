@@ -1,6 +1,6 @@
-"""Restarts over ssh with node agents that live for the job (issue 31): 2 hosts x 2 gloo torch ranks on the loopback
-ssh test bed (testbeds/ssh_cluster.py: one sshd, hosts node1.. on 127.0.0.2..), against one ``import torch`` and
-torchrun timed in the same run.
+"""Restarts over ssh and pdsh with node agents that live for the job (issue 31): 2 hosts x 2 gloo torch ranks on the
+loopback ssh test bed (testbeds/ssh_cluster.py: one sshd, hosts node1.. on 127.0.0.2..), against one ``import torch``
+and torchrun timed in the same run.
 
     python bench/bench_restart_remote.py [--repeat 3] [--write docs/benchmarks.md]
 
@@ -14,8 +14,9 @@ Two cases, each with ``--max-restarts 1 --restart-delay 0``:
   node1's agent is SIGKILLed (the stamp is taken just before); the figure runs to the last rank of attempt 1 past
   ``engine()`` on node2 and the spare.
 
-"warm" is ``--preload torch`` (each host's agent keeps a zygote that imported torch: the spare's too, from the
-job's start); "exec" starts every rank as a new interpreter. Launchers are interleaved in each round; medians. A
+Each runner (``--launcher ssh``, ``--launcher pdsh``) in both ways: "warm" is ``--preload torch`` (each host's
+agent keeps a zygote that imported torch: the spare's too, from the job's start); "exec" starts every rank as a new
+interpreter. Launchers are interleaved in each round; medians. A
 script, not a test: the machine is shared and noisy; the load average is printed with the figures.
 """
 
@@ -69,7 +70,8 @@ dist.barrier()
 os._exit(0)
 """
 WORLD = 4
-CASES = {"fail": ("dslaunch warm", "dslaunch exec", "torchrun"), "lost": ("dslaunch warm", "dslaunch exec")}
+DSLAUNCH = ("ssh warm", "ssh exec", "pdsh warm", "pdsh exec")  # --launcher, and --preload torch or none
+CASES = {"fail": (*DSLAUNCH, "torchrun"), "lost": DSLAUNCH}
 TARGETS = {"fail": 0.25, "lost": 0.5}  # issue 31: of one import torch
 
 
@@ -81,10 +83,12 @@ def _env(out: Path, case: str) -> dict[str, str]:
     return env
 
 
-def _dslaunch(cluster: SshCluster, case: str, warm: bool, script: Path, out: Path) -> list[list[str]]:
+def _dslaunch(cluster: SshCluster, case: str, launcher: str, script: Path, out: Path) -> list[list[str]]:
+    runner, _, how = launcher.partition(" ")
+    warm = how == "warm"
     hosts = ["node1", "node2", "node3"] if case == "lost" else ["node1", "node2"]
     argv = [str(BIN / "dslaunch"), "--hostfile", str(cluster.hostfile(hosts, 2, name=f"bench-{case}")),
-            "--launcher", "ssh", "--ssh-config", str(cluster.config), "--master-port", str(free_port()),
+            "--launcher", runner, "--ssh-config", str(cluster.config), "--master-port", str(free_port()),
             "--max-restarts", "1", "--restart-delay", "0", "--shutdown-timeout", "2",
             *(["--num-nodes", "2"] if case == "lost" else []), *(["--preload", "torch"] if warm else []),
             "--export", f"BENCH_OUT={out}", "--export", f"BENCH_CASE={case}", str(script)]  # fmt: skip
@@ -106,7 +110,7 @@ def one(cluster: SshCluster, case: str, launcher: str, script: Path, out: Path) 
         env["BENCH_TORCHRUN"] = "1"
         argvs = _torchrun(script)
     else:
-        argvs = _dslaunch(cluster, case, launcher.endswith("warm"), script, out)
+        argvs = _dslaunch(cluster, case, launcher, script, out)
     procs = [
         subprocess.Popen(a, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         for a in argvs
@@ -204,8 +208,8 @@ def _table(repeat: int, results: dict[tuple[str, str], list[float | str]], imp: 
     lines = [
         f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores, load average "
         f"{load:.1f} before, {os.getloadavg()[0]:.1f} after, median of {repeat} interleaved rounds; 2 hosts x 2 gloo "
-        "ranks over ssh on loopback (`bench/bench_restart_remote.py`). Time until every rank of the next attempt "
-        "is past `dslaunch.engine()` (torchrun: `init_process_group`):",
+        "ranks over ssh and pdsh on loopback (`bench/bench_restart_remote.py`). Time until every rank of the next "
+        "attempt is past `dslaunch.engine()` (torchrun: `init_process_group`):",
         "",
         "| case | launcher | time | / one `import torch` | target |",
         "|---|---|---|---|---|",
@@ -220,8 +224,9 @@ def _table(repeat: int, results: dict[tuple[str, str], list[float | str]], imp: 
         else:
             whys = "; ".join(sorted({v for v in values if isinstance(v, str)}))
             cell, ratio = f"failed in {len(values) - len(numbers)} of {len(values)}: {whys}", "-"
-        target = f"<= {TARGETS[case]}x" if name == "dslaunch warm" else ""
-        lines.append(f"| {what} | `{name}` | {cell} | {ratio} | {target} |")
+        target = f"<= {TARGETS[case]}x" if name.endswith("warm") else ""
+        label = name if name == "torchrun" else f"dslaunch {name}"
+        lines.append(f"| {what} | `{label}` | {cell} | {ratio} | {target} |")
     return "\n".join(lines)
 
 

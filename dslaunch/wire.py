@@ -294,3 +294,27 @@ def parse_job_line(line: bytes) -> tuple[int | None, LaunchPlan] | None:
     if len(words) == 2 and words[0] == "standby":
         return None, plan_from_b64(words[1])
     return None
+
+
+# ---- a pdsh agent's way back to its launcher (``--dial-file``, agent/dial.py) --------------------------------
+# One line in a staged 0600 file: the launcher's port, the job's dial-back secret (hex) and the host's name in the
+# plan, by which the launcher knows the agent; the address is the one the host's sshd saw the launcher come from.
+DIAL_WORD = "dslaunch-dial"
+
+
+def dial_text(port: int, secret: bytes, host: str) -> str:
+    return f"{DIAL_WORD} {port} {secret.hex()} {host}\n"
+
+
+def parse_dial(text: str) -> tuple[int, bytes, str]:
+    """(port, secret, host) from ``dial_text``; raises ``WireError`` for anything else."""
+    words = text.split()
+    if len(words) == 4 and words[0] == DIAL_WORD and words[1].isascii() and words[1].isdigit():
+        port = int(words[1])
+        try:
+            secret = bytes.fromhex(words[2])
+        except ValueError:
+            secret = b""
+        if 0 < port < 65536 and 16 <= len(secret) <= 1024 and len(words[3]) <= 253:
+            return port, secret, words[3]
+    raise WireError("the dial-back file does not hold a port, a secret and a host name")

@@ -296,8 +296,12 @@ PACKAGE_RULES: dict[str, tuple[str, ...]] = {
     "bootstrap": (*BASE, "failure_bounds", "inputs", "logs", "mesh", "oslib", "slurm"),
     "compat": (*BASE, "bootstrap", "mesh"),
     "dslaunch": ("bootstrap", "logs"),  # the public facade: engine(), get_logger(), heartbeat()
-    # the node agent: runs ranks (its zygote runs the bootstrap), never the launcher's code
-    "agent": (*BASE, "bootstrap", "failure_bounds", "logs", "masking", "nesting", "oslib", "output", "plan", "wire"),
+    # the node agent: runs ranks (its zygote runs the bootstrap), never the launcher's code; a pdsh agent dials back
+    # with the pods' handshake (agent/dial.py)
+    "agent": (
+        *BASE,
+        *("bootstrap", "failure_bounds", "logs", "masking", "nesting", "oslib", "output", "plan", "pods", "wire"),
+    ),
     # the launcher side
     "job": (*BASE, "logs", "mesh", "output", "plan", "wire"),  # the job core: no transport
     "remote": (*BASE, "dslaunch", "oslib", "output", "plan", "wire"),  # ssh/pdsh plumbing

@@ -1,5 +1,6 @@
-"""``python -m dslaunch.agent --node-rank N [--plan-file PATH] [--no-control]``, or ``--for-job``: an agent that
-lives for the job and takes each attempt on its stdin (agent/job_agent.py)."""
+"""``python -m dslaunch.agent --node-rank N [--plan-file PATH] [--no-control]``, or ``--for-job [--dial-file PATH]``:
+an agent that lives for the job and takes each attempt on its stdin, or on the connection it dials back to the
+launcher (agent/job_agent.py, agent/dial.py)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,13 @@ def main(argv: list[str] | None = None) -> int:
         help=f"read the plan from this file (relative: to $HOME) and delete it; default: ${wire.PLAN_VAR}, "
         "else the first line of stdin",
     )
+    parser.add_argument(
+        "--dial-file", help="with --for-job: dial back to the launcher as this staged file says (relative: to $HOME)"
+    )
     parser.add_argument("--no-control", action="store_true", help="do not watch stdin for stop/EOF")
     args = parser.parse_args(argv)
     if args.for_job:
-        return _for_job()
+        return _for_job(args.dial_file)
     if args.node_rank is None:
         parser.error("--node-rank is required (or --for-job)")
     try:
@@ -68,16 +72,31 @@ def main(argv: list[str] | None = None) -> int:
             removed()
 
 
-def _for_job() -> int:
+def _for_job(dial_file: str | None) -> int:
     from dslaunch.agent.job_agent import serve
 
     prctl.set_parent_death_signal(signal.SIGTERM)
     if os.getppid() == 1:
         return 143
     try:
-        return serve(sys.stdin.fileno())
+        if dial_file is None:
+            return serve(sys.stdin.buffer)
+        return _dialled(os.path.join(os.path.expanduser("~"), dial_file))
     except KeyboardInterrupt:
         return 130
+
+
+def _dialled(path: str) -> int:
+    from dslaunch.agent.dial import DialError, dial
+    from dslaunch.agent.job_agent import serve
+
+    try:
+        sock, pending, host = dial(path, os.environ.get("DSLAUNCH_RUN_ID", ""), os.environ)
+    except (DialError, wire.WireError) as exc:
+        print(f"dslaunch agent: {exc}", file=sys.stderr, flush=True)
+        return 2
+    with sock, sock.makefile("rb", buffering=0) as control:
+        return serve(control, pending, host)  # type: ignore[arg-type]  # a raw socket file: fileno() is what it takes
 
 
 def _write_pid(plan_file: str | None) -> str | None:

@@ -1,19 +1,22 @@
-"""A node agent that lives for the job (``python -m dslaunch.agent --for-job``): the ssh runner starts one per
-host once, and each attempt is a line on its stdin (``wire.job_run``), so a restart costs no new session, no new
-agent and, with ``--preload``, no new import: the host's zygote is kept from attempt to attempt (preload/warm.py).
+"""A node agent that lives for the job (``python -m dslaunch.agent --for-job``): the ssh and pdsh runners start one
+per host once, and each attempt is a line on its control channel (``wire.job_run``): its stdin over ssh, the
+connection it dialled back to the launcher under pdsh (``--dial-file``, agent/dial.py). So a restart costs no new
+session, no new agent and, with ``--preload``, no new import: the host's zygote is kept from attempt to attempt
+(preload/warm.py).
 
-Between attempts the agent waits on its stdin: a ``run`` line starts the next attempt (as whatever node rank the
-launcher gives this host), a ``standby`` line readies a spare host's zygote, and EOF (the job is over, or the
-launcher or its connection is gone) ends the zygote and the agent. During an attempt stdin is the control channel,
-as for any agent (``NodeLoop``); EOF there tears the node down and ends the agent too. After each attempt the agent
-writes ``wire.ATTEMPT_END`` on its stderr and then its stdout, after the attempt's output: the launcher's handle
-on the attempt ends there (runners/ssh/live.py).
+Between attempts the agent waits on that channel: a ``run`` line starts the next attempt (as whatever node rank
+the launcher gives this host), a ``standby`` line readies a spare host's zygote, and EOF (the job is over, or the
+launcher or its connection is gone) ends the zygote and the agent. During an attempt it is the control channel,
+as stdin is for any agent (``NodeLoop``); EOF there tears the node down and ends the agent too. After each
+attempt the agent writes ``wire.ATTEMPT_END`` on its stderr and then its stdout, after the attempt's output: the
+launcher's handle on the attempt ends there (runners/live/attempt.py).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from typing import BinaryIO
 
 from dslaunch import wire
 from dslaunch.agent.node_io import write_all
@@ -22,7 +25,7 @@ from dslaunch.agent.run_node import run_node
 KEEP = -1  # the key of this host's zygote in WarmZygotes: one for the job, whatever node rank an attempt gives it
 
 
-class _StdinLines:
+class _Lines:
     """Whole lines from a raw fd, nothing read past what the caller has been given but ``pending``."""
 
     def __init__(self, fd: int, pending: bytes = b"") -> None:
@@ -37,6 +40,8 @@ class _StdinLines:
                 chunk = os.read(self.fd, 65536)
             except InterruptedError:
                 continue
+            except OSError:  # a dialled-back connection reset, or silent past its keepalive: as EOF
+                return None
             if not chunk:
                 return None
             self.pending += chunk
@@ -44,12 +49,14 @@ class _StdinLines:
         return line
 
 
-def serve(fd: int, pending: bytes = b"") -> int:
-    """Run the attempts the launcher sends until EOF; the last attempt's exit code."""
+def serve(control: BinaryIO, pending: bytes = b"", host: str | None = None) -> int:
+    """Run the attempts the launcher sends on ``control`` until EOF; the last attempt's exit code. ``host``: this
+    host's name in the plan (default: ``DSLAUNCH_HOST``), which its zygote and ranks carry."""
     from dslaunch.agent.preload.warm import WarmZygotes
 
     warm = WarmZygotes()
-    lines = _StdinLines(fd, pending)
+    lines = _Lines(control.fileno(), pending)
+    host = host if host is not None else os.environ.get("DSLAUNCH_HOST")
     code = 0
     try:
         while True:
@@ -64,14 +71,14 @@ def serve(fd: int, pending: bytes = b"") -> int:
             if parsed is None:
                 continue  # a stop or a signal for an attempt that has ended
             node_rank, plan = parsed
-            warm.prepare(plan, 0 if node_rank is None else node_rank, key=KEEP, host=os.environ.get("DSLAUNCH_HOST"))
+            warm.prepare(plan, 0 if node_rank is None else node_rank, key=KEEP, host=host)
             if node_rank is None:
                 continue  # a spare: ready, and waiting for an attempt
             if not 0 <= node_rank < len(plan.nodes):
                 print(f"dslaunch agent: node rank {node_rank} is not in 0..{len(plan.nodes) - 1}", file=sys.stderr)
                 return 2
             kept = {node_rank: warm.zygotes[KEEP]} if KEEP in warm.zygotes else None
-            code = run_node(plan, node_rank, sys.stdin.buffer, lines.pending, warm=kept)
+            code = run_node(plan, node_rank, control, lines.pending, warm=kept)
             lines.pending = b""
             _end_of_attempt()
     finally:

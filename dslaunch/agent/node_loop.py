@@ -338,6 +338,8 @@ class NodeLoop:
             data = os.read(self.control.fileno(), 4096)
         except BlockingIOError:
             return
+        except OSError:  # a dialled-back connection reset, or silent past its keepalive (agent/dial.py)
+            data = b""
         if not data:  # the launcher or its connection is gone
             self.sel.unregister(self.control.fileno())
             self.stop()

@@ -26,6 +26,7 @@ def agent_command(
     plan_file: str | None = None,
     for_job: bool = False,
     host: str | None = None,
+    dial_file: str | None = None,
 ) -> str:
     """``cd CWD && [. VENV &&] exec env DSLAUNCH_RUN_ID=.. PYTHON -u -m dslaunch.agent --node-rank N``.
 
@@ -47,6 +48,8 @@ def agent_command(
     argv = ["env", *assignments, plan.program.python, "-u", "-m", "dslaunch.agent", *role]
     if plan_file is not None:
         argv += ["--plan-file", plan_file]
+    if dial_file is not None:
+        argv += ["--dial-file", dial_file]
     parts.append("exec " + shlex.join(argv))
     return " && ".join(parts)
 

@@ -58,11 +58,11 @@ def signal_command(run_id: str, node_rank: int, name: str) -> str:
     )
 
 
-def upload_command(run_id: str, node_rank: int) -> str:
+def upload_command(run_id: str, node_rank: int | str) -> str:
     return f"umask 077 && mkdir -p {in_home(PLAN_DIR)} && cat > {in_home(plan_path(run_id, node_rank))}"
 
 
-def stage_command(run_id: str, node_rank: int) -> str:
+def stage_command(run_id: str, node_rank: int | str) -> str:
     """The upload, then the sweep of stale plan files there (which never fails the staging)."""
     return f"{upload_command(run_id, node_rank)} && {{ {sweep_command()} 2>/dev/null; true; }}"
 
@@ -91,11 +91,26 @@ def stage_plan(
 ) -> dict[str, str]:
     """Upload the plan to every host of the plan; return ``{host: why}`` for the hosts that failed."""
     payload = (wire.plan_to_b64(plan) + "\n").encode()
+    files = [(n.host, n.node_rank, payload) for n in plan.nodes]
+    return stage_files(plan.run_id, files, ssh_options=ssh_options, env=env, fanout=fanout, timeout=timeout)
 
-    def one(node_rank: int, host: str) -> tuple[str, str | None]:
+
+def stage_files(
+    run_id: str,
+    files: Sequence[tuple[str, int | str, bytes]],
+    *,
+    ssh_options: Sequence[str],
+    env: Mapping[str, str],
+    fanout: int,
+    timeout: float,
+) -> dict[str, str]:
+    """Upload each ``(host, name, payload)`` to ``plan_path(run_id, name)`` there, in parallel; return
+    ``{host: why}`` for the hosts that failed."""
+
+    def one(host: str, name: int | str, payload: bytes) -> tuple[str, str | None]:
         try:
             done = subprocess.run(
-                ssh_argv(host, ssh_options, stage_command(plan.run_id, node_rank)),
+                ssh_argv(host, ssh_options, stage_command(run_id, name)),
                 input=payload,
                 capture_output=True,
                 env=dict(env),
@@ -111,6 +126,8 @@ def stage_plan(
             return host, (why[-1] if why else f"ssh exited with code {done.returncode}")
         return host, None
 
-    with ThreadPoolExecutor(max_workers=max(1, min(fanout, len(plan.nodes)))) as pool:
-        results = list(pool.map(one, [n.node_rank for n in plan.nodes], [n.host for n in plan.nodes]))
+    if not files:
+        return {}
+    with ThreadPoolExecutor(max_workers=max(1, min(fanout, len(files)))) as pool:
+        results = list(pool.map(one, *zip(*files)))
     return {host: why for host, why in results if why is not None}

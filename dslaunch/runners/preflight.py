@@ -45,7 +45,7 @@ def _results_ssh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, 
 
 
 def _results_pdsh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, str, str]]:
-    from dslaunch.runners.pdsh.runner import pdsh_command, pdsh_env, pdsh_label, pdsh_labels
+    from dslaunch.runners.pdsh.invocation import pdsh_command, pdsh_env, pdsh_label, pdsh_labels
 
     settings = plan.remote
     pdsh_labels([n.host for n in plan.nodes])

@@ -17,7 +17,8 @@ from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import envs, probe
 from dslaunch.remote.agent_command import agent_command, reap_command
 from dslaunch.remote.sshconfig import resolve, valid_host
-from dslaunch.runners.pdsh.runner import pdsh_argv, pdsh_env, pdsh_label, pdsh_labels
+from dslaunch.runners.pdsh.invocation import pdsh_env, pdsh_label, pdsh_labels
+from dslaunch.runners.pdsh.runner import pdsh_argv
 from tests.plans import make_plan
 
 ENV_FILE_CASES = [

@@ -155,3 +155,30 @@ def test_a_job_line_either_parses_or_is_ignored_or_is_a_wire_error(line: bytes) 
         wire.parse_job_line(line)
     except wire.WireError:
         pass
+
+
+def test_a_dial_file_round_trips_and_nothing_else_reads_as_one() -> None:
+    secret = bytes(range(32))
+    assert wire.parse_dial(wire.dial_text(40123, secret, "node1")) == (40123, secret, "node1")
+    for bad in [
+        "",
+        "dslaunch-dial 40123 " + secret.hex(),  # no host
+        "dslaunch-dial 0 " + secret.hex() + " node1",  # no port 0
+        "dslaunch-dial 70000 " + secret.hex() + " node1",
+        "dslaunch-dial 40123 abcd node1",  # a secret too short to guess at
+        "dslaunch-dial 40123 zz" + secret.hex() + " node1",
+        "dslaunch-dial ٤٠ " + secret.hex() + " node1",  # digits that are not ASCII
+        "run 0 " + secret.hex() + " node1",
+        "dslaunch-dial 40123 " + secret.hex() + " " + "h" * 254,
+    ]:
+        with pytest.raises(wire.WireError):
+            wire.parse_dial(bad)
+
+
+@given(st.text(max_size=300))
+def test_a_dial_file_either_parses_or_is_a_wire_error(text: str) -> None:
+    try:
+        port, secret, host = wire.parse_dial(text)
+    except wire.WireError:
+        return
+    assert 0 < port < 65536 and len(secret) >= 16 and host and not any(c.isspace() for c in host)

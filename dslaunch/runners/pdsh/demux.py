@@ -8,6 +8,9 @@ output waits in memory, more in a spill file (``output/lanes.py``), and events n
 The two pipes are read by two threads, so the line saying a host's ssh ended can be read before that host's last
 lines on stdout, which pdsh wrote first (a flood from another host ahead of them): the host is closed only once
 stdout has been read up to where it stood when that line came.
+
+``live``: the agents live for the job (runners/pdsh/dialback.py): a host's Done ends an attempt, not its stream, and
+its end-of-attempt marker on stderr sets ``err_ended``.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from dslaunch.job.result import START_FAILED
 from dslaunch.output.lanes import HeldLines as HostLines
 from dslaunch.remote import common
 
-_MARK = wire.MARKER.encode()
+_MARK = b"@dslaunch-"  # an event's start, and an attempt's end marker's (wire.ATTEMPT_END): each an item alone
 READ = 1 << 20  # bytes per read of pdsh's stdout, and the size asked for its pipe
 BATCH, BATCH_WAIT = 64 << 10, 0.002  # with less than BATCH bytes in the pipe, wait BATCH_WAIT seconds for more
 _SSH_END = re.compile(
@@ -44,8 +47,10 @@ def _waiting(fd: int) -> int:
 class PdshDemux:
     """Reads pdsh's stdout/stderr and hands each host its own line stream and status."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], hosts: list[str]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], hosts: list[str], *, live: bool = False) -> None:
         self.proc = proc
+        self.live = live
+        self.err_ended = {h: threading.Event() for h in hosts}
         self.queues = {h: HostLines() for h in hosts}
         self.status: dict[str, int] = {}
         self.closed: set[str] = set()
@@ -172,7 +177,12 @@ class PdshDemux:
         self.queues[host].put(rest + "\n", urgent=event is not None)
         if isinstance(event, wire.Done):
             self.reported.add(host)
-            self._close(host, event.code)
+            if not self.live:
+                self._close(host, event.code)
+
+    def close_host(self, host: str, code: int) -> None:
+        """End ``host``'s stream now (its agent's connection is gone: what pdsh still brings of it is too late)."""
+        self._close(host, code)
 
     def _read_stderr(self) -> None:
         assert self.proc.stderr is not None
@@ -182,9 +192,13 @@ class PdshDemux:
             if match and match["host"] in self.queues:
                 expected = any(match["host"] in known for known in (self.stopped, self.asked_to_stop, self.status))
                 self._ended(match["host"], int(match["code"]) if match["code"] else 128 + int(match["sig"]))
-                if expected:
-                    continue  # we ended that ssh client, or its agent already reported: not news
+                if expected or self.live:
+                    continue  # we ended that ssh client, or its agent already reported (or, live, the launcher
+                    # says what became of the host: a node lost, a spare dropped): not news
             host, sep, rest = line.partition(": ")
+            if self.live and sep and host in self.err_ended and rest.rstrip("\n") == wire.ATTEMPT_END:
+                self.err_ended[host].set()
+                continue
             ours = sep and host in self.queues and (rest.startswith("[") or rest.rstrip("\n") == wire.FLUSH_LINE)
             common.write_err((rest if ours else line).encode())
 

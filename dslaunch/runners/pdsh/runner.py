@@ -9,6 +9,9 @@ the agent then stops its ranks with the full --shutdown-timeout grace and report
 under ssh. Ending the node's ssh client is the fallback when that ssh fails, and what a second
 Ctrl-C or the end of the grace period does. The agent still watches stdin: a launcher killed
 with SIGKILL takes pdsh with it (parent-death signal), which closes every ssh client's stdin.
+
+With ``--max-restarts`` the agents live for the job instead (dialback.py): each dials back to the launcher, and that
+connection carries every attempt, stop and signal; spare hosts get theirs at the job's start.
 """
 
 from __future__ import annotations
@@ -22,31 +25,20 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 
-from dslaunch.errors import DslaunchError
 from dslaunch.job.loop import supervise_and_report
 from dslaunch.job.result import JobResult
-from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import rlimits, stage
 from dslaunch.remote.agent_command import agent_command, reap_command
-from dslaunch.remote.common import KEEPALIVE_COUNT, keepalive_interval, write_err
+from dslaunch.remote.common import write_err
 from dslaunch.remote.ssh_mux import SshMux
-from dslaunch.remote.sshconfig import default_config_path
+from dslaunch.runners.live import attempt as live_attempt
+from dslaunch.runners.live.attempt import LiveAgents
+from dslaunch.runners.live.spares import Spares
 from dslaunch.runners.pdsh.demux import PdshDemux
-from dslaunch.runners.remote_base import RemoteRunner, report_start_failures
-
-
-def ssh_args(settings: RemoteSettings) -> list[str]:
-    """Options for every ssh client pdsh starts, after the user's own PDSH_SSH_ARGS_APPEND."""
-    every = keepalive_interval(settings)
-    args = ["-o", "BatchMode=yes", "-o", f"ServerAliveInterval={every}", "-o", f"ServerAliveCountMax={KEEPALIVE_COUNT}"]
-    if settings.ssh_config and settings.ssh_config != default_config_path():
-        args += ["-F", settings.ssh_config]
-    if settings.ssh_port:
-        args += ["-p", str(settings.ssh_port)]
-    if settings.accept_new_hosts:
-        args += ["-o", "StrictHostKeyChecking=accept-new"]
-    return args
+from dslaunch.runners.pdsh.dialback import DialBack
+from dslaunch.runners.pdsh.invocation import pdsh_command, pdsh_env, pdsh_label, pdsh_labels, ssh_args, start_pdsh
+from dslaunch.runners.remote_base import ALL_HOSTS, RemoteRunner, report_start_failures
 
 
 def pdsh_argv(plan: LaunchPlan, settings: RemoteSettings) -> list[str]:
@@ -58,63 +50,6 @@ def pdsh_argv(plan: LaunchPlan, settings: RemoteSettings) -> list[str]:
     )
     command = command.replace("%", "%%").replace(token, rank)
     return pdsh_command(settings, [n.host for n in plan.nodes], command, strict=True)
-
-
-def pdsh_command(settings: RemoteSettings, hosts: Sequence[str], command: str, *, strict: bool = False) -> list[str]:
-    """One pdsh over ssh running ``command`` (its ``%`` already escaped) on every host at once.
-
-    ``strict`` (-S) makes pdsh exit with the largest remote status.
-    """
-    return [
-        "pdsh",
-        *(["-S"] if strict else []),
-        "-R",
-        "ssh",
-        "-f",
-        str(max(settings.fanout, len(hosts))),
-        "-t",
-        str(max(1, round(settings.connect_timeout))),
-        "-w",
-        ",".join(hosts),
-        command,
-    ]
-
-
-def pdsh_env(settings: RemoteSettings, base: dict[str, str], mux: Sequence[str] = ()) -> dict[str, str]:
-    """pdsh's environment: our ssh options (``mux``: a shared connection's) after the user's own."""
-    env = dict(base)
-    if any(c.isspace() for c in settings.ssh_config or ""):
-        raise ValueError(f"pdsh cannot pass an ssh config path with spaces: {settings.ssh_config!r}")
-    ours = [*ssh_args(settings), *mux]
-    env["PDSH_SSH_ARGS_APPEND"] = " ".join(filter(None, [base.get("PDSH_SSH_ARGS_APPEND", ""), *ours]))
-    env.pop("PDSH_SSH_ARGS", None)  # our own -F/-p/-o must not be replaced by a custom template
-    return env
-
-
-def pdsh_label(host: str) -> str:
-    """The name pdsh puts before each line of ``host``: no user, and no domain unless it is an IPv4 address."""
-    import ipaddress
-
-    name = host.rpartition("@")[2]
-    try:
-        ipaddress.IPv4Address(name)
-        return name
-    except ValueError:
-        return name.split(".", 1)[0]
-
-
-def pdsh_labels(hosts: Sequence[str]) -> list[str]:
-    """Each host's pdsh label; two hosts that pdsh would label alike cannot be told apart."""
-    labels = [pdsh_label(h) for h in hosts]
-    seen: dict[str, str] = {}
-    for host, label in zip(hosts, labels):
-        if label in seen:
-            raise DslaunchError(
-                f"pdsh labels the output of {seen[label]!r} and {host!r} alike ({label!r}), so it cannot tell "
-                "them apart: use --launcher ssh, or host names that differ before the first '.'"
-            )
-        seen[label] = host
-    return labels
 
 
 class PdshNode:
@@ -176,10 +111,23 @@ class PdshRunner(RemoteRunner):
     def __init__(self) -> None:
         self._ssh_options: list[str] = []
         self._env: dict[str, str] = {}
+        self._mux: SshMux | None = None  # with restarts, the job's (kept for its probes, reaps and stagings)
+        self._dial: DialBack | None = None  # ... its agents, started by pdsh, dialled back (dialback.py)
+        self._live: LiveAgents | None = None
+        self._spares: Spares | None = None
 
     def describe(self, plan: LaunchPlan) -> list[str]:
         settings = plan.remote
         pdsh_labels([n.host for n in plan.nodes])
+        if plan.restarts.max_restarts > 0:
+            dial = stage.plan_path(plan.run_id, "dN-%n")
+            command = agent_command(plan, 0, venv_script=settings.venv_script, for_job=True, host="%h", dial_file=dial)
+            argv = pdsh_command(settings, [n.host for n in plan.nodes], command)
+            return [
+                f"PDSH_SSH_ARGS_APPEND={shlex.quote(' '.join(ssh_args(settings)))} {shlex.join(argv)}"
+                f"  # each agent dials back to this launcher (port and secret staged over ssh to ~/{dial}, 0600); "
+                "each attempt goes on that connection"
+            ]
         argv = pdsh_argv(plan, settings)
         staged = f"  # plan staged first over ssh to ~/{stage.plan_path(plan.run_id, 'N')} (0600) on each host"
         return [f"PDSH_SSH_ARGS_APPEND={shlex.quote(' '.join(ssh_args(settings)))} {shlex.join(argv)}{staged}"]
@@ -200,9 +148,32 @@ class PdshRunner(RemoteRunner):
             raise OSError(f"ssh did not finish within {timeout:.0f} s") from None
         return done.returncode, done.stdout, done.stderr
 
+    def probe(self, plan: LaunchPlan, hosts: list[str]) -> dict[str, str]:
+        """Check ``hosts`` as --preflight does (job/attempts.HostPool); a spare found unfit stays so, and one that
+        passed its check less than --spare-check-interval ago is not checked again."""
+        from dslaunch.runners.preflight import probe_hosts
+
+        spares = self._spares
+        if spares is None:
+            return probe_hosts(plan, hosts)
+        failures, todo = spares.to_probe(hosts, plan.remote.spare_check)
+        return {**failures, **probe_hosts(plan, todo)}
+
+    def close(self) -> None:
+        """The job is over: end the agents that live for it, their pdsh runs and the shared ssh connection."""
+        if self._spares is not None:
+            self._spares.end_job()
+        if self._dial is not None:
+            self._dial.close()
+        if self._mux is not None:
+            self._mux.close()
+        self._spares = self._live = self._dial = self._mux = None
+
     def run(self, plan: LaunchPlan) -> JobResult:
         settings = plan.remote
         pdsh_labels([n.host for n in plan.nodes])  # before anything is staged
+        if plan.restarts.max_restarts > 0:
+            return self._run_live(plan)
         for warning in rlimits.make_room(len(plan.nodes), "pdsh"):  # pdsh inherits them: pipes, ssh clients
             write_err(warning.encode())
         mux = SshMux()
@@ -218,6 +189,59 @@ class PdshRunner(RemoteRunner):
         finally:
             mux.close()
 
+    def _set_up(self, plan: LaunchPlan) -> str | None:
+        """What the job's attempts share: the ssh connection, pdsh's environment, the dial-back port; or why not."""
+        settings = plan.remote
+        for warning in rlimits.make_room(len(plan.elastic.candidates) or len(plan.nodes), "pdsh"):
+            write_err(warning.encode())
+        self._mux = mux = SshMux()
+        try:
+            env = self._env = pdsh_env(settings, dict(os.environ), mux.client_options())
+        except ValueError as exc:
+            return str(exc)
+        timeout = max(1, round(settings.connect_timeout))
+        appended = shlex.split(env["PDSH_SSH_ARGS_APPEND"])
+        self._ssh_options = [*mux.options(), *appended, "-o", f"ConnectTimeout={timeout}"]
+
+        def stage_files(run_id: str, files: Sequence[tuple[str, int | str, bytes]]) -> dict[str, str]:
+            options, wait = self._ssh_options, settings.connect_timeout + 20
+            return stage.stage_files(run_id, files, ssh_options=options, env=env, fanout=settings.fanout, timeout=wait)
+
+        def argv(hosts: list[str], command: str) -> list[str]:
+            return pdsh_command(settings, hosts, command)
+
+        self._dial = DialBack(plan.run_id, stage_files, argv, env)
+        self._live = LiveAgents()
+        self._spares = Spares(self._live, self.probe)
+        return None
+
+    def _run_live(self, plan: LaunchPlan) -> JobResult:
+        """One attempt on the agents that live for the job: started (by pdsh) on the hosts that have none."""
+        settings = plan.remote
+        if self._dial is None and (why := self._set_up(plan)) is not None:
+            return report_start_failures({ALL_HOSTS: why})
+        dial, live, spares = self._dial, self._live, self._spares
+        assert dial is not None and live is not None and spares is not None  # _set_up's
+        spares.join()
+        plan, why = self.with_free_port(plan, settings)
+        if why:
+            return report_start_failures({plan.nodes[0].host: why})
+        hosts = [node.host for node in plan.nodes]
+        started, failures = dial.start(plan, live.lacking(hosts))
+        live.by_host.update(started)
+        if failures:
+            for host in started:
+                live.drop(host)
+            self.reap(plan, settings, [*started, *failures])
+            return report_start_failures(failures)
+        attempts = [live_attempt.start(live.by_host[node.host], plan, node.node_rank) for node in plan.nodes]
+        spares.promoted(hosts)
+        if plan.elastic.candidates:
+            spares.stand_by(plan, lambda spare_hosts: dict(dial.start(plan, spare_hosts)[0]))
+        result = spares.supervise(plan, attempts)
+        self.reap(plan, settings, [a.host for a in attempts if not a.reported])
+        return result
+
     def _run(self, plan: LaunchPlan, settings: RemoteSettings, env: dict[str, str]) -> JobResult:
         plan, why = self.with_free_port(plan, settings)
         if why:
@@ -231,7 +255,7 @@ class PdshRunner(RemoteRunner):
             self.reap(plan, settings, [n.host for n in plan.nodes if n.host not in failed])
             return report_start_failures(failed)
         try:
-            proc = _start_pdsh(pdsh_argv(plan, settings), env)
+            proc = start_pdsh(pdsh_argv(plan, settings), env)
         except OSError as exc:
             self.reap(plan, settings, [n.host for n in plan.nodes])
             return report_start_failures({"(all)": f"cannot run pdsh: {exc}"})
@@ -247,18 +271,6 @@ class PdshRunner(RemoteRunner):
             tell.close()
             self.reap(plan, settings, [n.host for n in plan.nodes if pdsh_label(n.host) not in demux.reported])
         return result
-
-
-def _start_pdsh(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    prctl.load()  # before the fork: the child only makes the call
-    return subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        preexec_fn=lambda: prctl.set_parent_death_signal(signal.SIGKILL),
-    )
 
 
 class _AgentSignals:

@@ -1,2 +1,3 @@
-"""The ssh runner (paramiko): ``runner`` starts an agent per host for an attempt; with restarts, ``live`` keeps
-one per host for the job and ``spares`` one on each spare host; ``connect`` opens the connections."""
+"""The ssh runner (paramiko): ``runner`` starts an agent per host for an attempt; with restarts, ``channel_agent`` keeps
+one per host for the job, on its channel (runners/live/ holds what that shares with pdsh); ``connect`` opens the
+connections."""

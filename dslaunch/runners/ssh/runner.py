@@ -4,8 +4,8 @@ The plan is the first line of the agent's stdin and the rest of stdin is its
 control channel, so nothing relies on sshd's AcceptEnv, and a dropped
 connection (or a launcher killed with SIGKILL) is EOF on the agent's stdin,
 which tears that node down. With ``--max-restarts`` the agents live for the job
-instead, each attempt a line on the same stdin (live.py), and spare hosts get
-theirs at the job's start (spares.py).
+instead, each attempt a line on the same stdin (channel_agent.py), and spare hosts get
+theirs at the job's start (runners/live/spares.py).
 """
 
 from __future__ import annotations
@@ -21,10 +21,12 @@ from dslaunch.job.result import START_FAILED, JobResult
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import common, rlimits
 from dslaunch.remote.agent_command import agent_command
+from dslaunch.runners.live import attempt as live_attempt
+from dslaunch.runners.live.attempt import Attempt, LiveAgent, LiveAgents
+from dslaunch.runners.live.spares import Spares, run_each
 from dslaunch.runners.remote_base import RemoteRunner, report_start_failures
+from dslaunch.runners.ssh.channel_agent import SshLiveAgent
 from dslaunch.runners.ssh.connect import RECV, connect_all, connect_hosts, run_on
-from dslaunch.runners.ssh.live import Attempt, LiveAgent, LiveAgents
-from dslaunch.runners.ssh.spares import Spares, run_each
 
 
 class Keepalive:
@@ -129,7 +131,7 @@ class SshRunner(RemoteRunner):
     def __init__(self) -> None:
         self._settings = RemoteSettings()
         self._conns: dict[str, Any] = {}
-        self._live: LiveAgents | None = None  # with restarts: one agent per host for the job (live.py)
+        self._live: LiveAgents | None = None  # with restarts: one agent per host for the job (channel_agent.py)
         self._spares: Spares | None = None  # ... and one on each spare host, standing by (spares.py)
         self._keepalive: Keepalive | None = None
 
@@ -155,11 +157,10 @@ class SshRunner(RemoteRunner):
         if plan.restarts.max_restarts == 0:
             return probe_hosts(plan, hosts)
         self._settings = plan.remote  # exec_on's, before the first attempt sets it
-        spares = self._spares
-        failures = {h: spares.unfit[h] for h in hosts if spares is not None and h in spares.unfit}
-        todo = [h for h in hosts if h not in failures and not (spares and spares.fresh(h, plan.remote.spare_check))]
-        failures.update(probe_hosts(plan, todo, self._probe_results))
-        return failures
+        if self._spares is None:
+            return probe_hosts(plan, hosts, self._probe_results)
+        failures, todo = self._spares.to_probe(hosts, plan.remote.spare_check)
+        return {**failures, **probe_hosts(plan, todo, self._probe_results)}
 
     def _probe_results(self, plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, str, str]]:
         timeout = plan.remote.connect_timeout + 20
@@ -191,9 +192,7 @@ class SshRunner(RemoteRunner):
     def close(self) -> None:
         """The job is over: end the agents that live for it, and their connections."""
         if self._spares is not None:
-            self._spares.close()
-        if self._live is not None:
-            self._live.close()
+            self._spares.end_job()
         if self._keepalive is not None:
             self._keepalive.close()
         for conn in self._conns.values():
@@ -282,23 +281,32 @@ class SshRunner(RemoteRunner):
         def command(host: str) -> str:
             return agent_command(plan, 0, venv_script=settings.venv_script, for_job=True, host=host)
 
+        def start_agents(hosts: list[str]) -> dict[str, LiveAgent]:
+            """Spares' agents, on their connections (a probe's, else new ones)."""
+            started: dict[str, LiveAgent] = {}
+            for host, conn in self._connect(hosts, settings)[0].items():
+                try:
+                    started[host] = SshLiveAgent(host, conn, command(host))
+                except Exception:  # noqa: BLE001 - no session there: it stays out of the spares
+                    conn.close()
+                    continue
+                keepalive.watch(conn)
+            return started
+
         attempts: list[Attempt] = []
         try:
             for host, conn in conns.items():
-                live.by_host[host] = LiveAgent(host, conn, command(host))
+                live.by_host[host] = SshLiveAgent(host, conn, command(host))
                 keepalive.watch(conn)
-            attempts = [live.by_host[node.host].start(plan, node.node_rank) for node in plan.nodes]
+            attempts = [live_attempt.start(live.by_host[node.host], plan, node.node_rank) for node in plan.nodes]
             spares.promoted([node.host for node in plan.nodes])
             if plan.elastic.candidates:
-                spares.stand_by(plan, lambda hosts: self._connect(hosts, settings)[0], command)
+                spares.stand_by(plan, start_agents)
         except Exception as exc:  # noqa: BLE001 - any channel error: stop what already started
             for attempt in attempts:
                 attempt.kill()
             live.after(attempts)
             return report_start_failures({host: f"{type(exc).__name__}: {exc}" for host in conns} or {"?": str(exc)})
-        result = supervise_and_report(plan, attempts)
-        live.after(attempts)
-        with spares.lock:
-            spares.unfit.update(result.blamed)  # left out by the next attempts (HostPool): never a spare
+        result = spares.supervise(plan, attempts)
         self.reap(plan, settings, [a.host for a in attempts if not a.reported])
         return result

@@ -1,8 +1,8 @@
-"""Warm spare hosts over ssh: a spare (``--num-nodes N`` with a longer hostfile, ``--nnodes MIN:MAX``) gets its
+"""Warm spare hosts: a spare (``--num-nodes N`` with a longer hostfile, ``--nnodes MIN:MAX``) gets its
 job-lifetime agent when the job starts, and with ``--preload`` its zygote imports at once (``wire.job_standby``), so
-promoting it costs a fork and a rendezvous. While it waits it is checked every ``--spare-check-interval`` seconds
-as ``--preflight`` checks a host, over the connection it already has; a spare that fails is dropped with one line,
-and the next attempt leaves it out (docs/elastic.md).
+promoting it costs a fork and a rendezvous. While it waits it is checked every ``--spare-check-interval``
+seconds as ``--preflight`` checks a host (over the connection it already has, on ssh); a spare that fails is
+dropped with one line, and the next attempt leaves it out (docs/elastic.md).
 """
 
 from __future__ import annotations
@@ -13,11 +13,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from dslaunch import wire
+from dslaunch.job.loop import supervise_and_report
+from dslaunch.job.result import JobResult
 from dslaunch.plan import LaunchPlan
 from dslaunch.remote import common
-from dslaunch.runners.ssh.live import LiveAgent, LiveAgents
+from dslaunch.runners.live.attempt import Attempt, LiveAgent, LiveAgents
 
 Probe = Callable[[LaunchPlan, list[str]], dict[str, str]]  # (plan, hosts) -> the hosts that failed, with why
+StartAgents = Callable[[list[str]], dict[str, LiveAgent]]  # hosts -> the agents started (a host left out failed)
 
 
 class Spares:
@@ -34,9 +38,7 @@ class Spares:
         self._done = threading.Event()
         self._watch: threading.Thread | None = None
 
-    def stand_by(
-        self, plan: LaunchPlan, connect: Callable[[list[str]], dict[str, Any]], command: Callable[[str], str]
-    ) -> None:
+    def stand_by(self, plan: LaunchPlan, start_agents: StartAgents) -> None:
         """In the background: an agent on each candidate host ``plan`` does not use, told to get ready."""
         in_use = {node.host for node in plan.nodes}
         with self.lock:
@@ -48,24 +50,13 @@ class Spares:
         if not hosts:
             return
         self.join()
-        self._started = threading.Thread(target=self._start, args=(plan, hosts, connect, command), daemon=True)
+        self._started = threading.Thread(target=self._start, args=(plan, hosts, start_agents), daemon=True)
         self._started.start()
 
-    def _start(
-        self,
-        plan: LaunchPlan,
-        hosts: list[str],
-        connect: Callable[[list[str]], dict[str, Any]],
-        command: Callable[[str], str],
-    ) -> None:
+    def _start(self, plan: LaunchPlan, hosts: list[str], start_agents: StartAgents) -> None:
         now = time.monotonic()
-        for host, conn in connect(hosts).items():  # a host that cannot be reached is the next probe's to judge
-            try:
-                agent = LiveAgent(host, conn, command(host))
-            except Exception:  # noqa: BLE001 - no session there: it stays out of the spares
-                conn.close()
-                continue
-            agent.stand_by(plan)
+        for host, agent in start_agents(hosts).items():  # a host that cannot be reached is the next probe's to judge
+            agent.send(wire.job_standby(plan))
             with self.lock:
                 self.live.by_host[host] = agent
                 self.waiting.add(host)
@@ -89,9 +80,30 @@ class Spares:
         with self.lock:
             return host in self.waiting and time.monotonic() - self.checked.get(host, -interval) < interval
 
+    def to_probe(self, hosts: list[str], interval: float) -> tuple[dict[str, str], list[str]]:
+        """Of ``hosts`` before a probe: the spares found unfit (with why), and the hosts to probe (not a spare that
+        passed a check less than ``interval`` ago)."""
+        with self.lock:
+            unfit = {h: self.unfit[h] for h in hosts if h in self.unfit}
+        return unfit, [h for h in hosts if h not in unfit and not self.fresh(h, interval)]
+
+    def supervise(self, plan: LaunchPlan, attempts: list[Attempt]) -> JobResult:
+        """Run one attempt to its end; then drop the agents that did not reach it, and keep the hosts it blamed out
+        of the spares (the next attempts leave them out too: HostPool)."""
+        result = supervise_and_report(plan, attempts)
+        self.live.after(attempts)
+        with self.lock:
+            self.unfit.update(result.blamed)
+        return result
+
     def close(self) -> None:
         self._done.set()
         self.join()
+
+    def end_job(self) -> None:
+        """The job is over: no more checks, and every agent ends (the spares' and the attempts'), with its zygote."""
+        self.close()
+        self.live.close()
 
     def _check_loop(self, plan: LaunchPlan) -> None:
         interval = plan.remote.spare_check

@@ -1,5 +1,6 @@
-"""Warm spare hosts over ssh: a spare's agent and zygote start with the job, a lost node's place is taken by the
-spare's warm zygote, and a spare that fails its check while it waits is dropped (real sshd on loopback)."""
+"""Warm spare hosts over ssh and pdsh: a spare's agent and zygote start with the job, a lost node's place is taken
+by the spare's warm zygote, and a spare that fails its check while it waits is dropped (real sshd and pdsh on
+loopback)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from testbeds.ssh_cluster import SshCluster
 from tests.helpers import SCRIPTS, job_processes
-from tests.remote.launch import base_args, start, wait_until_gone
+from tests.remote.launch import RUNNERS, base_args, start, wait_until_gone
 
 pytestmark = [pytest.mark.launch, pytest.mark.cluster]
 
@@ -30,6 +31,22 @@ def _with(run_id: str, word: str) -> list[psutil.Process]:
             if word in " ".join(proc.cmdline()):
                 found.append(proc)
     return found
+
+
+def _agents(run_id: str) -> list[psutil.Process]:
+    """The job's agents themselves (not the shell, ssh client or pdsh that name them on their command lines)."""
+    found = []
+    for proc in job_processes(run_id):
+        with contextlib.suppress(psutil.Error):
+            if "--for-job" in proc.cmdline():
+                found.append(proc)
+    return found
+
+
+def _dialled(agent: psutil.Process) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return any(c.status == psutil.CONN_ESTABLISHED for c in agent.net_connections(kind="tcp"))
+    return False
 
 
 def _wait_for(what: object, count: int, timeout: float = 30) -> list[psutil.Process]:
@@ -58,20 +75,23 @@ def _agent_on(run_id: str, host: str) -> psutil.Process:
 
     def named() -> list[psutil.Process]:
         found = []
-        for agent in _with(run_id, "--for-job"):
+        for agent in _agents(run_id):
             with contextlib.suppress(psutil.Error):
                 if agent.environ().get("DSLAUNCH_HOST") == host:
                     found.append(agent)
         return found
 
     found = _wait_for(named, 1)
-    assert found, [(a.pid, a.cmdline()) for a in _with(run_id, "--for-job")]
+    assert found, [(a.pid, a.cmdline()) for a in _agents(run_id)]
     return found[0]
 
 
-def test_a_lost_node_is_replaced_by_the_spares_warm_zygote(ssh_cluster: SshCluster, tmp_path: Path) -> None:
-    run_id = "sshspare-" + uuid.uuid4().hex[:8]
-    args = [*base_args(ssh_cluster, "ssh", ["node1", "node2", "node3"]), "--num-nodes", "2", "--run-id", run_id,
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_lost_node_is_replaced_by_the_spares_warm_zygote(
+    ssh_cluster: SshCluster, tmp_path: Path, runner: str
+) -> None:
+    run_id = runner + "spare-" + uuid.uuid4().hex[:8]
+    args = [*base_args(ssh_cluster, runner, ["node1", "node2", "node3"]), "--num-nodes", "2", "--run-id", run_id,
             "--master-port", "0", "--preload", "json", "--max-restarts", "1", "--restart-delay", "0",
             "--export", "FAIL_RANK=none", "--export", "SLEEP=60", WARM_JOB]  # fmt: skip
     proc = start(args, cwd=tmp_path)
@@ -94,15 +114,20 @@ def test_a_lost_node_is_replaced_by_the_spares_warm_zygote(ssh_cluster: SshClust
     assert wait_until_gone(run_id, 10) == []
 
 
-def test_a_spare_that_fails_its_check_while_it_waits_is_dropped(ssh_cluster: SshCluster, tmp_path: Path) -> None:
-    run_id = "sshunfit-" + uuid.uuid4().hex[:8]
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_spare_that_fails_its_check_while_it_waits_is_dropped(
+    ssh_cluster: SshCluster, tmp_path: Path, runner: str
+) -> None:
+    run_id = runner + "unfit-" + uuid.uuid4().hex[:8]
     until = tmp_path / "go"
-    args = [*base_args(ssh_cluster, "ssh", ["node1", "node2", "node3"]), "--num-nodes", "2", "--run-id", run_id,
+    args = [*base_args(ssh_cluster, runner, ["node1", "node2", "node3"]), "--num-nodes", "2", "--run-id", run_id,
             "--max-restarts", "1", "--spare-check-interval", "1", UNTIL_FILE, str(until)]  # fmt: skip
     proc = start(args, cwd=tmp_path)
     try:
-        agents = _wait_for(lambda: _with(run_id, "--for-job"), 3)
+        agents = _wait_for(lambda: _agents(run_id), 3)
         assert len(agents) == 3
+        if runner == "pdsh":  # a pdsh agent is a spare once it has dialled back
+            assert _wait_for(lambda: [a for a in agents if _dialled(a)], 3) == agents
         _agent_on(run_id, "node3").kill()
         time.sleep(3)  # a check a second: it finds the spare's agent gone
         until.write_text("")

@@ -1,5 +1,6 @@
-"""Node agents that live for the job over ssh (``--max-restarts``): a restart is a message to the host's agent,
-which forks the next attempt's ranks from the zygote it kept (real sshd on loopback)."""
+"""Node agents that live for the job over ssh and pdsh (``--max-restarts``): a restart is a message to the host's
+agent (on its channel, or on the connection it dialled back), which forks the next attempt's ranks from the zygote
+it kept (real sshd and pdsh on loopback)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from testbeds.ssh_cluster import SshCluster
 from tests.helpers import SCRIPTS, job_processes
-from tests.remote.launch import base_args, start, wait_until_gone
+from tests.remote.launch import RUNNERS, base_args, start, wait_until_gone
 
 pytestmark = [pytest.mark.launch, pytest.mark.cluster]
 
@@ -32,9 +33,10 @@ def _agents(run_id: str) -> set[int]:
     return found
 
 
-def test_a_restart_forks_from_each_hosts_kept_zygote(ssh_cluster: SshCluster, tmp_path: Path) -> None:
-    run_id = "sshwarm-" + uuid.uuid4().hex[:8]
-    args = [*base_args(ssh_cluster, "ssh", ["node1", "node2"]), "--run-id", run_id, "--master-port", "0",
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_restart_forks_from_each_hosts_kept_zygote(ssh_cluster: SshCluster, tmp_path: Path, runner: str) -> None:
+    run_id = runner + "warm-" + uuid.uuid4().hex[:8]
+    args = [*base_args(ssh_cluster, runner, ["node1", "node2"]), "--run-id", run_id, "--master-port", "0",
             "--preload", "json", "--max-restarts", "2", "--restart-delay", "0", WARM_JOB]  # fmt: skip
     proc = start(args, cwd=tmp_path)
     deadline = time.monotonic() + 30
@@ -56,11 +58,12 @@ def test_a_restart_forks_from_each_hosts_kept_zygote(ssh_cluster: SshCluster, tm
     assert wait_until_gone(run_id, 10) == []
 
 
-def test_agents_survive_attempts_and_end_with_the_job(ssh_cluster: SshCluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_agents_survive_attempts_and_end_with_the_job(ssh_cluster: SshCluster, tmp_path: Path, runner: str) -> None:
     """Without --preload: the same agent process on each host runs every attempt; after the job none is left."""
-    run_id = "sshlive-" + uuid.uuid4().hex[:8]
+    run_id = runner + "live-" + uuid.uuid4().hex[:8]
     flaky = str(SCRIPTS / "flaky.py")
-    args = [*base_args(ssh_cluster, "ssh", ["node1", "node2"]), "--run-id", run_id, "--max-restarts", "3",
+    args = [*base_args(ssh_cluster, runner, ["node1", "node2"]), "--run-id", run_id, "--max-restarts", "3",
             "--restart-delay", "0.5", flaky, str(tmp_path), "3", "2", "5", "1", "60"]  # fmt: skip
     proc = start(args, cwd=tmp_path)
     seen: dict[int, set[int]] = {}
@@ -79,12 +82,15 @@ def test_agents_survive_attempts_and_end_with_the_job(ssh_cluster: SshCluster, t
     assert wait_until_gone(run_id, 10) == []
 
 
+@pytest.mark.parametrize("runner", RUNNERS)
 @pytest.mark.parametrize("how", ["SIGINT", "SIGKILL"])
-def test_a_stopped_launcher_between_attempts_leaves_nothing(ssh_cluster: SshCluster, tmp_path: Path, how: str) -> None:
+def test_a_stopped_launcher_between_attempts_leaves_nothing(
+    ssh_cluster: SshCluster, tmp_path: Path, how: str, runner: str
+) -> None:
     """Stopped while it waits to restart: the launcher ends its agents (SIGINT), or their channels' EOF does."""
-    run_id = "sshgap-" + uuid.uuid4().hex[:8]
+    run_id = runner + "gap-" + uuid.uuid4().hex[:8]
     flaky = str(SCRIPTS / "flaky.py")
-    args = [*base_args(ssh_cluster, "ssh", ["node1", "node2"]), "--run-id", run_id, "--max-restarts", "3",
+    args = [*base_args(ssh_cluster, runner, ["node1", "node2"]), "--run-id", run_id, "--max-restarts", "3",
             "--preload", "json", "--restart-delay", "30", flaky, str(tmp_path), "0", "9", "4"]  # fmt: skip
     proc = start(args, cwd=tmp_path)
     deadline = time.monotonic() + 60

@@ -1,0 +1,81 @@
+"""The way back to its launcher for an agent that pdsh started (``--for-job --dial-file PATH``).
+
+pdsh gives an agent no stdin, so the launcher listens on a port and each of its agents dials back, to the address
+the host's sshd saw the launcher come from (``SSH_CONNECTION``, or ``DSLAUNCH_DIAL_ADDR`` when the launcher is
+reached otherwise), and proves with the job's dial-back secret (a staged 0600 file, read and deleted here) that it
+is one of the job's agents, as the pods of a job prove it to their coordinator (pods/handshake.py). That
+connection is then the agent's control channel, as stdin is over ssh: attempts, stops, signals; its EOF (the job's
+end, the launcher's death) or its silence (TCP keepalive, ``oslib/tcp.DEAD_AFTER``) ends the agent.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Mapping
+
+from dslaunch import wire
+from dslaunch.oslib.tcp import keep_alive
+from dslaunch.pods import handshake
+from dslaunch.pods.link import read_handshake_line
+
+ADDR_VAR = "DSLAUNCH_DIAL_ADDR"
+DIAL_TIMEOUT = 10.0
+
+
+class DialError(Exception):
+    pass
+
+
+def launcher_address(environ: Mapping[str, str]) -> str:
+    given = environ.get(ADDR_VAR, "").strip()
+    if given:
+        return given
+    words = environ.get("SSH_CONNECTION", "").split()
+    if not words:
+        raise DialError(f"no SSH_CONNECTION to find the launcher by: set {ADDR_VAR} to its address")
+    return words[0]
+
+
+def dial(path: str, run_id: str, environ: Mapping[str, str]) -> tuple[socket.socket, bytes, str]:
+    """The authenticated connection to the launcher, what came after the handshake, and this host's name in the
+    plan. Raises ``DialError`` (or ``wire.WireError`` for the file) with what went wrong."""
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DialError(f"cannot read the dial-back file {path}: {exc}") from None
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    port, secret, host = wire.parse_dial(text)
+    address = launcher_address(environ)
+    deadline = time.monotonic() + DIAL_TIMEOUT
+    try:
+        sock = socket.create_connection((address, port), timeout=DIAL_TIMEOUT)
+    except OSError as exc:
+        raise DialError(f"cannot reach the launcher at {address} port {port}: {exc.strerror or exc}") from None
+    try:
+        pending = _handshake(sock, secret, run_id, host, deadline)
+    except BaseException:
+        sock.close()
+        raise
+    keep_alive(sock)
+    sock.settimeout(None)
+    return sock, pending, host
+
+
+def _handshake(sock: socket.socket, key: bytes, run_id: str, host: str, deadline: float) -> bytes:
+    got = read_handshake_line(sock, handshake.MAX_LINE, deadline)
+    server_nonce = handshake.read_challenge(got[0]) if got else None
+    if server_nonce is None:
+        raise DialError("the launcher's port did not answer as a dslaunch launcher")
+    client_nonce = handshake.nonce()
+    sock.sendall(handshake.answer(key, run_id, (-1, host, -1), server_nonce, client_nonce))
+    got = read_handshake_line(sock, handshake.MAX_LINE, deadline)
+    if got is None or not handshake.check_welcome(key, run_id, server_nonce, client_nonce, got[0]):
+        raise DialError("the launcher did not accept this agent, or could not prove it holds the job's secret")
+    return got[1]

@@ -1,0 +1,318 @@
+"""Node agents that live for the job under pdsh (``--max-restarts`` > 0): started once per host by one pdsh, each
+dials back to the launcher (agent/dial.py), and that connection carries every attempt, stop, signal and stack
+request, and the job's end, with no session per message. Their output still comes through pdsh (demux.py).
+
+The launcher listens on a port of its own; each host gets a staged 0600 file with that port, the job's dial-back
+secret and its name (``wire.dial_text``), and its agent proves it holds the secret (pods/handshake.py) before it is
+trusted. A connection that ends (the agent died) or goes silent (TCP keepalive, ``oslib/tcp.DEAD_AFTER``) ends that
+host's stream at once: the attempt names the node lost. Hosts that need an agent later (a lost node, spares) get
+a pdsh of their own.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import secrets
+import shlex
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+from dslaunch import wire
+from dslaunch.job.result import START_FAILED
+from dslaunch.oslib.tcp import keep_alive
+from dslaunch.plan import LaunchPlan
+from dslaunch.pods import handshake
+from dslaunch.pods.link import read_handshake_line
+from dslaunch.remote import stage
+from dslaunch.remote.agent_command import agent_command
+from dslaunch.runners.live.attempt import CLOSE_WAIT
+from dslaunch.runners.pdsh.demux import PdshDemux
+from dslaunch.runners.pdsh.invocation import pdsh_label, start_pdsh
+
+GREET_WAIT = 10.0  # how long a connection may take to prove it is one of the job's agents
+JOIN_GRACE = 30.0  # beyond --ssh-connect-timeout: a cold interpreter on a loaded host, then the dial-back
+
+
+class DialListener:
+    """The launcher's port for its agents: accepts, checks each one's proof, and keeps the connections by host."""
+
+    def __init__(self, run_id: str, secret: bytes) -> None:
+        self.run_id = run_id
+        self.secret = secret
+        if socket.has_dualstack_ipv6():
+            self.sock = socket.create_server(("", 0), family=socket.AF_INET6, dualstack_ipv6=True)
+        else:
+            self.sock = socket.create_server(("0.0.0.0", 0))
+        self.port = self.sock.getsockname()[1]
+        self._joined: dict[str, tuple[socket.socket, bytes]] = {}
+        self._cond = threading.Condition()
+        threading.Thread(target=self._accept, name="dial-back", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._greet, args=(conn,), daemon=True).start()
+
+    def _greet(self, conn: socket.socket) -> None:
+        server_nonce = handshake.nonce()
+        deadline = time.monotonic() + GREET_WAIT
+        try:
+            conn.sendall(handshake.challenge(server_nonce))
+            got = read_handshake_line(conn, handshake.MAX_LINE, deadline)
+            joiner = handshake.check_answer(self.secret, self.run_id, server_nonce, got[0]) if got else None
+            if joiner is None or got is None:
+                conn.close()  # not one of this job's agents
+                return
+            conn.sendall(handshake.welcome(self.secret, self.run_id, server_nonce, joiner.nonce))
+            keep_alive(conn)
+            conn.settimeout(None)
+        except OSError:
+            conn.close()
+            return
+        with self._cond:
+            old = self._joined.pop(joiner.host, None)
+            self._joined[joiner.host] = (conn, got[1])
+            self._cond.notify_all()
+        if old is not None:
+            old[0].close()
+
+    def take(self, hosts: Sequence[str], deadline: float, gone: Callable[[str], bool]) -> dict[str, socket.socket]:
+        """The connections of ``hosts``' agents as they dial back, until each has, or its ssh ended (``gone``), or
+        ``deadline`` (monotonic)."""
+        taken: dict[str, socket.socket] = {}
+        with self._cond:
+            while True:
+                for host in hosts:
+                    if host not in taken and host in self._joined:
+                        taken[host] = self._joined.pop(host)[0]
+                waiting = [h for h in hosts if h not in taken and not gone(h)]
+                left = deadline - time.monotonic()
+                if not waiting or left <= 0:
+                    return taken
+                self._cond.wait(min(left, 0.1))
+
+    def close(self) -> None:
+        self.sock.close()
+        with self._cond:
+            for conn, _ in self._joined.values():
+                conn.close()
+            self._joined = {}
+
+
+class PdshGroup:
+    """One pdsh that started the agents of some hosts, and its output split by host."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], hosts: list[str]) -> None:
+        self.proc = proc
+        self.label = {h: pdsh_label(h) for h in hosts}
+        self.demux = PdshDemux(proc, list(self.label.values()), live=True)
+
+    def end(self, wait: float) -> None:
+        try:
+            self.proc.wait(wait)
+        except subprocess.TimeoutExpired:  # its ssh clients did not end
+            self.proc.kill()
+            self.proc.wait()
+
+
+class DialAgent:
+    """A pdsh-started agent that lives for the job (a ``LiveAgent``): its dialled-back connection, its output."""
+
+    def __init__(self, host: str, sock: socket.socket, group: PdshGroup) -> None:
+        self.host = host
+        self.sock = sock
+        self.group = group
+        self.label = group.label[host]
+        self.err_ended = group.demux.err_ended[self.label]
+        self.dead = False
+        self._closing = False
+        self._link_up = True
+        self._lock = threading.Lock()
+        self._events = self._lines()
+        threading.Thread(target=self._watch, name=f"dial {host}", daemon=True).start()
+
+    def _lines(self) -> Iterator[str]:
+        queue = self.group.demux.queues[self.label]
+        while (line := queue.get()) is not None:
+            yield line
+
+    def _watch(self) -> None:
+        """The agent sends nothing on its connection: its end (EOF, a reset, keepalive's silence) is all there is."""
+        try:
+            while self.sock.recv(4096):
+                pass
+        except OSError:
+            pass
+        self._link_up = False
+        if not self._closing:
+            self.group.demux.close_host(self.label, START_FAILED)
+
+    def events(self) -> Iterator[str]:
+        return self._events
+
+    def send(self, data: bytes) -> bool:
+        with self._lock:
+            try:
+                self.sock.sendall(data)
+                return True
+            except OSError:
+                return False
+
+    def usable(self) -> bool:
+        return not self.dead and self.status() is None
+
+    def status(self) -> int | None:
+        demux = self.group.demux
+        if self.label in demux.closed:
+            return demux.status.get(self.label, START_FAILED)
+        return None if self._link_up else START_FAILED
+
+    def abort(self) -> None:
+        self.dead = True
+        self.group.demux.stopped.add(self.label)
+        self._end_link()
+        self._signal_client(signal.SIGTERM)
+
+    def close(self, wait: float = CLOSE_WAIT) -> None:
+        self._closing = True
+        self.group.demux.asked_to_stop.add(self.label)
+        try:
+            self.sock.shutdown(socket.SHUT_WR)  # EOF: the agent ends its zygote and exits
+        except OSError:
+            pass
+        deadline = time.monotonic() + wait
+        while self.label not in self.group.demux.closed and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self._end_link()
+        if self.label not in self.group.demux.closed:
+            self._signal_client(signal.SIGTERM)
+
+    def _end_link(self) -> None:
+        self._closing = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+    def _signal_client(self, signum: int) -> None:
+        pid = self.group.demux.ssh_client(self.host.rpartition("@")[2])
+        if pid is not None:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+
+Stage = Callable[[str, Sequence[tuple[str, int | str, bytes]]], dict[str, str]]  # stage.stage_files, bound
+PdshArgv = Callable[[list[str], str], list[str]]  # (hosts, command with '%' escaped) -> pdsh's argv
+
+
+def dial_agent_command(plan: LaunchPlan, group: str, hosts: list[str]) -> str:
+    """The command pdsh runs on each of ``hosts`` (its ``%`` escaped for pdsh): an agent for the job that dials back
+    as the file staged for it says (``{run_id}.{group}-{index}.plan``), its host's name as pdsh gives it (%h)."""
+    token = f"DSLN{secrets.token_hex(8)}"  # stands in for pdsh's %n and %h while '%' is escaped
+    command = agent_command(
+        plan,
+        0,
+        venv_script=plan.remote.venv_script,
+        for_job=True,
+        host=token + "H",
+        dial_file=stage.plan_path(plan.run_id, f"{group}-{token}"),
+    )
+    command = command.replace("%", "%%")
+    if len(hosts) == 1:  # some pdsh builds leave %n alone for one host (DeepSpeed #1523): the values themselves
+        command = command.replace(token + "H", shlex.quote(hosts[0]).replace("%", "%%")).replace(token, "0")
+    return command.replace(token + "H", "%h").replace(token, "%n")
+
+
+class _Starter:
+    """One thread for the job that starts every pdsh: pdsh's parent-death signal follows the thread that forked it,
+    and the spares' pdsh is asked for from a thread that ends at once."""
+
+    def __init__(self) -> None:
+        self._asked: queue.SimpleQueue[tuple[list[str], dict[str, str], queue.SimpleQueue[object]] | None]
+        self._asked = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="pdsh-starter", daemon=True).start()
+
+    def start(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        answer: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._asked.put((argv, env, answer))
+        got = answer.get()
+        if isinstance(got, OSError):
+            raise got
+        assert isinstance(got, subprocess.Popen)  # what _serve puts
+        return got
+
+    def _serve(self) -> None:
+        while (asked := self._asked.get()) is not None:
+            argv, env, answer = asked
+            try:
+                answer.put(start_pdsh(argv, env))
+            except OSError as exc:
+                answer.put(exc)
+
+    def close(self) -> None:
+        self._asked.put(None)
+
+
+class DialBack:
+    """Starts the job's agents with pdsh, host groups at a time, and takes their connections as they dial back."""
+
+    def __init__(self, run_id: str, stage_files: Stage, pdsh_argv: PdshArgv, env: dict[str, str]) -> None:
+        self.secret = secrets.token_bytes(32)
+        self.listener = DialListener(run_id, self.secret)
+        self.stage_files = stage_files  # (run_id, files) -> {host: why} for the hosts it could not stage on
+        self.pdsh_argv = pdsh_argv
+        self.env = env
+        self.groups: list[PdshGroup] = []
+        self._starter = _Starter()
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def start(self, plan: LaunchPlan, hosts: list[str]) -> tuple[dict[str, DialAgent], dict[str, str]]:
+        """An agent on each of ``hosts``: the ones that dialled back, and why each other one did not."""
+        if not hosts:
+            return {}, {}
+        failures: dict[str, str] = {}
+        while True:  # the files are named by pdsh's index of the host (%n): staged again once one host fails
+            with self._lock:
+                self._count += 1
+                group = f"d{self._count}"
+            port = self.listener.port
+            files = [(h, f"{group}-{i}", wire.dial_text(port, self.secret, h).encode()) for i, h in enumerate(hosts)]
+            failed = self.stage_files(plan.run_id, files)
+            failures.update(failed)
+            hosts = [h for h in hosts if h not in failed]
+            if not hosts:
+                return {}, failures
+            if not failed:
+                break
+        command = dial_agent_command(plan, group, hosts)
+        try:
+            proc = self._starter.start(self.pdsh_argv(hosts, command), self.env)
+        except OSError as exc:
+            return {}, {**failures, **{h: f"cannot run pdsh: {exc}" for h in hosts}}
+        pdsh = PdshGroup(proc, hosts)
+        self.groups.append(pdsh)
+        deadline = time.monotonic() + plan.remote.connect_timeout + JOIN_GRACE
+        conns = self.listener.take(hosts, deadline, lambda h: pdsh.label[h] in pdsh.demux.closed)
+        for host in hosts:
+            if host not in conns:
+                failures[host] = f"its agent did not dial back to this launcher (port {self.listener.port})"
+                pdsh.demux.stopped.add(pdsh.label[host])
+        return {h: DialAgent(h, sock, pdsh) for h, sock in conns.items()}, failures
+
+    def close(self) -> None:
+        self.listener.close()
+        self._starter.close()
+        for group in self.groups:
+            group.end(CLOSE_WAIT)
