@@ -243,6 +243,21 @@ def control_stop() -> bytes:
     return f"{STOP}\n".encode()
 
 
+# The ssh runner's heartbeat on each agent's control channel (runners/ssh/runner.py::Keepalive): an agent that hears
+# nothing there for ``silence_bound`` seconds takes its launcher as lost (a partition sends no EOF) and tears down.
+HEARTBEAT = "hb"
+
+
+def control_heartbeat() -> bytes:
+    return f"{HEARTBEAT}\n".encode()
+
+
+def silence_bound(plan: LaunchPlan) -> float | None:
+    """How long an agent of ``plan`` may hear nothing on its control channel: about --ssh-connect-timeout, as the
+    launcher's own bound on a silent host, under the ssh runner, which sends heartbeats; None elsewhere."""
+    return plan.remote.connect_timeout + 2 if plan.launcher == "ssh" else None
+
+
 def control_signal(signum: int) -> bytes:
     name = signal.Signals(signum).name
     if name not in _CONTROL_SIGNALS:

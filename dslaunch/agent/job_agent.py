@@ -15,6 +15,7 @@ launcher's handle on the attempt ends there (runners/live/attempt.py).
 from __future__ import annotations
 
 import os
+import select
 import sys
 from typing import BinaryIO
 
@@ -32,10 +33,13 @@ class _Lines:
         self.fd = fd
         self.pending = pending
 
-    def next(self) -> bytes | None:
-        """The next line; None at EOF."""
+    def next(self, silent_after: float | None = None) -> bytes | None:
+        """The next line; None at EOF, or after ``silent_after`` seconds without a byte (a launcher cut off)."""
         os.set_blocking(self.fd, True)  # an attempt's loop left it non-blocking
         while b"\n" not in self.pending:
+            if silent_after is not None and not select.select([self.fd], [], [], silent_after)[0]:
+                print(f"dslaunch agent: nothing from the launcher for {silent_after:g} s: ending", file=sys.stderr)
+                return None
             try:
                 chunk = os.read(self.fd, 65536)
             except InterruptedError:
@@ -58,9 +62,10 @@ def serve(control: BinaryIO, pending: bytes = b"", host: str | None = None) -> i
     lines = _Lines(control.fileno(), pending)
     host = host if host is not None else os.environ.get("DSLAUNCH_HOST")
     code = 0
+    silent_after: float | None = None  # the last plan's (wire.silence_bound): none before the first
     try:
         while True:
-            line = lines.next()
+            line = lines.next(silent_after)
             if line is None:
                 return code
             try:
@@ -71,6 +76,7 @@ def serve(control: BinaryIO, pending: bytes = b"", host: str | None = None) -> i
             if parsed is None:
                 continue  # a stop or a signal for an attempt that has ended
             node_rank, plan = parsed
+            silent_after = wire.silence_bound(plan)
             warm.prepare(plan, 0 if node_rank is None else node_rank, key=KEEP, host=host)
             if node_rank is None:
                 continue  # a spare: ready, and waiting for an attempt

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import selectors
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -113,6 +114,8 @@ class NodeLoop:
         self.fs_clock_offset = 0.0  # of the error files' folder (node_io.fs_clock_offset)
         self._kept: set[int] = set()  # a zygote this agent keeps for the next attempt: spared by the sweep
         self.before_done: Callable[[], None] | None = None  # the last thing before the Done event
+        self.silent_after = wire.silence_bound(plan) if control is not None else None  # heartbeats expected
+        self._heard = time.monotonic()  # the last bytes on the control channel
 
     # ---- spawning -------------------------------------------------------
     def start(self, error_dir: str, warm: Mapping[int, Zygote | None] | None = None) -> None:
@@ -195,6 +198,7 @@ class NodeLoop:
             os.set_blocking(self.control.fileno(), False)
             self.sel.register(self.control.fileno(), selectors.EVENT_READ, ("control", None))
         self.output.start()
+        self._heard = time.monotonic()
         try:
             code = self._loop()
         finally:
@@ -223,6 +227,7 @@ class NodeLoop:
             for key, _ in ready:
                 self._dispatch(key)
             self._round = None
+            self._check_silence(time.monotonic())
             self.output.tick(time.monotonic())
             for r in self.ranks:
                 if r.pidfd is None and not r.reaped:
@@ -249,6 +254,8 @@ class NodeLoop:
             self.output.wake_when_written()  # waiting for pipes to close and output to drain
         if self.progress is not None and alive:
             timeouts.append(self.progress.due(now))
+        if self.silent_after is not None:
+            timeouts.append(max(0.0, self._heard + self.silent_after - now))
         known = [t for t in timeouts if t is not None]
         return min(known) if known else None
 
@@ -342,9 +349,24 @@ class NodeLoop:
             data = b""
         if not data:  # the launcher or its connection is gone
             self.sel.unregister(self.control.fileno())
+            self.silent_after = None
             self.stop()
             return
+        self._heard = time.monotonic()
         self.feed_control(data)
+
+    def _check_silence(self, now: float) -> None:
+        """No heartbeat from the launcher for ``silent_after`` seconds (a partition): as if it were gone."""
+        if self.silent_after is None or now - self._heard <= self.silent_after or self.control is None:
+            return
+        print(
+            f"dslaunch agent: nothing from the launcher for {self.silent_after:g} s: taking it as gone",
+            file=sys.stderr,
+            flush=True,
+        )
+        self.sel.unregister(self.control.fileno())
+        self.silent_after = None
+        self.stop()
 
     def feed_control(self, data: bytes) -> None:
         """Bytes from the control channel: whole lines are obeyed, a partial one waits for the rest."""

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 from dslaunch import wire
@@ -28,6 +29,8 @@ from dslaunch.runners.remote_base import RemoteRunner, report_start_failures
 from dslaunch.runners.ssh.channel_agent import SshLiveAgent
 from dslaunch.runners.ssh.connect import RECV, connect_all, connect_hosts, run_on
 
+HEARTBEAT_ROOM = 1024  # bytes the channel's window must have left for a heartbeat, so sending one never waits
+
 
 class Keepalive:
     """One thread for every connection of a job: each is pinged every ``every / 2`` seconds, and one whose peer has
@@ -37,14 +40,15 @@ class Keepalive:
 
     def __init__(self, every: int) -> None:
         self.every = every
-        self._watched: list[tuple[Any, Any]] = []  # (transport, its connection)
+        self._watched: list[tuple[Any, Any, Callable[[], None]]] = []  # (transport, its connection, its heartbeat)
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dslaunch-keepalive", daemon=True)
 
-    def watch(self, conn: Any) -> None:
+    def watch(self, conn: Any, beat: Callable[[], None]) -> None:
+        """Ping ``conn`` and call ``beat`` (a heartbeat to its agent, wire.HEARTBEAT) every ``every / 2`` s."""
         transport = conn.client.get_transport()
         transport.replied_at = time.monotonic()
-        self._watched.append((transport, conn))
+        self._watched.append((transport, conn, beat))
         if not self._thread.is_alive():
             self._thread.start()
 
@@ -53,15 +57,28 @@ class Keepalive:
 
     def _run(self) -> None:
         while not self._done.wait(self.every / 2):
-            self._watched = [(t, c) for t, c in self._watched if t.is_active()]
-            for transport, conn in list(self._watched):
+            self._watched = [w for w in self._watched if w[0].is_active()]
+            for transport, conn, beat in list(self._watched):
                 if time.monotonic() - transport.replied_at > self.every * (common.KEEPALIVE_COUNT + 1):
                     conn.close()
-                elif transport.clear_to_send.is_set():
+                    continue
+                beat()
+                if transport.clear_to_send.is_set():
                     try:
                         transport.ping()
                     except (OSError, EOFError, Exception):  # noqa: BLE001 - a closing transport: dropped next round
                         pass
+
+
+def heartbeat(channel: Any) -> None:
+    """A heartbeat on an agent's control channel, unless it could block the keepalive thread: an agent that reads
+    nothing (its window full) is not sent one, and if it stays silent to pings the connection is dropped anyway."""
+    if channel.closed or channel.out_window_size < HEARTBEAT_ROOM:
+        return
+    try:
+        channel.sendall(wire.control_heartbeat())
+    except (OSError, EOFError, Exception):  # noqa: BLE001 - a closing channel: its stream ends, the job sees it
+        pass
 
 
 class SshAgent:
@@ -81,7 +98,7 @@ class SshAgent:
             target=common.relay_lines, args=(self.channel.makefile_stderr("rb"),), daemon=True
         )
         self._relay.start()
-        keepalive.watch(conn)
+        keepalive.watch(conn, partial(heartbeat, self.channel))
 
     def lines(self) -> Iterator[str]:
         for text in wire.split_events(iter(lambda: self.channel.recv(RECV), b"")):
@@ -286,18 +303,18 @@ class SshRunner(RemoteRunner):
             started: dict[str, LiveAgent] = {}
             for host, conn in self._connect(hosts, settings)[0].items():
                 try:
-                    started[host] = SshLiveAgent(host, conn, command(host))
+                    started[host] = agent = SshLiveAgent(host, conn, command(host))
                 except Exception:  # noqa: BLE001 - no session there: it stays out of the spares
                     conn.close()
                     continue
-                keepalive.watch(conn)
+                keepalive.watch(conn, partial(heartbeat, agent.channel))
             return started
 
         attempts: list[Attempt] = []
         try:
             for host, conn in conns.items():
-                live.by_host[host] = SshLiveAgent(host, conn, command(host))
-                keepalive.watch(conn)
+                live.by_host[host] = agent = SshLiveAgent(host, conn, command(host))
+                keepalive.watch(conn, partial(heartbeat, agent.channel))
             attempts = [live_attempt.start(live.by_host[node.host], plan, node.node_rank) for node in plan.nodes]
             spares.promoted([node.host for node in plan.nodes])
             if plan.elastic.candidates:
