@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -54,8 +53,17 @@ def _beat(proc: subprocess.Popen[bytes], seconds: float) -> None:
         time.sleep(0.5)
 
 
-@pytest.mark.parametrize("for_job", [False, True])
-def test_a_silent_launcher_is_taken_as_gone_within_the_bound(tmp_path: Path, for_job: bool) -> None:
+@pytest.mark.parametrize(
+    ("for_job", "when", "said"),
+    [
+        (False, "attempt", "taking it as gone"),
+        (True, "attempt", "taking it as gone"),
+        (True, "between attempts", "ending"),  # the attempt stopped: the agent waits for the next one
+    ],
+)
+def test_a_silent_launcher_is_taken_as_gone_within_the_bound(
+    tmp_path: Path, for_job: bool, when: str, said: str
+) -> None:
     run_id = "silent-" + uuid.uuid4().hex[:8]
     proc, first = _agent(tmp_path, run_id, for_job=for_job)
     assert proc.stdin is not None
@@ -63,8 +71,11 @@ def test_a_silent_launcher_is_taken_as_gone_within_the_bound(tmp_path: Path, for
         proc.stdin.write(first)
         proc.stdin.flush()
         assert wait_for_file(str(tmp_path / "ready.0"), 30), "the rank did not start"
+        if when == "between attempts":
+            proc.stdin.write(wire.control_stop())
+            proc.stdin.flush()
         _beat(proc, 5)  # longer than the bound: heartbeats keep it
-        assert proc.poll() is None
+        assert proc.poll() is None, "it ended while heartbeats came"
         silent_at = time.monotonic()  # stdin stays open: no EOF, only silence
         proc.wait(timeout=CONNECT_TIMEOUT + 2 + 2 + 5)
         took = time.monotonic() - silent_at
@@ -75,32 +86,6 @@ def test_a_silent_launcher_is_taken_as_gone_within_the_bound(tmp_path: Path, for
         proc.stdin.close()
     assert proc.stderr is not None
     err = proc.stderr.read().decode()
-    assert "nothing from the launcher for 3 s" in err, err
+    assert f"nothing from the launcher for 3 s: {said}" in err, err
     assert took < CONNECT_TIMEOUT + 2 + 2 + 2, f"ended {took:.1f} s after the last heartbeat"
-    assert [p.pid for p in job_processes(run_id)] == []
-
-
-def test_between_attempts_a_job_agent_waits_while_it_hears_heartbeats_and_ends_in_silence(tmp_path: Path) -> None:
-    """After its attempt, a job-lifetime agent waits for the next one as long as heartbeats come."""
-    run_id = "silentgap-" + uuid.uuid4().hex[:8]
-    proc, first = _agent(tmp_path, run_id, for_job=True)
-    assert proc.stdin is not None
-    try:
-        proc.stdin.write(first)
-        proc.stdin.flush()
-        assert wait_for_file(str(tmp_path / "ready.0"), 30), "the rank did not start"
-        proc.stdin.write(wire.control_stop())  # the attempt ends; the agent waits for the next
-        proc.stdin.flush()
-        beats = threading.Thread(target=_beat, args=(proc, 5))
-        beats.start()
-        beats.join()
-        assert proc.poll() is None, "it ended while heartbeats came"
-        proc.wait(timeout=CONNECT_TIMEOUT + 2 + 5)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdin.close()
-    assert proc.stderr is not None
-    assert "nothing from the launcher for 3 s: ending" in proc.stderr.read().decode()
     assert [p.pid for p in job_processes(run_id)] == []
