@@ -98,9 +98,8 @@ def start_netns(ssh: SshCluster, count: int = 2) -> NetnsCluster:
                     if not line.startswith(("ListenAddress", "PidFile"))
                 )
                 + f"\nListenAddress {cluster.addr(i)}\nPidFile {ssh.base}/sshd_{ns}.pid\n"
-                # As docs/remote.md advises: sshd ends a session whose client went silent (a partition),
-                # so the agent there sees its stdin close and stops its ranks.
-                + "ClientAliveInterval 1\nClientAliveCountMax 3\n"
+                # No ClientAliveInterval (OpenSSH's default): a cut-off agent must find its launcher gone on its
+                # own (docs/teardown.md), not by its sshd ending the session.
             )
             cluster.procs.append(
                 subprocess.Popen(
