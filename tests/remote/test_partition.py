@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from testbeds.netns_cluster import NetnsCluster
-from tests.remote.launch import RUNNERS, SCRIPT, start, wait_ready, wait_until_gone
+from tests.remote.launch import SCRIPT, start, wait_ready, wait_until_gone
 
 pytestmark = [pytest.mark.launch, pytest.mark.cluster]
 
@@ -23,17 +23,22 @@ def _link(cluster: NetnsCluster, node: int, state: str) -> None:
     subprocess.run(["ip", "link", "set", f"{cluster.tag}h{node}", state], check=True, timeout=10)
 
 
-@pytest.mark.parametrize("runner", RUNNERS)
-def test_a_partitioned_node_is_named_and_the_job_ends(netns_cluster: NetnsCluster, runner: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("runner", "restarts"), [("ssh", 0), ("pdsh", 0), ("ssh", 1)])
+def test_a_partitioned_node_is_named_and_the_job_ends(
+    netns_cluster: NetnsCluster, runner: str, restarts: int, tmp_path: Path
+) -> None:
+    """With ``restarts``, the agents live for the job: the restart cannot reach the cut-off node either (255), and
+    that node's agent, waiting for an attempt or in one, ends by its heartbeats' silence all the same."""
     if runner == "pdsh":
         from testbeds.ssh_cluster import need
 
         need("pdsh")
     hostfile = tmp_path / "hosts"
     hostfile.write_text("node1 slots=1\nnode2 slots=1\n")
-    run_id = f"cut{runner}{os.getpid()}"
+    run_id = f"cut{runner}{restarts}{os.getpid()}"
     args = ["--hostfile", str(hostfile), "--launcher", runner, "--ssh-config", str(netns_cluster.config)]
     args += ["--ssh-connect-timeout", "3", "--shutdown-timeout", "2", "--run-id", run_id, "--master-port", "29400"]
+    args += ["--max-restarts", str(restarts), "--restart-delay", "0"]
     proc = start([*args, SCRIPT, "sleep", str(tmp_path)], cwd=tmp_path)
     try:
         assert wait_ready(tmp_path, 2), "ranks did not start"

@@ -17,6 +17,7 @@ from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.remote import envs, probe
 from dslaunch.remote.agent_command import agent_command, reap_command
 from dslaunch.remote.sshconfig import resolve, valid_host
+from dslaunch.runners.pdsh.dialback import dial_agent_command
 from dslaunch.runners.pdsh.invocation import pdsh_env, pdsh_label, pdsh_labels
 from dslaunch.runners.pdsh.runner import pdsh_argv
 from tests.plans import make_plan
@@ -340,6 +341,20 @@ def test_a_job_lifetime_agents_command_golden() -> None:
         "/usr/bin/python3 -u -m dslaunch.agent --for-job"
     )
     assert reap_command(_plan("/w"), host="b;touch x").endswith("-m dslaunch.remote.reap --host 'b;touch x' r1")
+
+
+def test_a_pdsh_job_agents_command_golden() -> None:
+    """pdsh's %n and %h stay for pdsh, every other '%' is escaped; one host gets its values literally."""
+    plan = _plan("/w 100%")
+    assert dial_agent_command(plan, "d3", ["h0", "h1"]) == (
+        "cd '/w 100%%' && exec env DSLAUNCH_RUN_ID=r1 DSLAUNCH_HOST=%h 'PYTHONPATH=/lib $(x)' "
+        "/usr/bin/python3 -u -m dslaunch.agent --for-job --dial-file .cache/dslaunch/plans/r1.d3-%n.plan"
+    )
+    assert dial_agent_command(plan, "d4", ["al%ce@h1"]) == (
+        "cd '/w 100%%' && exec env DSLAUNCH_RUN_ID=r1 DSLAUNCH_HOST=al%%ce@h1 'PYTHONPATH=/lib $(x)' "
+        "/usr/bin/python3 -u -m dslaunch.agent --for-job --dial-file .cache/dslaunch/plans/r1.d4-0.plan"
+    )
+    assert "never-in-command" not in dial_agent_command(plan, "d5", ["h0"])
 
 
 @pytest.mark.parametrize(

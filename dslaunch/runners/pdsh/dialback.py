@@ -35,6 +35,7 @@ from dslaunch.runners.pdsh.demux import PdshDemux
 from dslaunch.runners.pdsh.invocation import pdsh_label, start_pdsh
 
 GREET_WAIT = 10.0  # how long a connection may take to prove it is one of the job's agents
+MAX_GREETING = 512  # connections proving themselves at once; more are closed at once (a flood costs no threads)
 JOIN_GRACE = 30.0  # beyond --ssh-connect-timeout: a cold interpreter on a loaded host, then the dial-back
 
 
@@ -51,6 +52,7 @@ class DialListener:
         self.port = self.sock.getsockname()[1]
         self._joined: dict[str, tuple[socket.socket, bytes]] = {}
         self._cond = threading.Condition()
+        self._greeting = threading.BoundedSemaphore(MAX_GREETING)
         threading.Thread(target=self._accept, name="dial-back", daemon=True).start()
 
     def _accept(self) -> None:
@@ -59,7 +61,16 @@ class DialListener:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
-            threading.Thread(target=self._greet, args=(conn,), daemon=True).start()
+            if not self._greeting.acquire(blocking=False):
+                conn.close()
+                continue
+            threading.Thread(target=self._greet_one, args=(conn,), daemon=True).start()
+
+    def _greet_one(self, conn: socket.socket) -> None:
+        try:
+            self._greet(conn)
+        finally:
+            self._greeting.release()
 
     def _greet(self, conn: socket.socket) -> None:
         server_nonce = handshake.nonce()

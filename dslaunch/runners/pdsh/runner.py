@@ -36,7 +36,7 @@ from dslaunch.runners.live import attempt as live_attempt
 from dslaunch.runners.live.attempt import LiveAgents
 from dslaunch.runners.live.spares import Spares
 from dslaunch.runners.pdsh.demux import PdshDemux
-from dslaunch.runners.pdsh.dialback import DialBack
+from dslaunch.runners.pdsh.dialback import DialBack, dial_agent_command
 from dslaunch.runners.pdsh.invocation import pdsh_command, pdsh_env, pdsh_label, pdsh_labels, ssh_args, start_pdsh
 from dslaunch.runners.remote_base import ALL_HOSTS, RemoteRunner, report_start_failures
 
@@ -120,9 +120,9 @@ class PdshRunner(RemoteRunner):
         settings = plan.remote
         pdsh_labels([n.host for n in plan.nodes])
         if plan.restarts.max_restarts > 0:
-            dial = stage.plan_path(plan.run_id, "dN-%n")
-            command = agent_command(plan, 0, venv_script=settings.venv_script, for_job=True, host="%h", dial_file=dial)
-            argv = pdsh_command(settings, [n.host for n in plan.nodes], command)
+            hosts = [n.host for n in plan.nodes]
+            argv = pdsh_command(settings, hosts, dial_agent_command(plan, "d1", hosts))
+            dial = stage.plan_path(plan.run_id, "d1-%n")
             return [
                 f"PDSH_SSH_ARGS_APPEND={shlex.quote(' '.join(ssh_args(settings)))} {shlex.join(argv)}"
                 f"  # each agent dials back to this launcher (port and secret staged over ssh to ~/{dial}, 0600); "

@@ -16,7 +16,7 @@ import pytest
 
 from testbeds.ssh_cluster import SshCluster
 from tests.helpers import SCRIPTS, job_processes
-from tests.remote.launch import RUNNERS, base_args, start, wait_until_gone
+from tests.remote.launch import RUNNERS, base_args, start, wait_ready, wait_until_gone
 
 pytestmark = [pytest.mark.launch, pytest.mark.cluster]
 
@@ -102,3 +102,22 @@ def test_a_stopped_launcher_between_attempts_leaves_nothing(
     _out, err = proc.communicate(timeout=30)
     assert proc.returncode == (130 if how == "SIGINT" else -9), err
     assert wait_until_gone(run_id, 10) == []
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_launcher_killed_during_an_attempt_leaves_nothing(
+    ssh_cluster: SshCluster, tmp_path: Path, runner: str
+) -> None:
+    """SIGKILL while the ranks run: each agent's control channel closes (its ssh session; the connection it dialled
+    back), so it stops its ranks, ends its zygote and exits."""
+    run_id = runner + "kill-" + uuid.uuid4().hex[:8]
+    args = [*base_args(ssh_cluster, runner, ["node1", "node2"]), "--run-id", run_id, "--max-restarts", "2",
+            "--preload", "json", str(SCRIPTS / "job.py"), "sleep", str(tmp_path)]  # fmt: skip
+    proc = start(args, cwd=tmp_path)
+    try:
+        assert wait_ready(tmp_path, 4), "ranks did not start"
+        assert len(_agents(run_id)) == 2
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    assert wait_until_gone(run_id, 2 + 5) == []

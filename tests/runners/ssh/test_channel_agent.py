@@ -3,10 +3,12 @@ its connection from the launcher's side ends it there (real sshd on loopback).""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 import uuid
 
+import psutil
 import pytest
 
 from dslaunch.job.result import START_FAILED
@@ -21,7 +23,12 @@ pytestmark = [pytest.mark.launch, pytest.mark.cluster]
 
 
 def _agents(run_id: str) -> list[int]:
-    return [p.pid for p in job_processes(run_id) if "--for-job" in p.cmdline()]
+    found = []
+    for proc in job_processes(run_id):
+        with contextlib.suppress(psutil.Error):  # one that ended since it was listed
+            if "--for-job" in proc.cmdline():
+                found.append(proc.pid)
+    return found
 
 
 def _until(check: object, timeout: float = 20) -> bool:
