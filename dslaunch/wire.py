@@ -66,17 +66,26 @@ def plan_from_env(env: MutableMapping[str, str]) -> LaunchPlan | None:
 
 def plan_from_file(path: str) -> LaunchPlan:
     """Read the plan from a 0600 file and delete it at once: it holds the job's secrets."""
+    return staged_from_file(path)[0]
+
+
+def staged_from_file(path: str) -> tuple[LaunchPlan, str | None]:
+    """The plan from a staged 0600 file (deleted at once: it holds the job's secrets), and the ``dial_text`` line
+    after it, if any (pdsh: the way back to the launcher, agent/dial.py)."""
     try:
         with open(path, encoding="ascii") as f:
             text = f.read().strip()
     except OSError as exc:
         raise WireError(f"cannot read the launch plan {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise WireError(f"the launch plan {path} is not ASCII") from None
     finally:
         try:
             os.unlink(path)
         except OSError:
             pass
-    return plan_from_b64(text)
+    plan_line, _, dial = text.partition("\n")
+    return plan_from_b64(plan_line.strip()), dial.strip() or None
 
 
 # ---- events: agent -> launcher --------------------------------------------------------------------

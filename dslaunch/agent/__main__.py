@@ -13,6 +13,7 @@ from dslaunch import wire
 from dslaunch.agent import mpi_env
 from dslaunch.agent.run_node import read_line, run_node
 from dslaunch.oslib import prctl
+from dslaunch.plan import LaunchPlan
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,16 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     if os.getppid() == 1:
         return 143
 
-    pending = b""
     try:
-        if args.plan_file:
-            plan = wire.plan_from_file(os.path.join(os.path.expanduser("~"), args.plan_file))
-        else:
-            found = wire.plan_from_env(os.environ)
-            if found is None:
-                line, pending = read_line(sys.stdin.fileno())
-                found = wire.plan_from_b64(line.decode("ascii", "replace").strip())
-            plan = found
+        plan, pending, dial = _read_plan(args.plan_file)
     except wire.WireError as exc:
         print(f"dslaunch agent: {exc}", file=sys.stderr)
         return 2
@@ -63,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dslaunch agent: node rank {args.node_rank} is not in 0..{len(plan.nodes) - 1}", file=sys.stderr)
         return 2
     control = None if args.no_control else sys.stdin.buffer
+    if dial is not None:  # pdsh: no stdin to carry a partition's news; a connection of its own does (agent/dial.py)
+        from dslaunch.agent.dial import watch_launcher
+
+        watch_launcher(dial, plan.run_id, os.environ)
     pid_file = _write_pid(args.plan_file)
     removed = (lambda: _remove(pid_file)) if pid_file is not None else None  # before Done: pdsh may end us then
     try:
@@ -70,6 +67,19 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if removed is not None:
             removed()
+
+
+def _read_plan(plan_file: str | None) -> tuple[LaunchPlan, bytes, str | None]:
+    """The plan (from a staged file, ``$DSLAUNCH_PLAN``, else stdin's first line), the control bytes that came with
+    it, and a staged file's dial-back line."""
+    if plan_file:
+        plan, dial = wire.staged_from_file(os.path.join(os.path.expanduser("~"), plan_file))
+        return plan, b"", dial
+    found = wire.plan_from_env(os.environ)
+    if found is not None:
+        return found, b"", None
+    line, pending = read_line(sys.stdin.fileno())
+    return wire.plan_from_b64(line.decode("ascii", "replace").strip()), pending, None
 
 
 def _for_job(dial_file: str | None) -> int:

@@ -11,7 +11,10 @@ end, the launcher's death) or its silence (TCP keepalive, ``oslib/tcp.DEAD_AFTER
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import sys
+import threading
 import time
 from collections.abc import Mapping
 
@@ -22,6 +25,7 @@ from dslaunch.pods.link import read_handshake_line
 
 ADDR_VAR = "DSLAUNCH_DIAL_ADDR"
 DIAL_TIMEOUT = 10.0
+WATCH_TIMEOUT = 5.0  # a one-attempt agent's liveness line: its ranks run meanwhile
 
 
 class DialError(Exception):
@@ -51,11 +55,18 @@ def dial(path: str, run_id: str, environ: Mapping[str, str]) -> tuple[socket.soc
             os.unlink(path)
         except OSError:
             pass
+    return connect_back(text, run_id, environ, DIAL_TIMEOUT)
+
+
+def connect_back(
+    text: str, run_id: str, environ: Mapping[str, str], timeout: float
+) -> tuple[socket.socket, bytes, str]:
+    """``dial``'s connection, from the ``wire.dial_text`` line itself."""
     port, secret, host = wire.parse_dial(text)
     address = launcher_address(environ)
-    deadline = time.monotonic() + DIAL_TIMEOUT
+    deadline = time.monotonic() + timeout
     try:
-        sock = socket.create_connection((address, port), timeout=DIAL_TIMEOUT)
+        sock = socket.create_connection((address, port), timeout=timeout)
     except OSError as exc:
         raise DialError(f"cannot reach the launcher at {address} port {port}: {exc.strerror or exc}") from None
     try:
@@ -79,3 +90,26 @@ def _handshake(sock: socket.socket, key: bytes, run_id: str, host: str, deadline
     if got is None or not handshake.check_welcome(key, run_id, server_nonce, client_nonce, got[0]):
         raise DialError("the launcher did not accept this agent, or could not prove it holds the job's secret")
     return got[1]
+
+
+def watch_launcher(text: str, run_id: str, environ: Mapping[str, str]) -> None:
+    """A one-attempt pdsh agent's liveness line to its launcher, in the background: once it is up, its end (the
+    launcher's death, a partition found by keepalive) is SIGHUP to this agent, which tears its node down as for any
+    stop signal. Its stops and output still go through pdsh; a launcher it cannot reach is said once, and then only
+    the host's sshd can tell this agent of a partition (docs/teardown.md)."""
+
+    def watch() -> None:
+        try:
+            sock, _pending, _host = connect_back(text, run_id, environ, WATCH_TIMEOUT)
+        except (DialError, wire.WireError) as exc:
+            print(f"dslaunch agent: warning: {exc}; a partition will not be noticed here", file=sys.stderr, flush=True)
+            return
+        with sock:
+            try:
+                while sock.recv(4096):
+                    pass
+            except OSError:
+                pass
+        os.kill(os.getpid(), signal.SIGHUP)
+
+    threading.Thread(target=watch, name="launcher-watch", daemon=True).start()

@@ -87,11 +87,18 @@ def ssh_argv(host: str, ssh_options: Sequence[str], command: str) -> list[str]:
 
 
 def stage_plan(
-    plan: LaunchPlan, ssh_options: Sequence[str], env: Mapping[str, str], fanout: int, timeout: float
+    plan: LaunchPlan,
+    ssh_options: Sequence[str],
+    env: Mapping[str, str],
+    fanout: int,
+    timeout: float,
+    *,
+    after: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """Upload the plan to every host of the plan; return ``{host: why}`` for the hosts that failed."""
-    payload = (wire.plan_to_b64(plan) + "\n").encode()
-    files = [(n.host, n.node_rank, payload) for n in plan.nodes]
+    """Upload the plan to every host of the plan, and ``after[host]`` as a second line (a ``wire.dial_text``);
+    return ``{host: why}`` for the hosts that failed."""
+    payload = wire.plan_to_b64(plan) + "\n"
+    files = [(n.host, n.node_rank, (payload + (after or {}).get(n.host, "")).encode()) for n in plan.nodes]
     return stage_files(plan.run_id, files, ssh_options=ssh_options, env=env, fanout=fanout, timeout=timeout)
 
 

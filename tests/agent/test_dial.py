@@ -1,16 +1,21 @@
-"""A pdsh agent's way back to its launcher: where it dials, and what it makes of a bad dial-back file (pure, and one
-real socket that is not a launcher)."""
+"""A pdsh agent's way back to its launcher: where it dials, what it makes of a bad dial-back file or of a port that
+is not a launcher, and a one-attempt agent's liveness line (real sockets, and agent-side processes)."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from dslaunch import wire
 from dslaunch.agent.dial import ADDR_VAR, DialError, dial, launcher_address
+from dslaunch.runners.pdsh.dialback import DialListener
 
 
 @pytest.mark.parametrize(
@@ -57,3 +62,49 @@ def test_a_port_that_is_not_a_launcher_is_refused_with_a_clear_error(tmp_path: P
     finally:
         server.close()
     assert not path.exists()
+
+
+_WATCHER = """
+import os, signal, sys, time
+from dslaunch.agent.dial import ADDR_VAR, watch_launcher
+signal.signal(signal.SIGHUP, lambda *_: (print("hup", flush=True), os._exit(0)))
+watch_launcher(sys.argv[1], sys.argv[2], {ADDR_VAR: "127.0.0.1"})
+time.sleep(30)
+os._exit(3)
+"""
+
+
+@pytest.mark.launch
+def test_a_one_attempt_agent_is_told_when_its_line_to_the_launcher_ends() -> None:
+    """The liveness line of a pdsh agent: once up, its end is SIGHUP to the agent (a stop signal)."""
+    secret = os.urandom(32)
+    listener = DialListener("r1", secret)
+    text = wire.dial_text(listener.port, secret, "node1").strip()
+    child = subprocess.Popen([sys.executable, "-c", _WATCHER, text, "r1"], stdout=subprocess.PIPE, text=True)
+    try:
+        taken = listener.take(["node1"], time.monotonic() + 15, lambda _h: False)
+        assert list(taken) == ["node1"], "the agent's side did not dial back"
+        assert child.poll() is None
+        taken["node1"].close()  # the launcher is gone
+        out, _ = child.communicate(timeout=10)
+    finally:
+        listener.close()
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert (child.returncode, out.strip()) == (0, "hup")
+
+
+@pytest.mark.launch
+def test_a_launcher_it_cannot_reach_is_said_once_and_the_agent_goes_on() -> None:
+    closed = socket.create_server(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nobody listens there now
+    text = wire.dial_text(port, bytes(32), "node1").strip()
+    child = subprocess.run(
+        [sys.executable, "-c", _WATCHER.replace("time.sleep(30)", "time.sleep(2)"), text, "r1"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert child.returncode == 3, child.stderr  # no SIGHUP: it went on
+    assert child.stderr.count("cannot reach the launcher at 127.0.0.1") == 1, child.stderr
+    assert "a partition will not be noticed here" in child.stderr

@@ -9,6 +9,8 @@ the agent then stops its ranks with the full --shutdown-timeout grace and report
 under ssh. Ending the node's ssh client is the fallback when that ssh fails, and what a second
 Ctrl-C or the end of the grace period does. The agent still watches stdin: a launcher killed
 with SIGKILL takes pdsh with it (parent-death signal), which closes every ssh client's stdin.
+Beside the plan, each host's file holds a way back to this launcher: the agent keeps a connection
+to it whose end (the launcher's death, a partition found by keepalive) stops its node.
 
 With ``--max-restarts`` the agents live for the job instead (dialback.py): each dials back to the launcher, and that
 connection carries every attempt, stop and signal; spare hosts get theirs at the job's start.
@@ -17,6 +19,7 @@ connection carries every attempt, stop and signal; spare hosts get theirs at the
 from __future__ import annotations
 
 import os
+import secrets
 import shlex
 import signal
 import subprocess
@@ -25,6 +28,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 
+from dslaunch import wire
 from dslaunch.job.loop import supervise_and_report
 from dslaunch.job.result import JobResult
 from dslaunch.plan import LaunchPlan, RemoteSettings
@@ -36,7 +40,7 @@ from dslaunch.runners.live import attempt as live_attempt
 from dslaunch.runners.live.attempt import LiveAgents
 from dslaunch.runners.live.spares import Spares
 from dslaunch.runners.pdsh.demux import PdshDemux
-from dslaunch.runners.pdsh.dialback import DialBack, dial_agent_command
+from dslaunch.runners.pdsh.dialback import DialBack, DialListener, dial_agent_command
 from dslaunch.runners.pdsh.invocation import pdsh_command, pdsh_env, pdsh_label, pdsh_labels, ssh_args, start_pdsh
 from dslaunch.runners.remote_base import ALL_HOSTS, RemoteRunner, report_start_failures
 
@@ -246,8 +250,23 @@ class PdshRunner(RemoteRunner):
         plan, why = self.with_free_port(plan, settings)
         if why:
             return report_start_failures({plan.nodes[0].host: why})
+        # Each agent's liveness line to this launcher (agent/dial.py::watch_launcher): pdsh carries no stdin, so
+        # without it a partition reaches a cut-off agent only through its sshd's ClientAlive settings.
+        secret = secrets.token_bytes(32)
+        listener = DialListener(plan.run_id, secret)
         try:
-            failed = stage.stage_plan(plan, self._ssh_options, env, settings.fanout, settings.connect_timeout + 20)
+            after = {n.host: wire.dial_text(listener.port, secret, n.host) for n in plan.nodes}
+            return self._run_staged(plan, settings, env, after)
+        finally:
+            listener.close()  # after pdsh ended: its agents are gone
+
+    def _run_staged(
+        self, plan: LaunchPlan, settings: RemoteSettings, env: dict[str, str], after: dict[str, str]
+    ) -> JobResult:
+        try:
+            failed = stage.stage_plan(
+                plan, self._ssh_options, env, settings.fanout, settings.connect_timeout + 20, after=after
+            )
         except BaseException:  # Ctrl-C while staging: what was staged goes (a SIGKILL leaves it to the sweep)
             self.reap(plan, settings, [n.host for n in plan.nodes])
             raise
