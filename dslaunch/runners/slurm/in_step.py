@@ -9,11 +9,13 @@ reports the highest task code, ends the step with the failing rank's code.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -27,6 +29,7 @@ from dslaunch.job.state import Outcome, lost_node_code
 from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.local import LocalAgent
+from dslaunch.runners.slurm import peer_signal
 from dslaunch.slurm import layout
 from dslaunch.slurm.step import node_rank_of, resolve_port
 
@@ -34,7 +37,6 @@ if TYPE_CHECKING:
     from dslaunch.agent.preload.client import Zygote
     from dslaunch.agent.preload.warm import WarmZygotes
 
-PEER_FAILED = signal.SIGURG
 # --launcher slurm's launcher turns its SIGQUIT into this, for every process of the step: ignored by default
 # everywhere, so only the dslaunch tasks react (a SIGQUIT would kill the ranks' children, srun aborts on it).
 STACKS_REQUEST = signal.SIGWINCH
@@ -48,14 +50,11 @@ SETTLE = 2.0  # before a restart, this long without a peer's signal: none of the
 class _Peers:
     """This task's view of the step's other tasks, kept across attempts (restarts)."""
 
-    signalled_at: float = -SETTLE  # monotonic time of the last PEER_FAILED
     current: StepAgent | None = None
     told: bool = False  # this task told the others its node failed, in the current attempt
-    listening: bool = False
     warm: WarmZygotes | None = None  # --preload with restarts: this node's zygote, kept for every attempt
 
-    def on_signal(self, _signum: int, _frame: object) -> None:
-        self.signalled_at = time.monotonic()
+    def stop_current(self) -> None:
         if self.current is not None:
             self.current.stop()
 
@@ -74,12 +73,13 @@ def run_node(plan: LaunchPlan, env: Mapping[str, str] | None = None, *, last: bo
     env = os.environ if env is None else env
     plan = resolve_port(plan, env)
     node_rank = node_rank_of(plan, env)
-    if not _peers.listening:
-        previous = signal.signal(PEER_FAILED, _peers.on_signal)
-        _peers.listening = plan.restarts.max_restarts > 0  # else restore the handler after this attempt
+    peer_signal.listen_in_step(env)  # the CLI did already: a direct caller too
+    peer_signal.on_heard(_peers.stop_current)
+    since = -math.inf  # attempt 0: a peer's failure heard at any time, even before the handler ran run_node
     if plan.restarts.count:
-        while (wait := _peers.signalled_at + SETTLE - time.monotonic()) > 0:
+        while (wait := peer_signal.heard_at() + SETTLE - time.monotonic()) > 0:
             time.sleep(wait)
+        since = time.monotonic()
     if _peers.warm is None:
         from dslaunch.agent.preload.warm import WarmZygotes
 
@@ -87,22 +87,23 @@ def run_node(plan: LaunchPlan, env: Mapping[str, str] | None = None, *, last: bo
         prctl.set_child_subreaper()  # what a killed agent's ranks left behind comes to this task (LocalAgent.wait)
         _peers.warm = WarmZygotes()
     _peers.warm.prepare(plan, node_rank)
-    started = time.monotonic()
+    if peer_signal.heard_at() > since:  # a peer failed before this node could start its ranks
+        return _stopped_by_peer(plan, node_rank, retry=True)
     _peers.told = False
     stacks = signal.signal(STACKS_REQUEST, _ask_for_stacks)
     late = _LateTerm(signal.getsignal(signal.SIGTERM))  # a SIGTERM once supervise() has returned: see _after
     signal.signal(signal.SIGTERM, late)
     try:
         _peers.current = StepAgent(plan, node_rank, on_failure=lambda: _tell_once(plan, env), warm=_peers.warm.zygotes)
+        if peer_signal.heard_at() > since:  # heard while there was no agent to stop yet
+            _peers.current.stop()
         outcome = supervise(plan, [_peers.current])
     finally:
         signal.signal(STACKS_REQUEST, stacks)
         _peers.current = None
-        if not _peers.listening:
-            signal.signal(PEER_FAILED, previous)
     late.ended = True
     try:
-        result = _after(outcome, plan, env, started)
+        result = _after(outcome, plan, env, since)
     finally:
         if not last:
             signal.signal(signal.SIGTERM, late.previous)
@@ -127,7 +128,7 @@ class _LateTerm:
             os.kill(os.getpid(), signum)  # dies as it would have
 
 
-def _after(outcome: Outcome, plan: LaunchPlan, env: Mapping[str, str], started: float) -> JobResult:
+def _after(outcome: Outcome, plan: LaunchPlan, env: Mapping[str, str], since: float) -> JobResult:
     """The attempt's result, once this node's ranks are down; this node's own failure is told to the others.
 
     Told, the others stop and exit 1 at once, and srun's --kill-on-bad-exit SIGTERMs this task while it
@@ -135,18 +136,22 @@ def _after(outcome: Outcome, plan: LaunchPlan, env: Mapping[str, str], started: 
     with 143 instead of the failing rank's code (or this node's lost-agent code).
     """
     node_rank = node_rank_of(plan, env)
-    peer_failed = _peers.signalled_at >= started and not _peers.told
+    peer_failed = peer_signal.heard_at() > since and not _peers.told
     if peer_failed and outcome.code:  # also when Slurm's --kill-on-bad-exit SIGTERM came first: exit 1, not 143
-        print(
-            f"dslaunch: node {node_rank} ({plan.node(node_rank).host}) stopped: another node of the "
-            "Slurm step failed (its log names the root cause)",
-            file=sys.stderr,
-            flush=True,
-        )
-        return JobResult(PEER_STOPPED_CODE, "another node of the Slurm step failed", retry=outcome.signal is None)
+        return _stopped_by_peer(plan, node_rank, retry=outcome.signal is None)
     if outcome.code and (outcome.root_cause is not None or outcome.lost_node is not None):
         _tell_once(plan, env)
     return report(_without_kill_on_bad_exit(outcome), plan)
+
+
+def _stopped_by_peer(plan: LaunchPlan, node_rank: int, *, retry: bool) -> JobResult:
+    print(
+        f"dslaunch: node {node_rank} ({plan.node(node_rank).host}) stopped: another node of the "
+        "Slurm step failed (its log names the root cause)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return JobResult(PEER_STOPPED_CODE, "another node of the Slurm step failed", retry=retry)
 
 
 def _without_kill_on_bad_exit(outcome: Outcome) -> Outcome:
@@ -176,6 +181,15 @@ def _ask_for_stacks(_signum: int, _frame: object) -> None:
 def _tell_once(plan: LaunchPlan, env: Mapping[str, str]) -> None:
     if not _peers.told and len(plan.nodes) > 1:
         _peers.told = True
+        _tell_peers(env)
+        if (left := peer_signal.start_window_left()) > 0:  # a peer's task may not listen yet (peer_signal.py)
+            threading.Thread(target=_tell_again, args=(env, left), name="dslaunch-tell-peers", daemon=True).start()
+
+
+def _tell_again(env: Mapping[str, str], left: float) -> None:
+    end = time.monotonic() + left
+    while (wait := end - time.monotonic()) > 0:
+        time.sleep(min(1.0, wait))
         _tell_peers(env)
 
 
@@ -216,7 +230,7 @@ def _tell_peers(env: Mapping[str, str]) -> None:
         return
     try:
         subprocess.run(
-            [scancel, "--quiet", f"--signal={PEER_FAILED.name[3:]}", f"{job}.{step}"],
+            [scancel, "--quiet", f"--signal={peer_signal.PEER_FAILED.name[3:]}", f"{job}.{step}"],
             timeout=10,
             check=False,
             stdin=subprocess.DEVNULL,

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from dslaunch import wire
 from dslaunch.plan import LaunchPlan
-from dslaunch.runners.slurm.in_step import run_node
+from dslaunch.runners.slurm import peer_signal
 from dslaunch.slurm import layout
 from dslaunch.slurm.step import node_rank_of
 from dslaunch.slurm.step_errors import NODE_LOST_CODE
@@ -30,6 +30,9 @@ def _with_local_gpus(plan: LaunchPlan, node_rank: int) -> LaunchPlan:
 
 
 def main(argv: list[str] | None = None) -> int:
+    peer_signal.listen_in_step()  # before the imports of a node agent: a peer may fail while they run
+    from dslaunch.runners.slurm.in_step import run_node
+
     parser = argparse.ArgumentParser(
         prog="python -m dslaunch.runners.slurm.task", description=f"reads the plan from ${wire.PLAN_VAR}"
     )

@@ -43,6 +43,23 @@ def test_fails_on_attempt_0_and_succeeds_on_attempt_1(slurm_env: dict[str, str],
     assert wait_until_gone(run_id, 10) == []
 
 
+def test_a_task_started_after_its_peer_failed_still_restarts_with_it(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    """srun starts a step's tasks one node after another: node 0's starts 3 s late, after node 1's rank failed
+    and its task told the step. Node 0 hears the tell repeated (before or just after it starts its ranks) and
+    joins attempt 1; before, it never heard, ran its attempt 0 to the end and exited 0 while node 1 restarted."""
+    run_id = "slurmrs-" + uuid.uuid4().hex[:8]
+    late = 'if [ "$SLURM_NODEID" = 0 ]; then sleep 3; fi; exec "$@"'
+    argv = ["srun", "-N2", "--ntasks-per-node=1", "sh", "-c", late, "sh", *DSLAUNCH, "--master-port", "0",
+            "--nproc-per-node", "2", "--run-id", run_id, "--max-restarts", "1", "--restart-delay", "0",
+            FLAKY, str(tmp_path), "3", "1", "7", "1", "60"]  # fmt: skip
+    res = _run(argv, slurm_env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    seen = _seen(tmp_path)
+    assert sorted(r for a, r, _m in seen if a == 1) == [0, 1, 2, 3], seen
+    assert "node 0 (n1) stopped: another node of the Slurm step failed" in res.stderr, res.stderr
+    assert wait_until_gone(run_id, 10) == []
+
+
 def test_always_failing_step_exits_with_its_code_after_n_plus_one(slurm_env: dict[str, str], tmp_path: Path) -> None:
     run_id = "slurmrs-" + uuid.uuid4().hex[:8]
     res = _run(
