@@ -60,15 +60,18 @@ def _results_pdsh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None,
     )
     outs: dict[str, list[str]] = {}
     errs: dict[str, list[str]] = {}
+    own: dict[str, list[str]] = {}  # pdsh's lines ("ssh exited with exit code 127"): before the host's own words
+    pdsh_mark = f"pdsh@{os.uname().nodename}: "
     for text, sink in ((done.stdout, outs), (done.stderr, errs)):
         for line in text.splitlines():
-            host, _, rest = line.removeprefix(f"pdsh@{os.uname().nodename}: ").partition(": ")
-            sink.setdefault(host, []).append(rest)
+            host, _, rest = line.removeprefix(pdsh_mark).partition(": ")
+            (own if sink is errs and line.startswith(pdsh_mark) else sink).setdefault(host, []).append(rest)
     results: dict[int, tuple[int | None, str, str]] = {}
     for node in plan.nodes:
         key = pdsh_label(node.host)
         out = "\n".join(outs.get(key, []))
-        results[node.node_rank] = (0 if parse_probe(out) else 255, out, "\n".join(errs.get(key, [])))
+        err = "\n".join(own.get(key, []) + errs.get(key, []))
+        results[node.node_rank] = (0 if parse_probe(out) else 255, out, err)
     return results
 
 

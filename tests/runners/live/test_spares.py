@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -136,4 +137,46 @@ def test_a_spare_that_fails_its_check_while_it_waits_is_dropped(
         proc.kill()
     assert proc.returncode == 0, err
     assert err.count("dslaunch: spare host node3 failed its check and is dropped: its agent is gone") == 1, err
+    assert wait_until_gone(run_id, 10) == []
+
+
+BROKEN_ON_NODE3 = """#!/bin/sh
+# node3 (127.0.0.4) loses its python once FLAG exists, as a host whose shared filesystem went away
+case " $SSH_CONNECTION " in *" 127.0.0.4 "*)
+  if [ -e FLAG ]; then echo "PYTHON: cannot open: Stale file handle" >&2; exit 127; fi;;
+esac
+exec PYTHON "$@"
+"""
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_spare_that_fails_its_probe_while_it_waits_is_dropped_with_the_reason(
+    ssh_cluster: SshCluster, tmp_path: Path, runner: str
+) -> None:
+    """The --preflight probe itself fails on the spare (its agent still alive): dropped with the probe's reason,
+    its agent ended, and the job goes on and ends 0."""
+    run_id = runner + "probe-" + uuid.uuid4().hex[:8]
+    until, flag, python = tmp_path / "go", tmp_path / "node3-broken", tmp_path / "python"
+    python.write_text(BROKEN_ON_NODE3.replace("FLAG", str(flag)).replace("PYTHON", sys.executable))
+    python.chmod(0o755)
+    args = [*base_args(ssh_cluster, runner, ["node1", "node2", "node3"]), "--num-nodes", "2", "--run-id", run_id,
+            "--remote-python", str(python), "--max-restarts", "1", "--spare-check-interval", "1",
+            UNTIL_FILE, str(until)]  # fmt: skip
+    proc = start(args, cwd=tmp_path)
+    try:
+        agents = _wait_for(lambda: _agents(run_id), 3)
+        assert len(agents) == 3
+        if runner == "pdsh":
+            assert _wait_for(lambda: [a for a in agents if _dialled(a)], 3) == agents
+        spare = _agent_on(run_id, "node3")
+        flag.write_text("")
+        spare.wait(15)  # the next check (a second) fails, and the spare's agent is ended
+        assert len(_agents(run_id)) == 2
+        until.write_text("")
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    line = "dslaunch: spare host node3 failed its check and is dropped: not usable: "
+    assert err.count(line + f"{sys.executable}: cannot open: Stale file handle\n") == 1, err
     assert wait_until_gone(run_id, 10) == []
