@@ -6,10 +6,12 @@ and is removed again by :meth:`NetnsCluster.stop`.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import random
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -51,6 +53,11 @@ class NetnsCluster:
                 p.kill()
                 p.wait()
         for i in range(len(self.names)):
+            # An sshd session whose client was cut off (a partition test) outlives its daemon with no keepalive.
+            pids = subprocess.run(["ip", "netns", "pids", self.ns(i)], capture_output=True, text=True, timeout=10)
+            for pid in pids.stdout.split():
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
             # Deleting a namespace frees its veth pair asynchronously: delete our end first, which is synchronous.
             subprocess.run(["ip", "link", "del", f"{self.tag}h{i}"], capture_output=True, timeout=10)
             subprocess.run(["ip", "netns", "del", self.ns(i)], capture_output=True, timeout=10)
