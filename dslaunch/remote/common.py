@@ -38,7 +38,12 @@ def relay_lines(lines: Iterable[bytes]) -> None:
 
 
 def port_probe_command(python: str) -> str:
-    code = "import socket;s=socket.socket();s.bind(('',0));print(s.getsockname()[1])"
+    """Pick node 0's master port there as the local runner does here (oslib/ports.py, sent as its source: a host's
+    python need not import dslaunch before its venv script ran)."""
+    from dslaunch.oslib import ports
+
+    with open(ports.__file__, encoding="utf-8") as f:
+        code = f.read() + "\nprint(listen_port())\n"
     return shlex.join([python, "-c", code])
 
 

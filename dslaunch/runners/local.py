@@ -226,11 +226,9 @@ def check_port_free(addr: str, port: int) -> None:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    import socket
+    from dslaunch.oslib.ports import listen_port
 
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    return listen_port(host)
 
 
 __all__ = ["LocalRunner", "free_port"]

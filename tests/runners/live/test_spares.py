@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from testbeds.ssh_cluster import SshCluster
-from tests.helpers import SCRIPTS, job_processes
+from tests.helpers import SCRIPTS, alive, job_processes
 from tests.remote.launch import RUNNERS, base_args, start, wait_until_gone
 
 pytestmark = [pytest.mark.launch, pytest.mark.cluster]
@@ -170,7 +170,8 @@ def test_a_spare_that_fails_its_probe_while_it_waits_is_dropped_with_the_reason(
             assert _wait_for(lambda: [a for a in agents if _dialled(a)], 3) == agents
         spare = _agent_on(run_id, "node3")
         flag.write_text("")
-        spare.wait(15)  # the next check (a second) fails, and the spare's agent is ended
+        # the next check (a second) fails, and the spare's agent is ended (its sshd may reap it later: a zombie)
+        assert _wait_for(lambda: [] if alive(spare.pid) else [spare], 1, 15) == [spare]
         assert len(_agents(run_id)) == 2
         until.write_text("")
         _out, err = proc.communicate(timeout=60)
