@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from dslaunch.oslib.ports import listen_port
 from tests.helpers import DSLAUNCH, SCRIPTS, wait_until_gone
 
 JOB = str(SCRIPTS / "job.py")
@@ -20,9 +21,7 @@ SECRET = "pod-test-secret"
 def free_port_pair() -> int:
     """A port P with P and P+1 free (the rendezvous, and the pods' control channel after it)."""
     for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
+        port = listen_port("127.0.0.1")  # outside the ephemeral range: no test's outgoing connection takes it
         if port < 65535:
             with socket.socket() as s:
                 try:

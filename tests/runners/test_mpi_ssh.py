@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 
 import pytest
 
+from dslaunch.oslib.ports import listen_port
 from dslaunch.runners import mpi
 from testbeds.ssh_cluster import ADDRS, SshCluster
 from tests.helpers import DSLAUNCH, SCRIPTS, wait_until_gone
@@ -22,9 +22,7 @@ FLAVOURS = [mpi.OPENMPI, mpi.MPICH]
 
 
 def _port() -> int:
-    with socket.socket() as s:
-        s.bind((ADDRS[0], 0))
-        return int(s.getsockname()[1])
+    return listen_port(ADDRS[0])
 
 
 def _launch(cluster: SshCluster, flavour: mpi.Flavour, *args: str) -> subprocess.CompletedProcess[str]:
