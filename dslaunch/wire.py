@@ -298,6 +298,7 @@ class ControlReader:
 # Launcher -> agent, whole lines on its stdin: ``run N PLAN`` starts an attempt as node rank N of PLAN (base64);
 # ``standby PLAN``: a spare host gets ready (with --preload, its zygote imports now) and waits; EOF ends the job.
 # Agent -> launcher: after each attempt, once its output is out, ``ATTEMPT_END`` on its stderr, then its stdout.
+# A one-attempt pdsh agent (``--plan-file``) also ends its stderr with it: pdsh's one pipe carries every host's.
 ATTEMPT_END = "@dslaunch-attempt-end"
 
 

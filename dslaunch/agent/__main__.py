@@ -63,10 +63,23 @@ def main(argv: list[str] | None = None) -> int:
     pid_file = _write_pid(args.plan_file)
     removed = (lambda: _remove(pid_file)) if pid_file is not None else None  # before Done: pdsh may end us then
     try:
-        return run_node(plan, args.node_rank, control, pending, before_done=removed)
+        code = run_node(plan, args.node_rank, control, pending, before_done=removed)
     finally:
         if removed is not None:
             removed()
+    if args.plan_file:  # pdsh: every host's stderr shares its one pipe; this says this host's is all there
+        _end_of_stderr()
+    return code
+
+
+def _end_of_stderr() -> None:
+    from dslaunch.agent.node_io import write_all
+
+    sys.stderr.flush()
+    try:
+        write_all(2, (wire.ATTEMPT_END + "\n").encode())
+    except OSError:  # the launcher is gone
+        pass
 
 
 def _read_plan(plan_file: str | None) -> tuple[LaunchPlan, bytes, str | None]:

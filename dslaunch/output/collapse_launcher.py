@@ -31,6 +31,7 @@ class LineCollapse:
         self.core: Collapser[str] = Collapser(limits)
         self.lock = threading.Lock()
         self.paused_until = 0.0
+        self.closed = False  # the attempt's console closed: a reader's late line passes as it is, never held
 
     def pause_for_stacks(self, now: float) -> str:
         """Every rank was asked for its stack: each prints whole (STACKS_PAUSE); what was held, to print now."""
@@ -44,6 +45,8 @@ class LineCollapse:
         tail = lines.pop()  # "" for whole lines
         sources = self.sources
         with self.lock:
+            if self.closed:  # a reader took this collapse just before the console closed: held, it would be lost
+                return without_flush_lines(text)
             cuts = [line.find("]: ", 0, _LONGEST_PREFIX) + 3 for line in lines]
             found = [sources.get(line[:cut]) for line, cut in zip(lines, cuts)]
             if None not in found and self.core.add_unknown(
@@ -81,10 +84,12 @@ class LineCollapse:
             self.core.tick(now, closed)
         return "".join(line + "\n" for line in self._render(closed))
 
-    def flush(self) -> str:
+    def flush(self, *, last: bool = False) -> str:
+        """Every held line, to print now; ``last``: and hold none from now on."""
         closed: list[Collapsed[str]] = []
         with self.lock:
             self.core.flush(closed)
+            self.closed = self.closed or last
         return "".join(line + "\n" for line in self._render(closed))
 
     def _render(self, closed: list[Collapsed[str]]) -> list[str]:

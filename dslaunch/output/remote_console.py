@@ -44,7 +44,7 @@ class RemoteConsole:
 
     def close(self) -> lanes.OutputLane:
         """Everything held, out; the lane to wait for."""
-        self.flush()
+        self._write(self.out.flush(last=True), self.err.flush(last=True))
         lanes.ERR.collapse = None
         self.lane.close()
         return self.lane

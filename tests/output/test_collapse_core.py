@@ -235,6 +235,15 @@ def test_the_launcher_collapses_across_hosts_and_passes_other_lines_untouched() 
     assert c.flush() == "[a:rank1]: W\n"  # one host: its name stays
 
 
+def test_a_line_fed_after_the_last_flush_passes_as_it_is_never_held() -> None:
+    """A stderr reader that took the collapse just before the attempt's console closed: its lines must show."""
+    c = LineCollapse(_plan(["a", "b"], 2))
+    assert c.feed("[a:rank0]: W\n[b:rank2]: W\n", 0.0) == "[a:rank0]: W\n"
+    assert c.flush(last=True) == "[b:rank2]: W\n"
+    assert c.feed(f"[a:rank1]: W\n{wire.FLUSH_LINE}\n[b:rank3]: W\n", 0.1) == "[a:rank1]: W\n[b:rank3]: W\n"
+    assert c.due(5.0) == "" and c.flush() == ""
+
+
 def test_an_agents_flush_line_prints_what_is_held_in_its_place_and_never_shows() -> None:
     c = LineCollapse(_plan(["a", "b"], 2))
     assert c.feed("[a:rank0]: W\n[b:rank2]: W\n", 0.0) == "[a:rank0]: W\n"

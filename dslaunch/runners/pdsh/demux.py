@@ -9,8 +9,8 @@ The two pipes are read by two threads, so the line saying a host's ssh ended can
 lines on stdout, which pdsh wrote first (a flood from another host ahead of them): the host is closed only once
 stdout has been read up to where it stood when that line came.
 
-``live``: the agents live for the job (runners/pdsh/dialback.py): a host's Done ends an attempt, not its stream, and
-its end-of-attempt marker on stderr sets ``err_ended``.
+A host's end-of-attempt marker on stderr sets ``err_ended``: its stderr lines are all in. ``live``: the agents live
+for the job (runners/pdsh/dialback.py): a host's Done ends an attempt, not its stream.
 """
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ class PdshDemux:
                     continue  # we ended that ssh client, or its agent already reported (or, live, the launcher
                     # says what became of the host: a node lost, a spare dropped): not news
             host, sep, rest = line.partition(": ")
-            if self.live and sep and host in self.err_ended and rest.rstrip("\n") == wire.ATTEMPT_END:
+            if sep and host in self.err_ended and rest.rstrip("\n") == wire.ATTEMPT_END:
                 self.err_ended[host].set()
                 continue
             ours = sep and host in self.queues and (rest.startswith("[") or rest.rstrip("\n") == wire.FLUSH_LINE)

@@ -69,6 +69,8 @@ class PdshNode:
         q = self.demux.queues[self.key]
         while (line := q.get()) is not None:
             yield line
+        if self.key in self.demux.reported:  # its stderr, read apart, is all in once its end marker came
+            self.demux.err_ended[self.key].wait(live_attempt.END_WAIT)
 
     def _signal_client(self, signum: int) -> None:
         pid = self.demux.ssh_client(self.host.rpartition("@")[2])  # ssh gets the name, pdsh labels it

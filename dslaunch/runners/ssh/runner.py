@@ -105,6 +105,8 @@ class SshAgent:
             if text.startswith(wire.MARKER) and isinstance(wire.decode(text), wire.Done):
                 self.reported = True
             yield text
+        # stderr is read by a thread of its own: its last lines must be in before the attempt's console closes
+        self._relay.join(live_attempt.END_WAIT)
 
     def stop(self) -> None:
         if self._stopped:

@@ -101,3 +101,40 @@ def test_interleaved_hosts_come_apart_whole_and_in_order() -> None:
     before = [i for i in range(1501) if (i // (1 + i % 5)) % 2]
     assert "".join(node1[:at]) == "".join(f"node1 line {i}: a: b\n" for i in before)  # in order around the event
     assert len(streams["node1"]) < 100  # runs of a chunk went on together, not a line or a run at a time
+
+
+LATE_STDERR_PDSH = """
+import os, sys, time
+os.write(1, b"node1: " + sys.argv[1].encode())  # the agent's Done: its stdout is over
+time.sleep(0.5)  # its stderr comes later, on pdsh's other pipe, read by another thread
+os.write(2, b"node1: [node1:rank0]: the last words\\n")
+os.write(2, b"node1: @dslaunch-attempt-end\\n")
+time.sleep(5)
+"""
+
+
+def test_a_one_attempt_host_ends_only_once_its_stderr_is_all_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attempt's console closes when every host's stream has ended: a host's stderr lines that came after its
+    Done were printed uncollapsed, or lost in a collapse already flushed (256 ranks on 4 hosts, under load)."""
+    from dslaunch.remote import common
+    from dslaunch.runners.pdsh.runner import PdshNode
+
+    printed: list[bytes] = []
+    monkeypatch.setattr(common, "write_err", printed.append)
+    done = wire.encode(wire.Done(node_rank=0, code=0))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LATE_STDERR_PDSH, done],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        node = PdshNode(0, "node1", PdshDemux(proc, ["node1"]), lambda *_: True)
+        started = time.monotonic()
+        got = list(node.lines())
+        waited = time.monotonic() - started
+    finally:
+        proc.kill()
+        proc.wait()
+    assert [wire.decode(line) for line in got] == [wire.Done(node_rank=0, code=0)]
+    assert printed == [b"[node1:rank0]: the last words\n"] and waited < 3  # the marker itself never shows
