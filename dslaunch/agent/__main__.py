@@ -68,18 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         if removed is not None:
             removed()
     if args.plan_file:  # pdsh: every host's stderr shares its one pipe; this says this host's is all there
-        _end_of_stderr()
+        from dslaunch.agent.node_io import write_attempt_end
+
+        write_attempt_end(2)
     return code
-
-
-def _end_of_stderr() -> None:
-    from dslaunch.agent.node_io import write_all
-
-    sys.stderr.flush()
-    try:
-        write_all(2, (wire.ATTEMPT_END + "\n").encode())
-    except OSError:  # the launcher is gone
-        pass
 
 
 def _read_plan(plan_file: str | None) -> tuple[LaunchPlan, bytes, str | None]:

@@ -20,7 +20,7 @@ import sys
 from typing import BinaryIO
 
 from dslaunch import wire
-from dslaunch.agent.node_io import write_all
+from dslaunch.agent.node_io import write_attempt_end
 from dslaunch.agent.run_node import run_node
 
 KEEP = -1  # the key of this host's zygote in WarmZygotes: one for the job, whatever node rank an attempt gives it
@@ -92,7 +92,4 @@ def serve(control: BinaryIO, pending: bytes = b"", host: str | None = None) -> i
 
 
 def _end_of_attempt() -> None:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    for fd in (2, 1):  # stdout last: the launcher reads stderr's marker once stdout's has come
-        write_all(fd, (wire.ATTEMPT_END + "\n").encode())  # a launcher gone: stdin's EOF ends this agent next
+    write_attempt_end(2, 1)  # stdout last: the launcher reads stderr's marker once stdout's has come

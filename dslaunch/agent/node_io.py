@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING
@@ -88,6 +89,17 @@ def write_all(fd: int, data: bytes) -> None:
             view = view[os.write(fd, view) :]
     except OSError:
         pass
+
+
+def write_attempt_end(*fds: int) -> None:
+    """``wire.ATTEMPT_END`` on each of ``fds``, after what Python still buffered: the launcher takes what came before
+    it on that stream as all there (a launcher gone: nothing)."""
+    from dslaunch import wire
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for fd in fds:
+        write_all(fd, (wire.ATTEMPT_END + "\n").encode())
 
 
 def fs_clock_offset(directory: str) -> float:

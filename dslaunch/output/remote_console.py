@@ -39,9 +39,6 @@ class RemoteConsole:
     def tick(self, now: float) -> None:
         self._write(self.out.due(now), self.err.due(now))
 
-    def flush(self) -> None:
-        self._write(self.out.flush(), self.err.flush())
-
     def close(self) -> lanes.OutputLane:
         """Everything held, out; the lane to wait for."""
         self._write(self.out.flush(last=True), self.err.flush(last=True))
