@@ -215,7 +215,6 @@ RANK_SIDE = (
 LAUNCHER_SIDE = (
     "dslaunch.cli",
     "dslaunch.runners",
-    "dslaunch.remote",
     "dslaunch.agent",
     "dslaunch.slurm.srun",
     "click",
@@ -304,15 +303,14 @@ PACKAGE_RULES: dict[str, tuple[str, ...]] = {
     ),
     # the launcher side
     "job": (*BASE, "logs", "mesh", "output", "plan", "wire"),  # the job core: no transport
-    "remote": (*BASE, "dslaunch", "oslib", "output", "plan", "wire"),  # ssh/pdsh plumbing
     "pods": (*BASE, "job", "output", "wire"),  # the control channel between one job's pods (no rank, no agent code)
     "runners": (
         *BASE,
-        *("agent", "job", "logs", "masking", "mesh", "oslib", "output", "plan", "pods", "remote", "slurm", "wire"),
+        *("agent", "dslaunch", "job", "logs", "masking", "mesh", "oslib", "output", "plan", "pods", "slurm", "wire"),
     ),
     "cli": (
         *BASE,
-        *("dslaunch", "inputs", "job", "logs", "masking", "mesh", "nesting", "oslib", "plan", "remote", "report"),
+        *("dslaunch", "inputs", "job", "logs", "masking", "mesh", "nesting", "oslib", "plan", "report"),
         *("runners", "slurm", "wire"),
     ),
 }
@@ -337,7 +335,7 @@ def test_each_package_imports_only_what_its_rule_allows(package: str) -> None:
 
 
 def test_the_job_core_and_output_know_no_transport() -> None:
-    transports = ("dslaunch.runners", "dslaunch.remote", "dslaunch.slurm", "dslaunch.agent", "paramiko")
+    transports = ("dslaunch.runners", "dslaunch.slurm", "dslaunch.agent", "paramiko")
     for start in [m for m in modules() if _under(m, ("dslaunch.job", "dslaunch.output"))]:
         chain = reaching(start, transports)
         assert chain is None, f"{start} reaches a transport:\n{_explain([chain])}"

@@ -126,7 +126,7 @@ def _write_pid(plan_file: str | None) -> str | None:
             f.write(f"{os.getpid()}\n")
         os.replace(path + ".new", path)
     except OSError:
-        return None  # a stop then takes the python path (dslaunch.remote.reap --agent-signal)
+        return None  # a stop then takes the python path (dslaunch.runners.remote.reap --agent-signal)
     return path
 
 

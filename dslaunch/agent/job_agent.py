@@ -9,7 +9,7 @@ the launcher gives this host), a ``standby`` line readies a spare host's zygote,
 launcher or its connection is gone) ends the zygote and the agent. During an attempt it is the control channel,
 as stdin is for any agent (``NodeLoop``); EOF there tears the node down and ends the agent too. After each
 attempt the agent writes ``wire.ATTEMPT_END`` on its stderr and then its stdout, after the attempt's output: the
-launcher's handle on the attempt ends there (runners/live/attempt.py).
+launcher's handle on the attempt ends there (runners/remote/job_agents.py).
 """
 
 from __future__ import annotations

@@ -285,7 +285,7 @@ def pick_address(
 
         return address.node_address(first, environ)
     if remote and launcher != "node":
-        from dslaunch.remote.sshconfig import resolve_address
+        from dslaunch.runners.remote.sshconfig import resolve_address
 
         return resolve_address(first, ssh_config)
     if len(nodes) > 1 or first not in LOCAL_NAMES:

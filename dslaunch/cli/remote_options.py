@@ -134,7 +134,7 @@ def parse(values: Mapping[str, Any], environ: Mapping[str, str]) -> RemoteChoice
     for path in values.get("env_files") or ():
         explicit += read_env_file(os.path.abspath(path), explicit=True).items()
     for spec in values.get("exports") or ():
-        from dslaunch.remote import envs  # only with --export: keeps local launches lean
+        from dslaunch.cli import remote_envs as envs  # only with --export: keeps local launches lean
 
         try:
             item = envs.parse_export(spec, environ)
@@ -158,8 +158,8 @@ def parse(values: Mapping[str, Any], environ: Mapping[str, str]) -> RemoteChoice
 
 
 def read_env_file(path: str, explicit: bool) -> dict[str, str]:
+    from dslaunch.cli import remote_envs as envs
     from dslaunch.cli.files import read_option_file
-    from dslaunch.remote import envs
 
     text = read_option_file(path, "env file", "--env-file", required=explicit)
     if text is None:
@@ -174,7 +174,7 @@ def read_env_file(path: str, explicit: bool) -> dict[str, str]:
 
 def implicit_env(environ: Mapping[str, str]) -> dict[str, str]:
     """What a multi-node DeepSpeed job sends without being asked: DS-prefixed variables, .deepspeed_env files."""
-    from dslaunch.remote import envs
+    from dslaunch.cli import remote_envs as envs
 
     found = envs.prefixed_exports(environ)
     for path in envs.env_file_paths(environ, os.path.expanduser("~"), os.getcwd()):
@@ -183,7 +183,7 @@ def implicit_env(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def check_hosts(hosts: Sequence[str]) -> None:
-    from dslaunch.remote.sshconfig import valid_host
+    from dslaunch.runners.remote.sshconfig import valid_host
 
     bad = [host for host in hosts if not valid_host(host)]
     if bad:
@@ -195,7 +195,7 @@ def check_hosts(hosts: Sequence[str]) -> None:
 
 def ssh_config_path(given: str | None) -> str | None:
     """The ssh client config remote runners use: --ssh-config (checked), else the default one."""
-    from dslaunch.remote.sshconfig import default_config_path
+    from dslaunch.runners.remote.sshconfig import default_config_path
 
     if given is None:
         return default_config_path()

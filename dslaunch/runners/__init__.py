@@ -61,6 +61,6 @@ def _slurm_address(plan: LaunchPlan, host: str) -> str:
 
 
 def _ssh_address(plan: LaunchPlan, host: str) -> str:
-    from dslaunch.remote.sshconfig import resolve_address
+    from dslaunch.runners.remote.sshconfig import resolve_address
 
     return resolve_address(host, plan.remote.ssh_config)

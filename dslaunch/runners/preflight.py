@@ -1,4 +1,4 @@
-"""``dslaunch --preflight`` on the hosts: the probe of :mod:`dslaunch.remote.probe`, over the runners' ssh/pdsh."""
+"""``dslaunch --preflight`` on the hosts: the probe of ``preflight_probe``, over the runners' ssh/pdsh."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from dslaunch.plan import LaunchPlan, assign_ranks
-from dslaunch.remote.probe import evaluate, local_expected, parse_probe, probe_command, render
+from dslaunch.runners.preflight_probe import evaluate, local_expected, parse_probe, probe_command, render
 
 
 def _run_local(command: str, timeout: float) -> tuple[int | None, str, str]:

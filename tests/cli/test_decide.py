@@ -115,6 +115,6 @@ def test_port_zero_is_resolved_only_where_the_port_must_be_free() -> None:
     assert sorted(_calls("with_port")) == [
         "dslaunch/runners/local.py",
         "dslaunch/runners/mpi.py",
-        "dslaunch/runners/remote_base.py",
+        "dslaunch/runners/remote/base.py",
         "dslaunch/slurm/step.py",
     ]

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dslaunch.oslib import ports
-from dslaunch.remote.common import parse_port, port_probe_command
+from dslaunch.runners.remote.base import parse_port, port_probe_command
 
 
 @pytest.mark.parametrize(

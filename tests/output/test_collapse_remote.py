@@ -13,7 +13,7 @@ import pytest
 
 from testbeds.ssh_cluster import SshCluster
 from tests.output.collapse_check import SAME, check_failure_order, every_rank_once, gated_run, lines_of, own
-from tests.remote.launch import RUNNERS, base_args, clean_env
+from tests.runners.remote.launch import RUNNERS, base_args, clean_env
 
 pytestmark = [pytest.mark.launch, pytest.mark.cluster]
 

@@ -11,7 +11,7 @@ import pytest
 
 from testbeds.ssh_cluster import SshCluster
 from tests.helpers import DSLAUNCH, SCRIPTS
-from tests.remote.launch import RUNNERS, base_args, clean_env, run
+from tests.runners.remote.launch import RUNNERS, base_args, clean_env, run
 
 pytestmark = [pytest.mark.launch, pytest.mark.cluster]
 

@@ -16,7 +16,7 @@ import pytest
 
 from testbeds.ssh_cluster import SshCluster
 from tests.helpers import DSLAUNCH, SCRIPTS
-from tests.remote.launch import RUNNERS, base_args, clean_env
+from tests.runners.remote.launch import RUNNERS, base_args, clean_env
 
 pytestmark = [pytest.mark.launch]
 

@@ -64,7 +64,7 @@ def _runner_args(runner: str, request: pytest.FixtureRequest) -> tuple[list[str]
     if runner == "local":
         return [], ["--nproc-per-node", "2"], env, 2
     if runner in ("ssh", "pdsh"):
-        from tests.remote.launch import base_args
+        from tests.runners.remote.launch import base_args
 
         cluster = request.getfixturevalue("ssh_cluster")
         return [], base_args(cluster, runner, ["node1", "node2"], slots=1), env, 2

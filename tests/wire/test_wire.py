@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from dslaunch import wire
 from dslaunch.plan import LaunchPlan
-from dslaunch.remote import stage
+from dslaunch.runners.remote import stage
 from tests.plans import cli_error, make_plan
 
 

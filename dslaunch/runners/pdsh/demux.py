@@ -27,7 +27,7 @@ import time
 from dslaunch import wire
 from dslaunch.job.result import START_FAILED
 from dslaunch.output.lanes import HeldLines as HostLines
-from dslaunch.remote import common
+from dslaunch.runners.remote import base as common
 
 _MARK = b"@dslaunch-"  # an event's start, and an attempt's end marker's (wire.ATTEMPT_END): each an item alone
 READ = 1 << 20  # bytes per read of pdsh's stdout, and the size asked for its pipe

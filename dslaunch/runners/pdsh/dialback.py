@@ -28,11 +28,11 @@ from dslaunch.oslib.tcp import keep_alive
 from dslaunch.plan import LaunchPlan
 from dslaunch.pods import handshake
 from dslaunch.pods.link import read_handshake_line
-from dslaunch.remote import stage
-from dslaunch.remote.agent_command import agent_command
-from dslaunch.runners.live.attempt import CLOSE_WAIT
 from dslaunch.runners.pdsh.demux import PdshDemux
 from dslaunch.runners.pdsh.invocation import pdsh_label, start_pdsh
+from dslaunch.runners.remote import stage
+from dslaunch.runners.remote.agent_command import agent_command
+from dslaunch.runners.remote.job_agents import CLOSE_WAIT
 
 GREET_WAIT = 10.0  # how long a connection may take to prove it is one of the job's agents
 MAX_GREETING = 512  # connections proving themselves at once; more are closed at once (a flood costs no threads)

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from dslaunch.errors import DslaunchError
 from dslaunch.oslib import prctl
 from dslaunch.plan import RemoteSettings
-from dslaunch.remote.common import KEEPALIVE_COUNT, keepalive_interval
-from dslaunch.remote.sshconfig import default_config_path
+from dslaunch.runners.remote.base import KEEPALIVE_COUNT, keepalive_interval
+from dslaunch.runners.remote.sshconfig import default_config_path
 
 
 def ssh_args(settings: RemoteSettings) -> list[str]:

@@ -4,7 +4,7 @@ pdsh cannot carry stdin and its command line is public, so the plan goes ahead t
 each host as a 0600 file over OpenSSH (``remote/stage.py``), and the agent reads and
 deletes it; ``%n`` (pdsh's index of the host in ``-w``) gives each agent its node rank.
 pdsh gives no per-host channel to an agent, so a node is stopped (or sent SIGUSR1/2) by a
-second, short ssh that signals its agent by run id (``dslaunch.remote.reap --agent-signal``):
+second, short ssh that signals its agent by run id (``dslaunch.runners.remote.reap --agent-signal``):
 the agent then stops its ranks with the full --shutdown-timeout grace and reports them, as
 under ssh. Ending the node's ssh client is the fallback when that ssh fails, and what a second
 Ctrl-C or the end of the grace period does. The agent still watches stdin: a launcher killed
@@ -32,17 +32,16 @@ from dslaunch import wire
 from dslaunch.job.loop import supervise_and_report
 from dslaunch.job.result import JobResult
 from dslaunch.plan import LaunchPlan, RemoteSettings
-from dslaunch.remote import rlimits, stage
-from dslaunch.remote.agent_command import agent_command, reap_command
-from dslaunch.remote.common import write_err
-from dslaunch.remote.ssh_mux import SshMux
-from dslaunch.runners.live import attempt as live_attempt
-from dslaunch.runners.live.attempt import LiveAgents
-from dslaunch.runners.live.spares import Spares
 from dslaunch.runners.pdsh.demux import PdshDemux
 from dslaunch.runners.pdsh.dialback import DialBack, DialListener, dial_agent_command
 from dslaunch.runners.pdsh.invocation import pdsh_command, pdsh_env, pdsh_label, pdsh_labels, ssh_args, start_pdsh
-from dslaunch.runners.remote_base import ALL_HOSTS, RemoteRunner, report_start_failures
+from dslaunch.runners.pdsh.ssh_mux import SshMux
+from dslaunch.runners.remote import job_agents as live_attempt
+from dslaunch.runners.remote import rlimits, stage
+from dslaunch.runners.remote.agent_command import agent_command, reap_command
+from dslaunch.runners.remote.base import ALL_HOSTS, RemoteRunner, report_start_failures, write_err
+from dslaunch.runners.remote.job_agents import LiveAgents
+from dslaunch.runners.remote.spares import Spares
 
 
 def pdsh_argv(plan: LaunchPlan, settings: RemoteSettings) -> list[str]:

@@ -1,5 +1,5 @@
 """Node agents that live for the job over ssh (``--max-restarts`` > 0): one agent per host, started once, to which
-each attempt is a line on the channel it already has (agent/job_agent.py, runners/live/attempt.py).
+each attempt is a line on the channel it already has (agent/job_agent.py, runners/remote/job_agents.py).
 
 A restart therefore costs no ssh handshake, no new session and no new agent, and with ``--preload`` no import: the
 host's zygote stays warm. Stops, signals and stack requests go on the same channel as for a one-attempt agent.
@@ -16,8 +16,8 @@ from typing import Any
 
 from dslaunch import wire
 from dslaunch.job.result import START_FAILED
-from dslaunch.remote import common
-from dslaunch.runners.live.attempt import CLOSE_WAIT
+from dslaunch.runners.remote import base as common
+from dslaunch.runners.remote.job_agents import CLOSE_WAIT
 from dslaunch.runners.ssh.connect import RECV
 
 

@@ -20,7 +20,7 @@ def connect_all(plan: LaunchPlan, settings: RemoteSettings) -> tuple[dict[int, A
 
 def connect_hosts(hosts: list[str], settings: RemoteSettings) -> tuple[dict[str, Any], dict[str, str]]:
     """Connect to each of ``hosts``, at most ``fanout`` handshakes at a time; connections and failures by host."""
-    from dslaunch.remote.paramiko_conn import ConnectError, connect
+    from dslaunch.runners.ssh.paramiko_conn import ConnectError, connect
 
     def one(host: str) -> Any:
         return connect(

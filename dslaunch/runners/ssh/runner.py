@@ -5,7 +5,7 @@ control channel, so nothing relies on sshd's AcceptEnv, and a dropped
 connection (or a launcher killed with SIGKILL) is EOF on the agent's stdin,
 which tears that node down. With ``--max-restarts`` the agents live for the job
 instead, each attempt a line on the same stdin (channel_agent.py), and spare hosts get
-theirs at the job's start (runners/live/spares.py).
+theirs at the job's start (runners/remote/spares.py).
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ from dslaunch import wire
 from dslaunch.job.loop import supervise_and_report
 from dslaunch.job.result import START_FAILED, JobResult
 from dslaunch.plan import LaunchPlan, RemoteSettings
-from dslaunch.remote import common, rlimits
-from dslaunch.remote.agent_command import agent_command
-from dslaunch.runners.live import attempt as live_attempt
-from dslaunch.runners.live.attempt import Attempt, LiveAgent, LiveAgents
-from dslaunch.runners.live.spares import Spares, run_each
-from dslaunch.runners.remote_base import RemoteRunner, report_start_failures
+from dslaunch.runners.remote import base as common
+from dslaunch.runners.remote import job_agents as live_attempt
+from dslaunch.runners.remote import rlimits
+from dslaunch.runners.remote.agent_command import agent_command
+from dslaunch.runners.remote.base import RemoteRunner, report_start_failures
+from dslaunch.runners.remote.job_agents import Attempt, LiveAgent, LiveAgents
+from dslaunch.runners.remote.spares import Spares, run_each
 from dslaunch.runners.ssh.channel_agent import SshLiveAgent
 from dslaunch.runners.ssh.connect import RECV, connect_all, connect_hosts, run_on
 
@@ -220,7 +221,7 @@ class SshRunner(RemoteRunner):
 
     def exec_on(self, host: str, command: str, timeout: float) -> tuple[int, str, str]:
         """Over this job's connection to ``host``, or a new one when it dropped."""
-        from dslaunch.remote.paramiko_conn import ConnectError, connect
+        from dslaunch.runners.ssh.paramiko_conn import ConnectError, connect
 
         conn = self._conns.get(host)
         transport = conn.client.get_transport() if conn is not None else None

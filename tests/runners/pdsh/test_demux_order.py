@@ -116,8 +116,8 @@ time.sleep(5)
 def test_a_one_attempt_host_ends_only_once_its_stderr_is_all_in(monkeypatch: pytest.MonkeyPatch) -> None:
     """The attempt's console closes when every host's stream has ended: a host's stderr lines that came after its
     Done were printed uncollapsed, or lost in a collapse already flushed (256 ranks on 4 hosts, under load)."""
-    from dslaunch.remote import common
     from dslaunch.runners.pdsh.runner import PdshNode
+    from dslaunch.runners.remote import base as common
 
     printed: list[bytes] = []
     monkeypatch.setattr(common, "write_err", printed.append)

@@ -20,7 +20,7 @@ from dslaunch.runners.pdsh.dialback import DialListener
 from testbeds.netns_cluster import NetnsCluster
 from testbeds.ssh_cluster import need
 from tests.helpers import job_processes
-from tests.remote.launch import SCRIPT, start, wait_ready
+from tests.runners.remote.launch import SCRIPT, start, wait_ready
 
 
 def _answer(port: int, secret: bytes, run_id: str, host: str) -> bytes | None:

@@ -12,9 +12,9 @@ import psutil
 import pytest
 
 from dslaunch.job.result import START_FAILED
-from dslaunch.remote.agent_command import agent_command
-from dslaunch.remote.paramiko_conn import connect
+from dslaunch.runners.remote.agent_command import agent_command
 from dslaunch.runners.ssh.channel_agent import SshLiveAgent
+from dslaunch.runners.ssh.paramiko_conn import connect
 from testbeds.ssh_cluster import SshCluster
 from tests.helpers import job_processes
 from tests.plans import make_plan

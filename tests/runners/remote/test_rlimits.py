@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from dslaunch.remote import rlimits
+from dslaunch.runners.remote import rlimits
 
 INF = resource.RLIM_INFINITY
 

@@ -16,7 +16,7 @@ import pytest
 
 from testbeds.ssh_cluster import SshCluster
 from tests.helpers import SCRIPTS, alive, job_processes
-from tests.remote.launch import RUNNERS, base_args, start, wait_until_gone
+from tests.runners.remote.launch import RUNNERS, base_args, start, wait_until_gone
 
 pytestmark = [pytest.mark.launch, pytest.mark.cluster]
 

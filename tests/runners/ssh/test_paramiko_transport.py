@@ -14,8 +14,8 @@ pytestmark = [pytest.mark.launch]
 
 PROBE = """
 import sys
-from dslaunch.remote import paramiko_conn
-from dslaunch.remote.sshconfig import resolve
+from dslaunch.runners.ssh import paramiko_conn
+from dslaunch.runners.remote.sshconfig import resolve
 print("invoke" in sys.modules)
 for host in sys.argv[2:]:
     print(host, resolve(host, sys.argv[1]).port)
@@ -44,7 +44,7 @@ def test_match_exec_still_runs(tmp_path: Path) -> None:
 
 @pytest.mark.cluster
 def test_aes_gcm_is_what_openssh_and_the_launcher_agree_on(ssh_cluster: SshCluster) -> None:
-    from dslaunch.remote.paramiko_conn import connect
+    from dslaunch.runners.ssh.paramiko_conn import connect
 
     conn = connect("node1", str(ssh_cluster.config), None, False, 10)
     try:

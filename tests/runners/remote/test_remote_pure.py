@@ -12,14 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dslaunch.cli import remote_envs as envs
 from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan, RemoteSettings
-from dslaunch.remote import envs, probe
-from dslaunch.remote.agent_command import agent_command, reap_command
-from dslaunch.remote.sshconfig import resolve, valid_host
+from dslaunch.runners import preflight_probe as probe
 from dslaunch.runners.pdsh.dialback import dial_agent_command
 from dslaunch.runners.pdsh.invocation import pdsh_env, pdsh_label, pdsh_labels
 from dslaunch.runners.pdsh.runner import pdsh_argv
+from dslaunch.runners.remote.agent_command import agent_command, reap_command
+from dslaunch.runners.remote.sshconfig import resolve, valid_host
 from tests.plans import make_plan
 
 ENV_FILE_CASES = [
@@ -292,7 +293,7 @@ def test_preflight_probe_runs_here() -> None:
 
 
 def test_master_address_from_ssh_config(tmp_path: Path) -> None:
-    from dslaunch.remote.sshconfig import resolve_address
+    from dslaunch.runners.remote.sshconfig import resolve_address
 
     config = tmp_path / "config"
     config.write_text("Host n1\n    HostName 10.9.8.7\n")
@@ -306,7 +307,10 @@ def test_reap_kills_only_the_named_run() -> None:
     other = subprocess.Popen(["sleep", "60"], env={**os.environ, "DSLAUNCH_RUN_ID": "reap-me-not"})
     try:
         out = subprocess.run(
-            [sys.executable, "-m", "dslaunch.remote.reap", "reap-me"], capture_output=True, text=True, timeout=30
+            [sys.executable, "-m", "dslaunch.runners.remote.reap", "reap-me"],
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         assert out.returncode == 0 and "1 process(es) of run reap-me killed" in out.stdout
         assert mine.wait(5) == -9
@@ -324,7 +328,7 @@ def test_reap_of_one_host_spares_the_runs_processes_of_another_host_on_the_same_
     lost = subprocess.Popen(["sleep", "60"], env={**env, "DSLAUNCH_HOST": "node1"})
     kept = subprocess.Popen(["sleep", "60"], env={**env, "DSLAUNCH_HOST": "node2"})
     try:
-        argv = [sys.executable, "-m", "dslaunch.remote.reap", "--host", "node1", "reap-host"]
+        argv = [sys.executable, "-m", "dslaunch.runners.remote.reap", "--host", "node1", "reap-host"]
         out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
         assert out.returncode == 0 and "1 process(es) of run reap-host killed" in out.stdout, out.stderr
         assert lost.wait(5) == -9
@@ -340,7 +344,7 @@ def test_a_job_lifetime_agents_command_golden() -> None:
         "cd /w && exec env DSLAUNCH_RUN_ID=r1 'DSLAUNCH_HOST=b;touch x' 'PYTHONPATH=/lib $(x)' "
         "/usr/bin/python3 -u -m dslaunch.agent --for-job"
     )
-    assert reap_command(_plan("/w"), host="b;touch x").endswith("-m dslaunch.remote.reap --host 'b;touch x' r1")
+    assert reap_command(_plan("/w"), host="b;touch x").endswith("-m dslaunch.runners.remote.reap --host 'b;touch x' r1")
 
 
 def test_a_pdsh_job_agents_command_golden() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from testbeds.netns_cluster import NetnsCluster
 from tests.helpers import SCRIPTS
-from tests.remote.launch import run, wait_until_gone
+from tests.runners.remote.launch import run, wait_until_gone
 
 pytestmark = [pytest.mark.torch, pytest.mark.launch, pytest.mark.cluster]
 SCRIPT = str(SCRIPTS / "remote_torch_ranks.py")

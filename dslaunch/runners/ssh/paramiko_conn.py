@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dslaunch.limits import ascii_int
-from dslaunch.remote.sshconfig import SshTarget, load_paramiko, resolve
+from dslaunch.runners.remote.sshconfig import SshTarget, load_paramiko, resolve
 
 if TYPE_CHECKING:
     import paramiko

@@ -7,7 +7,7 @@ import paramiko
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dslaunch.remote.sshconfig import ConfigIndex, load_paramiko
+from dslaunch.runners.remote.sshconfig import ConfigIndex, load_paramiko
 
 load_paramiko()
 

@@ -13,7 +13,7 @@ import pytest
 from testbeds.ssh_cluster import SshCluster
 from tests.helpers import SCRIPTS
 from tests.output.collapse_check import expand
-from tests.remote.launch import (
+from tests.runners.remote.launch import (
     RUNNERS,
     SCRIPT,
     base_args,

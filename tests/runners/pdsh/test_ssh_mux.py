@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from dslaunch.remote.ssh_mux import SshMux, processes_naming
+from dslaunch.runners.pdsh.ssh_mux import SshMux, processes_naming
 from testbeds.ssh_cluster import SshCluster
 from tests.helpers import SCRIPTS
-from tests.remote.launch import base_args, run
+from tests.runners.remote.launch import base_args, run
 
 pytestmark = [pytest.mark.launch]
 

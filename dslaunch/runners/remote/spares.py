@@ -17,8 +17,8 @@ from dslaunch import wire
 from dslaunch.job.loop import supervise_and_report
 from dslaunch.job.result import JobResult
 from dslaunch.plan import LaunchPlan
-from dslaunch.remote import common
-from dslaunch.runners.live.attempt import Attempt, LiveAgent, LiveAgents
+from dslaunch.runners.remote import base as common
+from dslaunch.runners.remote.job_agents import Attempt, LiveAgent, LiveAgents
 
 Probe = Callable[[LaunchPlan, list[str]], dict[str, str]]  # (plan, hosts) -> the hosts that failed, with why
 StartAgents = Callable[[list[str]], dict[str, LiveAgent]]  # hosts -> the agents started (a host left out failed)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from testbeds.netns_cluster import NetnsCluster
-from tests.remote.launch import SCRIPT, start, wait_ready, wait_until_gone
+from tests.runners.remote.launch import SCRIPT, start, wait_ready, wait_until_gone
 
 pytestmark = [pytest.mark.launch, pytest.mark.cluster]
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import paramiko
 
-from dslaunch.remote import paramiko_conn
-from dslaunch.remote.sshconfig import SshTarget
+from dslaunch.runners.remote.sshconfig import SshTarget
+from dslaunch.runners.ssh import paramiko_conn
 
 
 def _target(host: str, *files: Path) -> SshTarget:

@@ -1,9 +1,9 @@
-"""``python -m dslaunch.remote.reap RUN_ID``: kill what is left of one job on this host.
+"""``python -m dslaunch.runners.remote.reap RUN_ID``: kill what is left of one job on this host.
 
-``python -m dslaunch.remote.reap --host HOST RUN_ID`` kills only those with ``DSLAUNCH_HOST=HOST`` (hosts that share
-a machine). ``python -m dslaunch.remote.reap --agent-signal NAME RUN_ID`` instead sends signal NAME (TERM, USR1, ...)
-to the job's node agent here: how the pdsh runner stops a node with its grace period, or relays a
-signal, since pdsh gives no per-host channel to the agent.
+``--host HOST RUN_ID`` kills only those with ``DSLAUNCH_HOST=HOST`` (hosts that share a machine).
+``--agent-signal NAME RUN_ID`` instead sends signal NAME (TERM, USR1, ...) to the job's node agent here:
+how the pdsh runner stops a node with its grace period, or relays a signal, since pdsh gives no per-host channel to
+the agent.
 
 The fallback for a node whose agent vanished (SIGKILL, OOM killer): its ranks die with it
 (parent-death signal), but a rank's own children may not. Every process of a job carries
@@ -18,7 +18,7 @@ import signal
 import sys
 
 from dslaunch.oslib.procs import job_pids
-from dslaunch.remote import stage
+from dslaunch.runners.remote import stage
 
 
 def _is_agent(pid: int, proc: str = "/proc") -> bool:
@@ -59,7 +59,9 @@ def main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[0] == "--host" and argv[1]:
         host, argv = argv[1], argv[2:]
     if len(argv) != 1 or not argv[0]:
-        print("usage: python -m dslaunch.remote.reap [--agent-signal NAME | --host HOST] RUN_ID", file=sys.stderr)
+        print(
+            "usage: python -m dslaunch.runners.remote.reap [--agent-signal NAME | --host HOST] RUN_ID", file=sys.stderr
+        )
         return 2
     pids = [pid for pid in job_pids(argv[0]) if host is None or _on_host(pid, host)]
     for pid in pids:

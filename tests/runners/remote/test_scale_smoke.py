@@ -18,7 +18,7 @@ import pytest
 from testbeds.scale_cluster import RANK_SH, start_scale_cluster
 from testbeds.ssh_cluster import SshCluster
 from tests.helpers import DSLAUNCH
-from tests.remote.launch import clean_env, wait_until_gone
+from tests.runners.remote.launch import clean_env, wait_until_gone
 
 # One bed of 32 hosts for the module, so its tests stay on one xdist worker.
 pytestmark = [pytest.mark.launch, pytest.mark.cluster, pytest.mark.xdist_group("scale32")]

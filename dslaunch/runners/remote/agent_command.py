@@ -12,7 +12,7 @@ import shlex
 from collections.abc import Mapping
 
 from dslaunch.plan import LaunchPlan
-from dslaunch.remote.stage import unstage_command
+from dslaunch.runners.remote.stage import unstage_command
 
 # Exported variables the agent process itself needs (to import dslaunch, say), not only its ranks.
 AGENT_ENV_NAMES = ("PYTHONPATH",)
@@ -57,13 +57,13 @@ def agent_command(
 def reap_command(
     plan: LaunchPlan, venv_script: str | None = None, *, agent_signal: str | None = None, host: str | None = None
 ) -> str:
-    """Kill whatever of this job is left on a host (by run id, never by name); see dslaunch.remote.reap.
+    """Kill whatever of this job is left on a host (by run id, never by name); see dslaunch.runners.remote.reap.
 
     With ``agent_signal`` (TERM, USR1...) only send that signal to the job's node agent there. With ``host``, only
     the processes of the job that carry ``DSLAUNCH_HOST=host`` (hosts that share a machine, as in a test bed).
     """
     options = ["--agent-signal", agent_signal] if agent_signal else ["--host", host] if host is not None else []
-    argv = [plan.program.python, "-m", "dslaunch.remote.reap", *options, plan.run_id]
+    argv = [plan.program.python, "-m", "dslaunch.runners.remote.reap", *options, plan.run_id]
     prefix = f". {shlex.quote(venv_script)} && " if venv_script else ""
     if not agent_signal:  # the staged plan files first, in shell: the python may be what failed there
         prefix = f"{unstage_command(plan.run_id)}; {prefix}"

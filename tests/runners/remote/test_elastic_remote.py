@@ -10,7 +10,16 @@ import pytest
 
 from testbeds.ssh_cluster import SshCluster
 from tests.helpers import SCRIPTS
-from tests.remote.launch import RUNNERS, base_args, job_processes, records, run, start, wait_ready, wait_until_gone
+from tests.runners.remote.launch import (
+    RUNNERS,
+    base_args,
+    job_processes,
+    records,
+    run,
+    start,
+    wait_ready,
+    wait_until_gone,
+)
 
 pytestmark = [pytest.mark.launch, pytest.mark.cluster]
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from dslaunch.remote import stage
+from dslaunch.runners.remote import stage
 from testbeds.ssh_cluster import SshCluster
 from tests.helpers import SCRIPTS, wait_for_file
-from tests.remote.launch import base_args, run, start, stop, wait_ready, wait_until_gone
+from tests.runners.remote.launch import base_args, run, start, stop, wait_ready, wait_until_gone
 
 pytestmark = [pytest.mark.launch, pytest.mark.cluster]
 

@@ -12,7 +12,7 @@ import pytest
 
 from testbeds.ssh_cluster import SshCluster
 from tests.plans import cli_error, dry_run_json, dry_run_output
-from tests.remote.launch import RUNNERS, SCRIPT, base_args, clean_overlay, records, run, wait_until_gone
+from tests.runners.remote.launch import RUNNERS, SCRIPT, base_args, clean_overlay, records, run, wait_until_gone
 
 
 def _config_with(cluster: SshCluster, tmp_path: Path, known_hosts: Path, extra: str = "") -> Path:
