@@ -185,11 +185,12 @@ LEAVES: dict[str, tuple[str, ...]] = {
     "dslaunch.mesh": (),  # mesh spec and layout (pure); bootstrap.mesh_build adds torch
     "dslaunch.logs.spec": (),
     # Slurm's pure side: environment, hostlists, task layout, srun lines (runners put it to work)
-    "dslaunch.slurm.address": (),
-    "dslaunch.slurm.hostlist": (),
-    "dslaunch.slurm.layout": ("dslaunch.plan", "dslaunch.slurm.hostlist"),
-    "dslaunch.slurm.srun": ("dslaunch.plan", "dslaunch.wire"),
-    "dslaunch.slurm.step": ("dslaunch.plan", "dslaunch.slurm.layout"),
+    "dslaunch.slurmlib.address": (),
+    "dslaunch.slurmlib.hostlist": (),
+    "dslaunch.slurmlib.layout": ("dslaunch.plan", "dslaunch.slurmlib.hostlist"),
+    "dslaunch.slurmlib.srun": ("dslaunch.plan", "dslaunch.wire"),
+    "dslaunch.slurmlib.task_plan": ("dslaunch.plan", "dslaunch.slurmlib.layout"),
+    "dslaunch.slurmlib.lost_nodes": (),
 }
 STDLIB = frozenset(sys.stdlib_module_names) | {"__future__"}
 
@@ -216,7 +217,7 @@ LAUNCHER_SIDE = (
     "dslaunch.cli",
     "dslaunch.runners",
     "dslaunch.agent",
-    "dslaunch.slurm.srun",
+    "dslaunch.slurmlib.srun",
     "click",
     "paramiko",
 )
@@ -287,12 +288,12 @@ PACKAGE_RULES: dict[str, tuple[str, ...]] = {
     # leaves grouped by kind
     "inputs": BASE,  # what users hand us (pure)
     "oslib": BASE,  # Linux helpers
-    "slurm": (*BASE, "plan", "wire"),  # Slurm's pure side
+    "slurmlib": (*BASE, "plan", "wire"),  # Slurm's pure side
     "output": (*BASE, "plan", "wire"),  # rank output, on both sides of the wire
     "logs": (*BASE, "mesh", "oslib"),
     "report": (*BASE, "inputs", "logs"),
     # the rank side: never the launcher's code
-    "bootstrap": (*BASE, "failure_bounds", "inputs", "logs", "mesh", "oslib", "slurm"),
+    "bootstrap": (*BASE, "failure_bounds", "inputs", "logs", "mesh", "oslib", "slurmlib"),
     "compat": (*BASE, "bootstrap", "mesh"),
     "dslaunch": ("bootstrap", "logs"),  # the public facade: engine(), get_logger(), heartbeat()
     # the node agent: runs ranks (its zygote runs the bootstrap), never the launcher's code; a pdsh agent dials back
@@ -306,12 +307,12 @@ PACKAGE_RULES: dict[str, tuple[str, ...]] = {
     "pods": (*BASE, "job", "output", "wire"),  # the control channel between one job's pods (no rank, no agent code)
     "runners": (
         *BASE,
-        *("agent", "dslaunch", "job", "logs", "masking", "mesh", "oslib", "output", "plan", "pods", "slurm", "wire"),
+        *("agent", "dslaunch", "job", "logs", "masking", "mesh", "oslib", "output", "plan", "pods", "slurmlib", "wire"),
     ),
     "cli": (
         *BASE,
         *("dslaunch", "inputs", "job", "logs", "masking", "mesh", "nesting", "oslib", "plan", "report"),
-        *("runners", "slurm", "wire"),
+        *("runners", "slurmlib", "wire"),
     ),
 }
 
@@ -335,7 +336,7 @@ def test_each_package_imports_only_what_its_rule_allows(package: str) -> None:
 
 
 def test_the_job_core_and_output_know_no_transport() -> None:
-    transports = ("dslaunch.runners", "dslaunch.slurm", "dslaunch.agent", "paramiko")
+    transports = ("dslaunch.runners", "dslaunch.slurmlib", "dslaunch.agent", "paramiko")
     for start in [m for m in modules() if _under(m, ("dslaunch.job", "dslaunch.output"))]:
         chain = reaching(start, transports)
         assert chain is None, f"{start} reaches a transport:\n{_explain([chain])}"

@@ -51,7 +51,7 @@ def detect(env: Mapping[str, str] | None = None) -> RankInfo:
             master_port=int(port) if port else None,
             source=source,
         )
-    from dslaunch.slurm import address, layout
+    from dslaunch.slurmlib import address, layout
 
     if layout.in_step(env):  # a batch script has SLURM_PROCID too, but is no rank
         step = layout.read_step(env)

@@ -281,7 +281,7 @@ def pick_address(
     if launcher == "local":
         return "127.0.0.1"  # every agent of a local run is on this machine
     if launcher == "slurm":
-        from dslaunch.slurm import address
+        from dslaunch.slurmlib import address
 
         return address.node_address(first, environ)
     if remote and launcher != "node":

@@ -30,7 +30,7 @@ def context(launcher: str, hostfile_given: bool, env: Mapping[str, str]) -> str 
     """``"step"``, ``"srun"`` or None (not a Slurm launch), from the launcher asked for."""
     if launcher not in ("auto", "slurm"):
         return None
-    from dslaunch.slurm import layout
+    from dslaunch.slurmlib import layout
 
     if not layout.in_allocation(env):
         if launcher == "slurm":
@@ -46,7 +46,7 @@ def context(launcher: str, hostfile_given: bool, env: Mapping[str, str]) -> str 
 
 def hosts(kind: str, core: CoreChoices, launcher_args: tuple[str, ...], env: Mapping[str, str]) -> SlurmHosts:
     """The nodes Slurm gives this job (``kind`` from :func:`context`)."""
-    from dslaunch.slurm import hostlist, layout
+    from dslaunch.slurmlib import hostlist, layout
 
     try:
         found = _step(core, env) if kind == "step" else _allocation(core, launcher_args, env)
@@ -56,7 +56,7 @@ def hosts(kind: str, core: CoreChoices, launcher_args: tuple[str, ...], env: Map
 
 
 def _step(core: CoreChoices, env: Mapping[str, str]) -> SlurmHosts:
-    from dslaunch.slurm import layout
+    from dslaunch.slurmlib import layout
 
     used = [
         name
@@ -83,7 +83,7 @@ def _step(core: CoreChoices, env: Mapping[str, str]) -> SlurmHosts:
 
 
 def _allocation(core: CoreChoices, launcher_args: tuple[str, ...], env: Mapping[str, str]) -> SlurmHosts:
-    from dslaunch.slurm import layout, srun
+    from dslaunch.slurmlib import layout, srun
 
     all_hosts = layout.job_hosts(env)
     include = _hosts_of(core.include, "--include")
@@ -142,7 +142,7 @@ def _node_range(core: CoreChoices, chosen: list[str]) -> tuple[int, int]:
 
 
 def _hosts_of(spec: str, hint: str) -> list[str]:
-    from dslaunch.slurm import hostlist
+    from dslaunch.slurmlib import hostlist
 
     if not spec:
         return []

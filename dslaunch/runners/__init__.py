@@ -55,7 +55,7 @@ def host_pool(runner: Runner, plan: LaunchPlan) -> HostPool:
 def _slurm_address(plan: LaunchPlan, host: str) -> str:
     import os
 
-    from dslaunch.slurm.address import node_address
+    from dslaunch.slurmlib.address import node_address
 
     return node_address(host, os.environ)
 

@@ -77,7 +77,7 @@ def _results_pdsh(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None,
 
 def _results_slurm(plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, str, str]]:
     """One srun task on each node of ``plan`` (inside the allocation); its output names the node it ran on."""
-    from dslaunch.slurm.srun import probe_argv, probe_outputs
+    from dslaunch.slurmlib.srun import probe_argv, probe_outputs
 
     hosts = [n.host for n in plan.nodes]
     try:

@@ -116,5 +116,5 @@ def test_port_zero_is_resolved_only_where_the_port_must_be_free() -> None:
         "dslaunch/runners/local.py",
         "dslaunch/runners/mpi.py",
         "dslaunch/runners/remote/base.py",
-        "dslaunch/slurm/step.py",
+        "dslaunch/slurmlib/task_plan.py",
     ]

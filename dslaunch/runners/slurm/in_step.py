@@ -30,8 +30,8 @@ from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.local import LocalAgent
 from dslaunch.runners.slurm import peer_signal
-from dslaunch.slurm import layout
-from dslaunch.slurm.step import node_rank_of, resolve_port
+from dslaunch.slurmlib import layout
+from dslaunch.slurmlib.task_plan import node_rank_of, resolve_port
 
 if TYPE_CHECKING:
     from dslaunch.agent.preload.client import Zygote
@@ -62,7 +62,7 @@ class _Peers:
 _peers = _Peers()
 
 
-def run_node(plan: LaunchPlan, env: Mapping[str, str] | None = None, *, last: bool = False) -> JobResult:
+def attempt_in_step(plan: LaunchPlan, env: Mapping[str, str] | None = None, *, last: bool = False) -> JobResult:
     """Be the node agent for this task's node for one attempt; return how it ended.
 
     With restarts, every task runs its own attempts: a failing node tells the others at once
@@ -75,7 +75,7 @@ def run_node(plan: LaunchPlan, env: Mapping[str, str] | None = None, *, last: bo
     node_rank = node_rank_of(plan, env)
     peer_signal.listen_in_step(env)  # the CLI did already: a direct caller too
     peer_signal.on_heard(_peers.stop_current)
-    since = -math.inf  # attempt 0: a peer's failure heard at any time, even before the handler ran run_node
+    since = -math.inf  # attempt 0: a peer's failure heard at any time, even before the handler ran this
     if plan.restarts.count:
         while (wait := peer_signal.heard_at() + SETTLE - time.monotonic()) > 0:
             time.sleep(wait)

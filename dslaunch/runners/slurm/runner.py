@@ -20,8 +20,8 @@ from dslaunch.job.result import START_FAILED, JobResult, stopped
 from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.slurm import in_step
-from dslaunch.runners.slurm.stderr import SrunErrors
-from dslaunch.slurm import srun, step, step_errors
+from dslaunch.runners.slurm.srun_stderr import SrunErrors
+from dslaunch.slurmlib import lost_nodes, srun, task_plan
 
 _STDERR_WAIT = 5.0  # after srun ended, for the rest of its stderr to be passed on
 _RELAYED = (*wire.STOP_SIGNALS, *wire.FORWARDED_SIGNALS, wire.STACKS_SIGNAL)
@@ -44,7 +44,7 @@ class SlurmRunner:
         if mode == "srun":
             return [shlex.join(srun_line(plan)) + f"  # plan in ${wire.PLAN_VAR}"]
         if mode == "node":
-            node = step.node_rank_of(plan, _environ())
+            node = task_plan.node_rank_of(plan, _environ())
             return [
                 f"this srun task is the node agent of node {node}: "
                 + shlex.join([plan.program.python, "-m", "dslaunch.agent", "--node-rank", str(node)])
@@ -62,7 +62,7 @@ class SlurmRunner:
     def run(self, plan: LaunchPlan) -> JobResult:
         mode = plan.slurm.mode
         if mode == "node":
-            return in_step.run_node(plan)
+            return in_step.attempt_in_step(plan)
         if mode == "rank":
             in_step.exec_rank(plan)
         return _run_srun(srun_line(plan), plan, srun.srun_env(plan, os.environ))
@@ -116,7 +116,7 @@ def _run_srun(argv: list[str], plan: LaunchPlan, env: dict[str, str]) -> JobResu
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
-    lost = step_errors.lost_nodes(errors.lines(_STDERR_WAIT))
+    lost = lost_nodes.lost_nodes(errors.lines(_STDERR_WAIT))
     if stop.signal is not None:
         return stopped(128 + stop.signal, f"dslaunch received {signal.Signals(stop.signal).name}")
     code = 128 - code if code < 0 else code

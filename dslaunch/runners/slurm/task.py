@@ -13,9 +13,9 @@ from dataclasses import replace
 from dslaunch import wire
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.slurm import peer_signal
-from dslaunch.slurm import layout
-from dslaunch.slurm.step import node_rank_of
-from dslaunch.slurm.step_errors import NODE_LOST_CODE
+from dslaunch.slurmlib import layout
+from dslaunch.slurmlib.lost_nodes import NODE_LOST_CODE
+from dslaunch.slurmlib.task_plan import node_rank_of
 
 
 def _with_local_gpus(plan: LaunchPlan, node_rank: int) -> LaunchPlan:
@@ -31,7 +31,7 @@ def _with_local_gpus(plan: LaunchPlan, node_rank: int) -> LaunchPlan:
 
 def main(argv: list[str] | None = None) -> int:
     peer_signal.listen_in_step()  # before the imports of a node agent: a peer may fail while they run
-    from dslaunch.runners.slurm.in_step import run_node
+    from dslaunch.runners.slurm.in_step import attempt_in_step
 
     parser = argparse.ArgumentParser(
         prog="python -m dslaunch.runners.slurm.task", description=f"reads the plan from ${wire.PLAN_VAR}"
@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     except layout.SlurmLayoutError as exc:
         print(f"dslaunch: {exc}", file=sys.stderr)
         return 2
-    result = run_node(_with_local_gpus(plan, node_rank), last=True)  # srun mode: the launcher outside restarts
-    # srun's report of this code tells the launcher outside to leave this node out (slurm/step_errors.py)
+    result = attempt_in_step(_with_local_gpus(plan, node_rank), last=True)  # srun mode: the launcher outside restarts
+    # srun's report of this code tells the launcher outside to leave this node out (slurmlib/lost_nodes.py)
     return NODE_LOST_CODE if result.blamed else result.code
 
 

@@ -49,7 +49,7 @@ def test_in_a_step_every_signal_is_heard_and_stops_the_current_attempt(ear: None
     peer_signal.on_heard(lambda: stopped.append(time.monotonic()))
     _send()
     assert peer_signal.heard_at() > first and len(stopped) == 1
-    peer_signal.listen_in_step({name: "0"})  # again (run_node after the CLI): same handler, same start
+    peer_signal.listen_in_step({name: "0"})  # again (attempt_in_step after the CLI): same handler, same start
     _send()
     assert len(stopped) == 2
 

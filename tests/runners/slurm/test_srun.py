@@ -12,8 +12,8 @@ from dslaunch import wire
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.slurm.runner import SlurmRunner
 from dslaunch.runners.slurm.task import _with_local_gpus
-from dslaunch.slurm import layout, srun
-from dslaunch.slurm.step import node_rank_of
+from dslaunch.slurmlib import layout, srun
+from dslaunch.slurmlib.task_plan import node_rank_of
 from tests.plans import make_plan
 
 

@@ -1,4 +1,4 @@
-"""srun's stderr, passed through to dslaunch's own while srun's error lines are kept (``slurm/step_errors.py``)."""
+"""srun's stderr, passed through to dslaunch's own while srun's error lines are kept (``slurmlib/lost_nodes.py``)."""
 
 from __future__ import annotations
 

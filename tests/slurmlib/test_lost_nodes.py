@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dslaunch.slurm.srun import probe_argv, probe_outputs
-from dslaunch.slurm.step_errors import NODE_LOST_CODE, lost_nodes
+from dslaunch.slurmlib.lost_nodes import NODE_LOST_CODE, lost_nodes
+from dslaunch.slurmlib.srun import probe_argv, probe_outputs
 
 LOST = f"Exited with exit code {NODE_LOST_CODE}"
 TERM = "srun: launch/slurm: _step_signal: Terminating StepId=5.0"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dslaunch.bootstrap.env import detect
-from dslaunch.slurm import layout
-from dslaunch.slurm.srun import owned_option
+from dslaunch.slurmlib import layout
+from dslaunch.slurmlib.srun import owned_option
 
 STEP_ENV = {
     "SLURM_JOB_ID": "4242",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from dslaunch.errors import DslaunchError
 from dslaunch.limits import MAX_SLOTS_PER_HOST, MAX_WORLD_SIZE, ascii_int
 from dslaunch.plan import NodePlan
-from dslaunch.slurm import hostlist
+from dslaunch.slurmlib import hostlist
 
 # MASTER_PORT derived from the job and step id lies in [PORT_BASE, PORT_BASE + PORT_SPAN):
 # above the usual service ports and below Linux's ephemeral range (32768+).

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dslaunch.slurm.hostlist import HostlistError, expand, first
+from dslaunch.slurmlib.hostlist import HostlistError, expand, first
 
 CASES = [
     ("n1", ("n1",)),

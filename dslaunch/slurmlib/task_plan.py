@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from dslaunch.plan import LaunchPlan
-from dslaunch.slurm import layout
+from dslaunch.slurmlib import layout
 
 
 def node_rank_of(plan: LaunchPlan, env: Mapping[str, str]) -> int:

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from dslaunch.slurm import layout
+from dslaunch.slurmlib import layout
 from tests.helpers import SCRIPTS
 from tests.plans import cli_error, dry_run_json
 
