@@ -71,7 +71,7 @@ def plan_from_file(path: str) -> LaunchPlan:
 
 def staged_from_file(path: str) -> tuple[LaunchPlan, str | None]:
     """The plan from a staged 0600 file (deleted at once: it holds the job's secrets), and the ``dial_text`` line
-    after it, if any (pdsh: the way back to the launcher, agent/dial.py)."""
+    after it, if any (pdsh: the way back to the launcher, agent/dialback_client.py)."""
     try:
         with open(path, encoding="ascii") as f:
             text = f.read().strip()
@@ -321,7 +321,7 @@ def parse_job_line(line: bytes) -> tuple[int | None, LaunchPlan] | None:
     return None
 
 
-# ---- a pdsh agent's way back to its launcher (``--dial-file``, agent/dial.py) --------------------------------
+# ---- a pdsh agent's dial-back to its launcher (``--dial-file``, agent/dialback_client.py) ---------------------
 # One line in a staged 0600 file: the launcher's port, the job's dial-back secret (hex) and the host's name in the
 # plan, by which the launcher knows the agent; the address is the one the host's sshd saw the launcher come from.
 DIAL_WORD = "dslaunch-dial"

@@ -290,24 +290,26 @@ PACKAGE_RULES: dict[str, tuple[str, ...]] = {
     "oslib": BASE,  # Linux helpers
     "slurmlib": (*BASE, "plan", "wire"),  # Slurm's pure side
     "output": (*BASE, "plan", "wire"),  # rank output, on both sides of the wire
+    "auth": (),  # the handshake of the job's control channels: a pdsh job agent's dial-back and the pods'
     "logs": (*BASE, "mesh", "oslib"),
     "report": (*BASE, "inputs", "logs"),
     # the rank side: never the launcher's code
     "bootstrap": (*BASE, "failure_bounds", "inputs", "logs", "mesh", "oslib", "slurmlib"),
     "compat": (*BASE, "bootstrap", "mesh"),
     "dslaunch": ("bootstrap", "logs"),  # the public facade: engine(), get_logger(), heartbeat()
-    # the node agent: runs ranks (its zygote runs the bootstrap), never the launcher's code; a pdsh agent dials back
-    # with the pods' handshake (agent/dial.py)
+    # the node agent: runs ranks (its zygote runs the bootstrap), never the launcher's code; a pdsh job agent dials
+    # back with the handshake of auth/ (agent/dialback_client.py)
     "agent": (
         *BASE,
-        *("bootstrap", "failure_bounds", "logs", "masking", "nesting", "oslib", "output", "plan", "pods", "wire"),
+        *("auth", "bootstrap", "failure_bounds", "logs", "masking", "nesting", "oslib", "output", "plan", "wire"),
     ),
     # the launcher side
     "job": (*BASE, "logs", "mesh", "output", "plan", "wire"),  # the job core: no transport
-    "pods": (*BASE, "job", "output", "wire"),  # the control channel between one job's pods (no rank, no agent code)
+    "pods": (*BASE, "auth", "job", "output", "wire"),  # the control channel between one job's pods (no agent code)
     "runners": (
         *BASE,
-        *("agent", "dslaunch", "job", "logs", "masking", "mesh", "oslib", "output", "plan", "pods", "slurmlib", "wire"),
+        *("agent", "auth", "dslaunch", "job", "logs", "masking", "mesh", "oslib", "output", "plan", "pods"),
+        *("slurmlib", "wire"),
     ),
     "cli": (
         *BASE,

@@ -1,6 +1,6 @@
 """``python -m dslaunch.agent --node-rank N [--plan-file PATH] [--no-control]``, or ``--for-job [--dial-file PATH]``:
 an agent that lives for the job and takes each attempt on its stdin, or on the connection it dials back to the
-launcher (agent/job_agent.py, agent/dial.py)."""
+launcher (agent/job_agent.py, agent/dialback_client.py)."""
 
 from __future__ import annotations
 
@@ -56,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dslaunch agent: node rank {args.node_rank} is not in 0..{len(plan.nodes) - 1}", file=sys.stderr)
         return 2
     control = None if args.no_control else sys.stdin.buffer
-    if dial is not None:  # pdsh: no stdin to carry a partition's news; a connection of its own does (agent/dial.py)
-        from dslaunch.agent.dial import watch_launcher
+    if dial is not None:  # pdsh: no stdin to carry a partition's news; a dial-back connection does
+        from dslaunch.agent.dialback_client import watch_launcher
 
         watch_launcher(dial, plan.run_id, os.environ)
     pid_file = _write_pid(args.plan_file)
@@ -102,7 +102,7 @@ def _for_job(dial_file: str | None) -> int:
 
 
 def _dialled(path: str) -> int:
-    from dslaunch.agent.dial import DialError, dial
+    from dslaunch.agent.dialback_client import DialError, dial
     from dslaunch.agent.job_agent import serve
 
     try:

@@ -345,7 +345,7 @@ class NodeLoop:
             data = os.read(self.control.fileno(), 4096)
         except BlockingIOError:
             return
-        except OSError:  # a dialled-back connection reset, or silent past its keepalive (agent/dial.py)
+        except OSError:  # a dialled-back connection reset, or silent past its keepalive (agent/dialback_client.py)
             data = b""
         if not data:  # the launcher or its connection is gone
             self.sel.unregister(self.control.fileno())

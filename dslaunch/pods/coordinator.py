@@ -6,7 +6,7 @@ authenticated connection), tells them all to start, and then is one :class:`PodL
 relayed to them at once, so every pod's launcher knows the job's root cause. A pod whose connection drops or goes
 silent is lost. At the attempt's end every pod gets the job's exit code and whether another attempt follows.
 
-A connection is admitted only after the handshake (``pods/handshake.py``), read with a deadline and a byte bound;
+A connection is admitted only after the handshake (``auth/handshake.py``), read with a deadline and a byte bound;
 at most ``MAX_PENDING`` handshakes run at once and further connections are closed unread, so junk, slow clients
 and floods cost bounded memory and never reach the job.
 """
@@ -19,9 +19,11 @@ import time
 from collections.abc import Callable, Iterator
 
 from dslaunch import wire
-from dslaunch.pods import assign, handshake
+from dslaunch.auth import handshake
+from dslaunch.auth.line_reader import read_handshake_line
+from dslaunch.pods import assign
 from dslaunch.pods.assign import Shape, Waiting
-from dslaunch.pods.link import SILENT, Link, read_handshake_line
+from dslaunch.pods.link import SILENT, Link
 
 MAX_PENDING = 32
 HANDSHAKE_TIME = 5.0

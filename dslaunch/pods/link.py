@@ -12,7 +12,6 @@ import json
 import queue
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -130,23 +129,3 @@ def control(line: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return obj if isinstance(obj, dict) and isinstance(obj.get("t"), str) else None
-
-
-def read_handshake_line(sock: socket.socket, limit: int, deadline: float) -> tuple[bytes, bytes] | None:
-    """One line of at most ``limit`` bytes before ``deadline`` (monotonic), and what came after it; None when
-    none comes in time, or a longer one (memory stays bounded)."""
-    data = b""
-    while b"\n" not in data:
-        left = deadline - time.monotonic()
-        if left <= 0 or len(data) > limit:
-            return None
-        sock.settimeout(left)
-        try:
-            chunk = sock.recv(limit + 1 - len(data))
-        except OSError:
-            return None
-        if not chunk:
-            return None
-        data += chunk
-    line, _, rest = data.partition(b"\n")
-    return (line, rest) if len(line) <= limit else None

@@ -16,9 +16,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from dslaunch import wire
+from dslaunch.auth import handshake
+from dslaunch.auth.line_reader import read_handshake_line
 from dslaunch.job.protocols import AgentHandle
-from dslaunch.pods import handshake
-from dslaunch.pods.link import Link, control, read_handshake_line
+from dslaunch.pods.link import Link, control
 
 RETRY = 0.5  # between attempts to reach a coordinator that is not listening yet
 

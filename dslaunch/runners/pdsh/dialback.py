@@ -1,9 +1,9 @@
 """Node agents that live for the job under pdsh (``--max-restarts`` > 0): started once per host by one pdsh, each
-dials back to the launcher (agent/dial.py), and that connection carries every attempt, stop, signal and stack
+dials back to the launcher (agent/dialback_client.py), and that connection carries every attempt, stop, signal and stack
 request, and the job's end, with no session per message. Their output still comes through pdsh (demux.py).
 
 The launcher listens on a port of its own; each host gets a staged 0600 file with that port, the job's dial-back
-secret and its name (``wire.dial_text``), and its agent proves it holds the secret (pods/handshake.py) before it is
+secret and its name (``wire.dial_text``), and its agent proves it holds the secret (auth/handshake.py) before it is
 trusted. A connection that ends (the agent died) or goes silent (TCP keepalive, ``oslib/tcp.DEAD_AFTER``) ends that
 host's stream at once: the attempt names the node lost. Hosts that need an agent later (a lost node, spares) get
 a pdsh of their own.
@@ -23,11 +23,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 from dslaunch import wire
+from dslaunch.auth import handshake
+from dslaunch.auth.line_reader import read_handshake_line
 from dslaunch.job.result import START_FAILED
 from dslaunch.oslib.tcp import keep_alive
 from dslaunch.plan import LaunchPlan
-from dslaunch.pods import handshake
-from dslaunch.pods.link import read_handshake_line
 from dslaunch.runners.pdsh.demux import PdshDemux
 from dslaunch.runners.pdsh.invocation import pdsh_label, start_pdsh
 from dslaunch.runners.remote import stage

@@ -251,7 +251,7 @@ class PdshRunner(RemoteRunner):
         plan, why = self.with_free_port(plan, settings)
         if why:
             return report_start_failures({plan.nodes[0].host: why})
-        # Each agent's liveness line to this launcher (agent/dial.py::watch_launcher): pdsh carries no stdin, so
+        # Each agent's liveness line to this launcher (agent/dialback_client.py::watch_launcher): pdsh has no stdin, so
         # without it a partition reaches a cut-off agent only through its sshd's ClientAlive settings.
         secret = secrets.token_bytes(32)
         listener = DialListener(plan.run_id, secret)

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from dslaunch import wire
+from dslaunch.auth import handshake
+from dslaunch.auth.line_reader import read_handshake_line
 from dslaunch.oslib.tcp import DEAD_AFTER
-from dslaunch.pods import handshake
-from dslaunch.pods.link import read_handshake_line
 from dslaunch.runners.pdsh.dialback import DialListener
 from testbeds.netns_cluster import NetnsCluster
 from testbeds.ssh_cluster import need

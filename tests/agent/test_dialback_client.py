@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dslaunch import wire
-from dslaunch.agent.dial import ADDR_VAR, DialError, dial, launcher_address
+from dslaunch.agent.dialback_client import ADDR_VAR, DialError, dial, launcher_address
 from dslaunch.runners.pdsh.dialback import DialListener
 
 
@@ -66,7 +66,7 @@ def test_a_port_that_is_not_a_launcher_is_refused_with_a_clear_error(tmp_path: P
 
 _WATCHER = """
 import os, signal, sys, time
-from dslaunch.agent.dial import ADDR_VAR, watch_launcher
+from dslaunch.agent.dialback_client import ADDR_VAR, watch_launcher
 signal.signal(signal.SIGHUP, lambda *_: (print("hup", flush=True), os._exit(0)))
 watch_launcher(sys.argv[1], sys.argv[2], {ADDR_VAR: "127.0.0.1"})
 time.sleep(30)
