@@ -305,7 +305,8 @@ PACKAGE_RULES: dict[str, tuple[str, ...]] = {
     ),
     # the launcher side
     "job": (*BASE, "logs", "mesh", "output", "plan", "wire"),  # the job core: no transport
-    "pods": (*BASE, "auth", "job", "output", "wire"),  # the control channel between one job's pods (no agent code)
+    # the control channel between one job's pods, and each pod's side of an attempt (no agent code)
+    "pods": (*BASE, "auth", "job", "mesh", "output", "plan", "wire"),
     "runners": (
         *BASE,
         *("agent", "auth", "dslaunch", "job", "logs", "masking", "mesh", "oslib", "output", "plan", "pods"),

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from dslaunch import wire
 from dslaunch.job import elastic
+from dslaunch.job.restart_policy import may_restart
 from dslaunch.job.result import START_FAILED, JobResult, stopped
 from dslaunch.mesh import MeshConfigError
 from dslaunch.plan import LaunchPlan
@@ -126,7 +127,7 @@ def _run_attempts(runner: Runner, plan: LaunchPlan, pool: HostPool | None) -> in
             pool.blame(result.blamed)
         results.append(result)
         used.append(hosts)
-        if not result.failed or not result.retry or count >= limit:
+        if not may_restart(results, plan.restarts).restart:
             break
         with stop_signals_caught() as caught:  # before the notice: a Ctrl-C right after it must be ours
             _say(

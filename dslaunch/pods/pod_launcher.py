@@ -1,0 +1,228 @@
+"""One launcher per pod, its side of each attempt (``runners/node.py`` is the runner, which forks this pod's agent):
+the pods' control channel that makes the launchers one job, and who numbers the attempts.
+
+One launcher coordinates: node rank 0's in a fixed job; in an elastic one (``--nnodes MIN:MAX``, or c10d without
+a node rank) the one on the rendezvous endpoint's host that takes the port first. It waits for the other pods to
+join each attempt, relays every pod's rank exits and losses to the others, and ends the attempt on every pod
+with one exit code. Every other launcher joins it and stops its ranks when the job stops, or when the
+coordinator is gone (docs/kubernetes.md).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from dslaunch import wire
+from dslaunch.job.attempts import stop_signals_caught
+from dslaunch.job.elastic import pods_layout
+from dslaunch.job.loop import report, supervise
+from dslaunch.job.protocols import AgentHandle
+from dslaunch.job.restart_policy import may_restart, may_start
+from dslaunch.job.result import START_FAILED, JobResult, stopped
+from dslaunch.job.state import Outcome
+from dslaunch.mesh import MeshConfigError
+from dslaunch.plan import LaunchPlan
+
+if TYPE_CHECKING:
+    from dslaunch.pods.coordinator import Coordinator
+
+WAIT_NOTICE = 3.0  # a coordinator still waiting for pods this long says so, once
+
+# (plan, node rank, the node rank its kept zygote was prepared under or None) -> this pod's agent for the attempt
+NewAgent = Callable[[LaunchPlan, int, int | None], AgentHandle]
+
+
+class PodLauncher:
+    """This pod's launcher across the job's attempts: the job's key, the coordinator once this pod is it, and the
+    attempts it took part in (the job's numbers)."""
+
+    def __init__(self, new_agent: NewAgent) -> None:
+        self._new_agent = new_agent
+        self._key: bytes | None = None
+        self._coordinator: Coordinator | None = None  # kept for every attempt of the job, once this pod is it
+        self._seen = -1  # the last attempt this pod took part in
+        self._node_rank = -1  # its node rank there (an elastic job's pod asks to keep it)
+        self._results: list[JobResult] = []  # the attempts this pod took part in, numbered as the job's
+
+    def coordinating(self, plan: LaunchPlan, node_rank: int) -> bool:
+        """Whether this pod coordinates: node 0 of a fixed job; of an elastic one, the first on the endpoint's host
+        to take the port."""
+        if self._coordinator is not None:
+            return True
+        if not plan.pods.elastic:
+            return node_rank == 0
+        if not _is_this_host(plan.pods.coordinator):
+            return False
+        try:
+            self._coordinator = self._listen(plan)
+        except OSError:
+            return False  # another pod here holds it
+        return True
+
+    def _listen(self, plan: LaunchPlan) -> Coordinator:
+        from dslaunch.pods.assign import Shape
+        from dslaunch.pods.coordinator import Coordinator
+
+        pods = plan.pods
+        count = len(plan.nodes)
+        shape = Shape(pods.nnodes_min or count, pods.nnodes_max or count, not pods.elastic, pods.last_call)
+        coordinator = Coordinator(self.job_key(plan), plan.run_id, shape)
+        coordinator.listen(pods.port)
+        return coordinator
+
+    def job_key(self, plan: LaunchPlan) -> bytes:
+        if self._key is None:
+            from dslaunch.pods import secret
+
+            given = secret.take(os.environ)
+            if given is None:
+                _say(secret.UNSET_WARNING)
+            self._key = secret.key(given, plan.run_id)
+        return self._key
+
+    def coordinate(self, plan: LaunchPlan) -> JobResult:
+        from dslaunch.pods.member import Forwarding
+
+        if self._coordinator is None:
+            try:
+                self._coordinator = self._listen(plan)
+            except OSError as exc:
+                _say(f"dslaunch: cannot take the pods' control port {plan.pods.port}: {exc.strerror or exc}")
+                return stopped(START_FAILED, f"control port {plan.pods.port} unavailable")
+        coordinator = self._coordinator
+        waited = self._gather(plan, coordinator)
+        if waited is not None:
+            return waited
+        # A recreated coordinator goes on from the attempt the pods last saw: one count for the job
+        attempt = max(plan.restarts.count, coordinator.seen + 1, self._seen + 1)
+        allowed = may_start(attempt, plan.restarts)
+        if not allowed.restart:  # a recreated coordinator finds the job's budget spent
+            coordinator.close(START_FAILED, allowed.why)
+            _say(f"dslaunch: not restarting: {allowed.why}")
+            return stopped(START_FAILED, allowed.why)
+        try:
+            pods, hosts = coordinator.start(attempt, plan.node(0).host, lambda hosts: pods_layout(plan, 0, hosts))
+        except MeshConfigError as exc:
+            coordinator.close(START_FAILED, f"cannot start: {exc.message}")
+            _say(f"dslaunch: cannot start: {exc.message}")
+            return stopped(START_FAILED, "the mesh does not fit the pods")
+        plan = pods_layout(plan, 0, hosts).attempt(attempt) if plan.pods.elastic else plan.attempt(attempt)
+        if attempt and plan.pods.elastic:
+            where = ", ".join(hosts)
+            _say(f"dslaunch: attempt {attempt + 1} runs on {len(hosts)} pods ({plan.world_size} ranks): {where}")
+        self._seen, self._node_rank = attempt, 0
+        local = Forwarding(
+            self._new_agent(plan, 0, None), lambda event: coordinator.relay(event, 0), to_coordinator=False
+        )
+        outcome = supervise(plan, [local, *pods])
+        if outcome.signal is not None:  # the pods stopped on our word: tell them why before the end
+            name = wire.exit_code_of(-outcome.signal)[1]
+            why = f"its launcher (the coordinator) received {name}"
+            coordinator.relay(wire.NodeLost(0, plan.node(0).host, -outcome.signal, why), 0)
+        result = replace(report(outcome, plan), attempt=attempt)
+        self._results.append(result)
+        last = not may_restart(self._results, plan.restarts).restart
+        coordinator.finish(result.code, last, result.cause)
+        if last:
+            coordinator.close(result.code)
+        return replace(result, retry=result.retry and not last)
+
+    def _gather(self, plan: LaunchPlan, coordinator: Coordinator) -> JobResult | None:
+        """Wait for the pods the next attempt needs; None once they are there, else how the job ends."""
+        deadline = time.monotonic() + plan.pods.join_timeout
+        with stop_signals_caught() as caught:
+            ready = coordinator.gather(min(deadline, time.monotonic() + WAIT_NOTICE), caught)
+            if not ready and not caught:
+                _say(f"dslaunch: waiting for {coordinator.lacking()} to join (up to {plan.pods.join_timeout:g} s)")
+                ready = coordinator.gather(deadline, caught)
+        if ready and not caught:
+            return None
+        why = "the coordinator was stopped" if caught else f"{coordinator.lacking()} did not join in time"
+        coordinator.close(START_FAILED, why)
+        if caught:
+            return stopped(128 + caught[0], "received a signal while the pods joined")
+        _say(f"dslaunch: cannot start: {why} (--rdzv-conf join_timeout={plan.pods.join_timeout:g})")
+        return stopped(START_FAILED, why)
+
+    def join(self, plan: LaunchPlan, node_rank: int) -> JobResult:
+        from dslaunch.pods.member import CoordinatorLink, Ended, Forwarding, Orphaned, join
+
+        address = (plan.pods.coordinator, plan.pods.port)
+        asked = self._node_rank if plan.pods.elastic else node_rank
+        me = (asked, plan.node(node_rank).host, self._seen)
+        key = self.job_key(plan)
+        with stop_signals_caught() as caught:
+            joined = join(
+                address, key, plan.run_id, me, deadline=time.monotonic() + plan.pods.join_timeout, stopped=caught
+            )
+            while isinstance(joined, Orphaned) and not caught:  # a standby keeps standing by for the job
+                _say(f"dslaunch: {joined.why}; joining again (up to {plan.pods.join_timeout:g} s)")
+                joined = join(
+                    address, key, plan.run_id, me, deadline=time.monotonic() + plan.pods.join_timeout, stopped=caught
+                )
+        if caught or isinstance(joined, Orphaned):
+            return stopped(128 + caught[0], "stopped while joining the job")
+        if isinstance(joined, Ended):
+            return stopped(joined.code, "" if not joined.code else "the job ended while this pod stood by")
+        if isinstance(joined, str):
+            _say(f"dslaunch: cannot join the job: {joined}")
+            return stopped(START_FAILED, joined)
+        if plan.pods.elastic:
+            plan = pods_layout(plan, joined.node_rank, joined.hosts)
+        plan = plan.attempt(joined.attempt)  # the job's attempt, also on a pod that joined late
+        self._seen, self._node_rank = joined.attempt, joined.node_rank
+        local = Forwarding(
+            self._new_agent(plan, joined.node_rank, node_rank),
+            lambda event: joined.link.send_raw(wire.encode(event).encode()),
+            to_coordinator=True,
+        )
+        coordinator = CoordinatorLink(joined, local)
+        outcome = supervise(plan, [local, coordinator])
+        if coordinator.verdict is not None and outcome.signal is None:
+            outcome = replace(outcome, code=coordinator.verdict[0])
+        result = replace(_report_member(outcome, plan, coordinator.cause), attempt=joined.attempt)
+        self._results.append(result)
+        if coordinator.verdict is not None:
+            result = replace(result, retry=not coordinator.verdict[1] and result.retry)
+        elif not may_restart(self._results, plan.restarts).restart:  # the coordinator is gone: the job's count
+            result = replace(result, retry=False)
+        return result
+
+
+def _report_member(outcome: Outcome, plan: LaunchPlan, cause: str) -> JobResult:
+    """A pod's summary: its own, unless it knows no more than the code (the coordinator decided, e.g. a hang):
+    then the coordinator's words."""
+    known = outcome.root_cause or outcome.lost_node or outcome.signal is not None or outcome.hang
+    if outcome.code == 0 or known or not cause:
+        return report(outcome, plan)
+    _say(f"dslaunch: job failed on every pod (exit {outcome.code}): {cause}")
+    return JobResult(outcome.code, cause)
+
+
+def _is_this_host(host: str) -> bool:
+    """Whether ``host`` names an address of this machine (one it can bind)."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    for family, _type, _proto, _name, addr in infos:
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.bind((addr[0], 0))
+            return True
+        except OSError:
+            continue
+    return False
+
+
+def _say(text: str) -> None:
+    from dslaunch.output.sink import STALL, write_within
+
+    sys.stdout.flush()
+    write_within(2, (text + "\n").encode(), STALL)
