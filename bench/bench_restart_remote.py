@@ -1,4 +1,4 @@
-"""Restarts over ssh and pdsh with node agents that live for the job (issue 31): 2 hosts x 2 gloo torch ranks on the
+"""Restarts over ssh and pdsh with job agents (issue 31): 2 hosts x 2 gloo torch ranks on the
 loopback ssh test bed (testbeds/ssh_cluster.py: one sshd, hosts node1.. on 127.0.0.2..), against one ``import torch``
 and torchrun timed in the same run.
 
@@ -217,7 +217,7 @@ def _table(repeat: int, results: dict[tuple[str, str], list[float | str]], imp: 
     ]
     for (case, name), values in results.items():
         numbers = [v for v in values if isinstance(v, float)]
-        what = "rank 1 fails" if case == "fail" else "node1's agent SIGKILLed, a warm spare takes its place"
+        what = "rank 1 fails" if case == "fail" else "node1's agent SIGKILLed, a spare standing by takes its place"
         if len(numbers) == len(values):
             median = statistics.median(numbers)
             cell, ratio = f"{median:.2f} s", f"{median / imp:.2f}x"

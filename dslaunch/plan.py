@@ -14,7 +14,7 @@ from typing import Any, Literal
 # 3: restarts, hang_timeout, preload.
 # 4: elastic (candidate hosts, MIN:MAX).
 # 5: pods (one launcher per node: the coordinator's address and the join timeout).
-# 6: remote.spare_check (ssh spares' health checks); agents that live for the job take plans per attempt.
+# 6: remote.spare_check (ssh spares' health checks); job agents take plans per attempt.
 PLAN_VERSION = 6
 # In the plan's env (and so each rank's) as "0" when --no-collapse-output: the agents and the launcher read it.
 COLLAPSE_VAR = "DSLAUNCH_COLLAPSE_OUTPUT"

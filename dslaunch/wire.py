@@ -70,7 +70,7 @@ def plan_from_file(path: str) -> LaunchPlan:
 
 
 def staged_from_file(path: str) -> tuple[LaunchPlan, str | None]:
-    """The plan from a staged 0600 file (deleted at once: it holds the job's secrets), and the ``dial_text`` line
+    """The plan from a staged 0600 file (deleted at once: it holds the job's secrets), and the ``dialback_text`` line
     after it, if any (pdsh: the way back to the launcher, agent/dialback_client.py)."""
     try:
         with open(path, encoding="ascii") as f:
@@ -324,17 +324,17 @@ def parse_job_line(line: bytes) -> tuple[int | None, LaunchPlan] | None:
 # ---- a pdsh agent's dial-back to its launcher (``--dial-file``, agent/dialback_client.py) ---------------------
 # One line in a staged 0600 file: the launcher's port, the job's dial-back secret (hex) and the host's name in the
 # plan, by which the launcher knows the agent; the address is the one the host's sshd saw the launcher come from.
-DIAL_WORD = "dslaunch-dial"
+DIALBACK_WORD = "dslaunch-dial"
 
 
-def dial_text(port: int, secret: bytes, host: str) -> str:
-    return f"{DIAL_WORD} {port} {secret.hex()} {host}\n"
+def dialback_text(port: int, secret: bytes, host: str) -> str:
+    return f"{DIALBACK_WORD} {port} {secret.hex()} {host}\n"
 
 
-def parse_dial(text: str) -> tuple[int, bytes, str]:
-    """(port, secret, host) from ``dial_text``; raises ``WireError`` for anything else."""
+def parse_dialback(text: str) -> tuple[int, bytes, str]:
+    """(port, secret, host) from ``dialback_text``; raises ``WireError`` for anything else."""
     words = text.split()
-    if len(words) == 4 and words[0] == DIAL_WORD and words[1].isascii() and words[1].isdigit():
+    if len(words) == 4 and words[0] == DIALBACK_WORD and words[1].isascii() and words[1].isdigit():
         port = int(words[1])
         try:
             secret = bytes.fromhex(words[2])

@@ -1,5 +1,5 @@
 """``python -m dslaunch.agent --node-rank N [--plan-file PATH] [--no-control]``, or ``--for-job [--dial-file PATH]``:
-an agent that lives for the job and takes each attempt on its stdin, or on the connection it dials back to the
+a job agent and takes each attempt on its stdin, or on the connection it dials back to the
 launcher (agent/job_agent.py, agent/dialback_client.py)."""
 
 from __future__ import annotations
@@ -102,12 +102,12 @@ def _for_job(dial_file: str | None) -> int:
 
 
 def _dialled(path: str) -> int:
-    from dslaunch.agent.dialback_client import DialError, dial
+    from dslaunch.agent.dialback_client import DialBackError, dial_back
     from dslaunch.agent.job_agent import serve
 
     try:
-        sock, pending, host = dial(path, os.environ.get("DSLAUNCH_RUN_ID", ""), os.environ)
-    except (DialError, wire.WireError) as exc:
+        sock, pending, host = dial_back(path, os.environ.get("DSLAUNCH_RUN_ID", ""), os.environ)
+    except (DialBackError, wire.WireError) as exc:
         print(f"dslaunch agent: {exc}", file=sys.stderr, flush=True)
         return 2
     with sock, sock.makefile("rb", buffering=0) as control:

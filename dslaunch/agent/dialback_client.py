@@ -24,11 +24,11 @@ from dslaunch.auth.line_reader import read_handshake_line
 from dslaunch.oslib.tcp import keep_alive
 
 ADDR_VAR = "DSLAUNCH_DIAL_ADDR"
-DIAL_TIMEOUT = 10.0
+DIALBACK_TIMEOUT = 10.0
 WATCH_TIMEOUT = 5.0  # a one-attempt agent's liveness line: its ranks run meanwhile
 
 
-class DialError(Exception):
+class DialBackError(Exception):
     pass
 
 
@@ -38,37 +38,37 @@ def launcher_address(environ: Mapping[str, str]) -> str:
         return given
     words = environ.get("SSH_CONNECTION", "").split()
     if not words:
-        raise DialError(f"no SSH_CONNECTION to find the launcher by: set {ADDR_VAR} to its address")
+        raise DialBackError(f"no SSH_CONNECTION to find the launcher by: set {ADDR_VAR} to its address")
     return words[0]
 
 
-def dial(path: str, run_id: str, environ: Mapping[str, str]) -> tuple[socket.socket, bytes, str]:
+def dial_back(path: str, run_id: str, environ: Mapping[str, str]) -> tuple[socket.socket, bytes, str]:
     """The authenticated connection to the launcher, what came after the handshake, and this host's name in the
-    plan. Raises ``DialError`` (or ``wire.WireError`` for the file) with what went wrong."""
+    plan. Raises ``DialBackError`` (or ``wire.WireError`` for the file) with what went wrong."""
     try:
         with open(path, encoding="ascii") as f:
             text = f.read()
     except (OSError, UnicodeDecodeError) as exc:
-        raise DialError(f"cannot read the dial-back file {path}: {exc}") from None
+        raise DialBackError(f"cannot read the dial-back file {path}: {exc}") from None
     finally:
         try:
             os.unlink(path)
         except OSError:
             pass
-    return connect_back(text, run_id, environ, DIAL_TIMEOUT)
+    return connect_back(text, run_id, environ, DIALBACK_TIMEOUT)
 
 
 def connect_back(
     text: str, run_id: str, environ: Mapping[str, str], timeout: float
 ) -> tuple[socket.socket, bytes, str]:
-    """``dial``'s connection, from the ``wire.dial_text`` line itself."""
-    port, secret, host = wire.parse_dial(text)
+    """``dial``'s connection, from the ``wire.dialback_text`` line itself."""
+    port, secret, host = wire.parse_dialback(text)
     address = launcher_address(environ)
     deadline = time.monotonic() + timeout
     try:
         sock = socket.create_connection((address, port), timeout=timeout)
     except OSError as exc:
-        raise DialError(f"cannot reach the launcher at {address} port {port}: {exc.strerror or exc}") from None
+        raise DialBackError(f"cannot reach the launcher at {address} port {port}: {exc.strerror or exc}") from None
     try:
         pending = _handshake(sock, secret, run_id, host, deadline)
     except BaseException:
@@ -83,12 +83,12 @@ def _handshake(sock: socket.socket, key: bytes, run_id: str, host: str, deadline
     got = read_handshake_line(sock, handshake.MAX_LINE, deadline)
     server_nonce = handshake.read_challenge(got[0]) if got else None
     if server_nonce is None:
-        raise DialError("the launcher's port did not answer as a dslaunch launcher")
+        raise DialBackError("the launcher's port did not answer as a dslaunch launcher")
     client_nonce = handshake.nonce()
     sock.sendall(handshake.answer(key, run_id, (-1, host, -1), server_nonce, client_nonce))
     got = read_handshake_line(sock, handshake.MAX_LINE, deadline)
     if got is None or not handshake.check_welcome(key, run_id, server_nonce, client_nonce, got[0]):
-        raise DialError("the launcher did not accept this agent, or could not prove it holds the job's secret")
+        raise DialBackError("the launcher did not accept this agent, or could not prove it holds the job's secret")
     return got[1]
 
 
@@ -101,7 +101,7 @@ def watch_launcher(text: str, run_id: str, environ: Mapping[str, str]) -> None:
     def watch() -> None:
         try:
             sock, _pending, _host = connect_back(text, run_id, environ, WATCH_TIMEOUT)
-        except (DialError, wire.WireError) as exc:
+        except (DialBackError, wire.WireError) as exc:
             print(f"dslaunch agent: warning: {exc}; a partition will not be noticed here", file=sys.stderr, flush=True)
             return
         with sock:

@@ -1,5 +1,5 @@
-"""A node agent that lives for the job (``python -m dslaunch.agent --for-job``): the ssh and pdsh runners start one
-per host once, and each attempt is a line on its control channel (``wire.job_run``): its stdin over ssh, the
+"""A job agent (``python -m dslaunch.agent --for-job``: a node agent that lives for the job): the ssh and pdsh runners
+start one per host once, and each attempt is a line on its control channel (``wire.job_run``): its stdin over ssh, the
 connection it dialled back to the launcher under pdsh (``--dial-file``, agent/dialback_client.py). So a restart costs no
 new session, no new agent and, with ``--preload``, no new import: the host's zygote is kept from attempt to attempt
 (preload/warm.py).

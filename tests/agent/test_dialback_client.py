@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from dslaunch import wire
-from dslaunch.agent.dialback_client import ADDR_VAR, DialError, dial, launcher_address
-from dslaunch.runners.pdsh.dialback import DialListener
+from dslaunch.agent.dialback_client import ADDR_VAR, DialBackError, dial_back, launcher_address
+from dslaunch.runners.pdsh.dialback import DialBackListener
 
 
 @pytest.mark.parametrize(
@@ -32,7 +32,7 @@ def test_the_launcher_is_where_sshd_saw_it_come_from_unless_told(environ: dict[s
 
 
 def test_without_ssh_connection_it_says_what_to_set() -> None:
-    with pytest.raises(DialError, match=ADDR_VAR):
+    with pytest.raises(DialBackError, match=ADDR_VAR):
         launcher_address({})
 
 
@@ -40,7 +40,7 @@ def test_a_bad_dial_file_is_a_wire_error_and_is_deleted(tmp_path: Path) -> None:
     path = tmp_path / "x.plan"
     path.write_text("run 0 abc\n")
     with pytest.raises(wire.WireError):
-        dial(str(path), "r1", {ADDR_VAR: "127.0.0.1"})
+        dial_back(str(path), "r1", {ADDR_VAR: "127.0.0.1"})
     assert not path.exists()
 
 
@@ -55,10 +55,10 @@ def test_a_port_that_is_not_a_launcher_is_refused_with_a_clear_error(tmp_path: P
 
     threading.Thread(target=junk, daemon=True).start()
     path = tmp_path / "x.plan"
-    path.write_text(wire.dial_text(port, bytes(32), "node1"))
+    path.write_text(wire.dialback_text(port, bytes(32), "node1"))
     try:
-        with pytest.raises(DialError, match="did not answer as a dslaunch launcher"):
-            dial(str(path), "r1", {ADDR_VAR: "127.0.0.1"})
+        with pytest.raises(DialBackError, match="did not answer as a dslaunch launcher"):
+            dial_back(str(path), "r1", {ADDR_VAR: "127.0.0.1"})
     finally:
         server.close()
     assert not path.exists()
@@ -78,8 +78,8 @@ os._exit(3)
 def test_a_one_attempt_agent_is_told_when_its_line_to_the_launcher_ends() -> None:
     """The liveness line of a pdsh agent: once up, its end is SIGHUP to the agent (a stop signal)."""
     secret = os.urandom(32)
-    listener = DialListener("r1", secret)
-    text = wire.dial_text(listener.port, secret, "node1").strip()
+    listener = DialBackListener("r1", secret)
+    text = wire.dialback_text(listener.port, secret, "node1").strip()
     child = subprocess.Popen([sys.executable, "-c", _WATCHER, text, "r1"], stdout=subprocess.PIPE, text=True)
     try:
         taken = listener.take(["node1"], time.monotonic() + 15, lambda _h: False)
@@ -100,7 +100,7 @@ def test_a_launcher_it_cannot_reach_is_said_once_and_the_agent_goes_on() -> None
     closed = socket.create_server(("127.0.0.1", 0))
     port = closed.getsockname()[1]
     closed.close()  # nobody listens there now
-    text = wire.dial_text(port, bytes(32), "node1").strip()
+    text = wire.dialback_text(port, bytes(32), "node1").strip()
     child = subprocess.run(
         [sys.executable, "-c", _WATCHER.replace("time.sleep(30)", "time.sleep(2)"), text, "r1"],
         capture_output=True, text=True, timeout=30,

@@ -159,7 +159,7 @@ def test_a_job_line_either_parses_or_is_ignored_or_is_a_wire_error(line: bytes) 
 
 def test_a_dial_file_round_trips_and_nothing_else_reads_as_one() -> None:
     secret = bytes(range(32))
-    assert wire.parse_dial(wire.dial_text(40123, secret, "node1")) == (40123, secret, "node1")
+    assert wire.parse_dialback(wire.dialback_text(40123, secret, "node1")) == (40123, secret, "node1")
     for bad in [
         "",
         "dslaunch-dial 40123 " + secret.hex(),  # no host
@@ -172,13 +172,13 @@ def test_a_dial_file_round_trips_and_nothing_else_reads_as_one() -> None:
         "dslaunch-dial 40123 " + secret.hex() + " " + "h" * 254,
     ]:
         with pytest.raises(wire.WireError):
-            wire.parse_dial(bad)
+            wire.parse_dialback(bad)
 
 
 @given(st.text(max_size=300))
 def test_a_dial_file_either_parses_or_is_a_wire_error(text: str) -> None:
     try:
-        port, secret, host = wire.parse_dial(text)
+        port, secret, host = wire.parse_dialback(text)
     except wire.WireError:
         return
     assert 0 < port < 65536 and len(secret) >= 16 and host and not any(c.isspace() for c in host)

@@ -3,5 +3,5 @@
 - ``invocation``: pdsh's command line, environment and labels (pure), and its start;
 - ``demux``: pdsh's one stdout and stderr split back per host;
 - ``runner``: an agent per host for an attempt, stopped and signalled by a short ssh each;
-- ``dialback``: with restarts, agents that live for the job and dial back to the launcher, which carries every message.
+- ``dialback``: with restarts, job agents and dial back to the launcher, which carries every message.
 """

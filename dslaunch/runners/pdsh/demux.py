@@ -9,7 +9,7 @@ The two pipes are read by two threads, so the line saying a host's ssh ended can
 lines on stdout, which pdsh wrote first (a flood from another host ahead of them): the host is closed only once
 stdout has been read up to where it stood when that line came.
 
-A host's end-of-attempt marker on stderr sets ``err_ended``: its stderr lines are all in. ``live``: the agents live
+A host's end-of-attempt marker on stderr sets ``err_ended``: its stderr lines are all in. ``for_job``: the agents live
 for the job (runners/pdsh/dialback.py): a host's Done ends an attempt, not its stream.
 """
 
@@ -47,9 +47,9 @@ def _waiting(fd: int) -> int:
 class PdshDemux:
     """Reads pdsh's stdout/stderr and hands each host its own line stream and status."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], hosts: list[str], *, live: bool = False) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], hosts: list[str], *, for_job: bool = False) -> None:
         self.proc = proc
-        self.live = live
+        self.for_job = for_job
         self.err_ended = {h: threading.Event() for h in hosts}
         self.queues = {h: HostLines() for h in hosts}
         self.status: dict[str, int] = {}
@@ -177,7 +177,7 @@ class PdshDemux:
         self.queues[host].put(rest + "\n", urgent=event is not None)
         if isinstance(event, wire.Done):
             self.reported.add(host)
-            if not self.live:
+            if not self.for_job:
                 self._close(host, event.code)
 
     def close_host(self, host: str, code: int) -> None:
@@ -192,8 +192,8 @@ class PdshDemux:
             if match and match["host"] in self.queues:
                 expected = any(match["host"] in known for known in (self.stopped, self.asked_to_stop, self.status))
                 self._ended(match["host"], int(match["code"]) if match["code"] else 128 + int(match["sig"]))
-                if expected or self.live:
-                    continue  # we ended that ssh client, or its agent already reported (or, live, the launcher
+                if expected or self.for_job:
+                    continue  # we ended that ssh client, or its agent already reported (or, for the job, the launcher
                     # says what became of the host: a node lost, a spare dropped): not news
             host, sep, rest = line.partition(": ")
             if sep and host in self.err_ended and rest.rstrip("\n") == wire.ATTEMPT_END:

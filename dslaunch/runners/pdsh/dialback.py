@@ -1,9 +1,9 @@
-"""Node agents that live for the job under pdsh (``--max-restarts`` > 0): started once per host by one pdsh, each
+"""Job agents under pdsh (``--max-restarts`` > 0): started once per host by one pdsh, each
 dials back to the launcher (agent/dialback_client.py), and that connection carries every attempt, stop, signal and stack
 request, and the job's end, with no session per message. Their output still comes through pdsh (demux.py).
 
 The launcher listens on a port of its own; each host gets a staged 0600 file with that port, the job's dial-back
-secret and its name (``wire.dial_text``), and its agent proves it holds the secret (auth/handshake.py) before it is
+secret and its name (``wire.dialback_text``), and its agent proves it holds the secret (auth/handshake.py) before it is
 trusted. A connection that ends (the agent died) or goes silent (TCP keepalive, ``oslib/tcp.DEAD_AFTER``) ends that
 host's stream at once: the attempt names the node lost. Hosts that need an agent later (a lost node, spares) get
 a pdsh of their own.
@@ -39,7 +39,7 @@ MAX_GREETING = 512  # connections proving themselves at once; more are closed at
 JOIN_GRACE = 30.0  # beyond --ssh-connect-timeout: a cold interpreter on a loaded host, then the dial-back
 
 
-class DialListener:
+class DialBackListener:
     """The launcher's port for its agents: accepts, checks each one's proof, and keeps the connections by host."""
 
     def __init__(self, run_id: str, secret: bytes) -> None:
@@ -124,7 +124,7 @@ class PdshGroup:
     def __init__(self, proc: subprocess.Popen[bytes], hosts: list[str]) -> None:
         self.proc = proc
         self.label = {h: pdsh_label(h) for h in hosts}
-        self.demux = PdshDemux(proc, list(self.label.values()), live=True)
+        self.demux = PdshDemux(proc, list(self.label.values()), for_job=True)
 
     def end(self, wait: float) -> None:
         try:
@@ -134,8 +134,8 @@ class PdshGroup:
             self.proc.wait()
 
 
-class DialAgent:
-    """A pdsh-started agent that lives for the job (a ``LiveAgent``): its dialled-back connection, its output."""
+class DialBackAgent:
+    """A pdsh-started agent that lives for the job (a ``JobAgent``): its dialled-back connection, its output."""
 
     def __init__(self, host: str, sock: socket.socket, group: PdshGroup) -> None:
         self.host = host
@@ -227,7 +227,7 @@ Stage = Callable[[str, Sequence[tuple[str, int | str, bytes]]], dict[str, str]] 
 PdshArgv = Callable[[list[str], str], list[str]]  # (hosts, command with '%' escaped) -> pdsh's argv
 
 
-def dial_agent_command(plan: LaunchPlan, group: str, hosts: list[str]) -> str:
+def dialback_agent_command(plan: LaunchPlan, group: str, hosts: list[str]) -> str:
     """The command pdsh runs on each of ``hosts`` (its ``%`` escaped for pdsh): an agent for the job that dials back
     as the file staged for it says (``{run_id}.{group}-{index}.plan``), its host's name as pdsh gives it (%h)."""
     token = f"DSLN{secrets.token_hex(8)}"  # stands in for pdsh's %n and %h while '%' is escaped
@@ -280,7 +280,7 @@ class DialBack:
 
     def __init__(self, run_id: str, stage_files: Stage, pdsh_argv: PdshArgv, env: dict[str, str]) -> None:
         self.secret = secrets.token_bytes(32)
-        self.listener = DialListener(run_id, self.secret)
+        self.listener = DialBackListener(run_id, self.secret)
         self.stage_files = stage_files  # (run_id, files) -> {host: why} for the hosts it could not stage on
         self.pdsh_argv = pdsh_argv
         self.env = env
@@ -289,7 +289,7 @@ class DialBack:
         self._count = 0
         self._lock = threading.Lock()
 
-    def start(self, plan: LaunchPlan, hosts: list[str]) -> tuple[dict[str, DialAgent], dict[str, str]]:
+    def start(self, plan: LaunchPlan, hosts: list[str]) -> tuple[dict[str, DialBackAgent], dict[str, str]]:
         """An agent on each of ``hosts``: the ones that dialled back, and why each other one did not."""
         if not hosts:
             return {}, {}
@@ -299,7 +299,9 @@ class DialBack:
                 self._count += 1
                 group = f"d{self._count}"
             port = self.listener.port
-            files = [(h, f"{group}-{i}", wire.dial_text(port, self.secret, h).encode()) for i, h in enumerate(hosts)]
+            files = [
+                (h, f"{group}-{i}", wire.dialback_text(port, self.secret, h).encode()) for i, h in enumerate(hosts)
+            ]
             failed = self.stage_files(plan.run_id, files)
             failures.update(failed)
             hosts = [h for h in hosts if h not in failed]
@@ -307,7 +309,7 @@ class DialBack:
                 return {}, failures
             if not failed:
                 break
-        command = dial_agent_command(plan, group, hosts)
+        command = dialback_agent_command(plan, group, hosts)
         try:
             proc = self._starter.start(self.pdsh_argv(hosts, command), self.env)
         except OSError as exc:
@@ -320,7 +322,7 @@ class DialBack:
             if host not in conns:
                 failures[host] = f"its agent did not dial back to this launcher (port {self.listener.port})"
                 pdsh.demux.stopped.add(pdsh.label[host])
-        return {h: DialAgent(h, sock, pdsh) for h, sock in conns.items()}, failures
+        return {h: DialBackAgent(h, sock, pdsh) for h, sock in conns.items()}, failures
 
     def close(self) -> None:
         self.listener.close()

@@ -12,7 +12,7 @@ with SIGKILL takes pdsh with it (parent-death signal), which closes every ssh cl
 Beside the plan, each host's file holds a way back to this launcher: the agent keeps a connection
 to it whose end (the launcher's death, a partition found by keepalive) stops its node.
 
-With ``--max-restarts`` the agents live for the job instead (dialback.py): each dials back to the launcher, and that
+With ``--max-restarts`` they are job agents instead (dialback.py): each dials back to the launcher, and that
 connection carries every attempt, stop and signal; spare hosts get theirs at the job's start.
 """
 
@@ -33,14 +33,13 @@ from dslaunch.job.loop import supervise_and_report
 from dslaunch.job.result import JobResult
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.runners.pdsh.demux import PdshDemux
-from dslaunch.runners.pdsh.dialback import DialBack, DialListener, dial_agent_command
+from dslaunch.runners.pdsh.dialback import DialBack, DialBackListener, dialback_agent_command
 from dslaunch.runners.pdsh.invocation import pdsh_command, pdsh_env, pdsh_label, pdsh_labels, ssh_args, start_pdsh
 from dslaunch.runners.pdsh.ssh_mux import SshMux
-from dslaunch.runners.remote import job_agents as live_attempt
-from dslaunch.runners.remote import rlimits, stage
+from dslaunch.runners.remote import job_agents, rlimits, stage
 from dslaunch.runners.remote.agent_command import agent_command, reap_command
 from dslaunch.runners.remote.base import ALL_HOSTS, RemoteRunner, report_start_failures, write_err
-from dslaunch.runners.remote.job_agents import LiveAgents
+from dslaunch.runners.remote.job_agents import JobAgents
 from dslaunch.runners.remote.spares import Spares
 
 
@@ -69,7 +68,7 @@ class PdshNode:
         while (line := q.get()) is not None:
             yield line
         if self.key in self.demux.reported:  # its stderr, read apart, is all in once its end marker came
-            self.demux.err_ended[self.key].wait(live_attempt.END_WAIT)
+            self.demux.err_ended[self.key].wait(job_agents.END_WAIT)
 
     def _signal_client(self, signum: int) -> None:
         pid = self.demux.ssh_client(self.host.rpartition("@")[2])  # ssh gets the name, pdsh labels it
@@ -118,7 +117,7 @@ class PdshRunner(RemoteRunner):
         self._env: dict[str, str] = {}
         self._mux: SshMux | None = None  # with restarts, the job's (kept for its probes, reaps and stagings)
         self._dial: DialBack | None = None  # ... its agents, started by pdsh, dialled back (dialback.py)
-        self._live: LiveAgents | None = None
+        self._agents: JobAgents | None = None
         self._spares: Spares | None = None
 
     def describe(self, plan: LaunchPlan) -> list[str]:
@@ -126,7 +125,7 @@ class PdshRunner(RemoteRunner):
         pdsh_labels([n.host for n in plan.nodes])
         if plan.restarts.max_restarts > 0:
             hosts = [n.host for n in plan.nodes]
-            argv = pdsh_command(settings, hosts, dial_agent_command(plan, "d1", hosts))
+            argv = pdsh_command(settings, hosts, dialback_agent_command(plan, "d1", hosts))
             dial = stage.plan_path(plan.run_id, "d1-%n")
             return [
                 f"PDSH_SSH_ARGS_APPEND={shlex.quote(' '.join(ssh_args(settings)))} {shlex.join(argv)}"
@@ -165,20 +164,20 @@ class PdshRunner(RemoteRunner):
         return {**failures, **probe_hosts(plan, todo)}
 
     def close(self) -> None:
-        """The job is over: end the agents that live for it, their pdsh runs and the shared ssh connection."""
+        """The job is over: end its job agents, their pdsh runs and the shared ssh connection."""
         if self._spares is not None:
             self._spares.end_job()
         if self._dial is not None:
             self._dial.close()
         if self._mux is not None:
             self._mux.close()
-        self._spares = self._live = self._dial = self._mux = None
+        self._spares = self._agents = self._dial = self._mux = None
 
     def run(self, plan: LaunchPlan) -> JobResult:
         settings = plan.remote
         pdsh_labels([n.host for n in plan.nodes])  # before anything is staged
         if plan.restarts.max_restarts > 0:
-            return self._run_live(plan)
+            return self._run_on_job_agents(plan)
         for warning in rlimits.make_room(len(plan.nodes), "pdsh"):  # pdsh inherits them: pipes, ssh clients
             write_err(warning.encode())
         mux = SshMux()
@@ -216,30 +215,30 @@ class PdshRunner(RemoteRunner):
             return pdsh_command(settings, hosts, command)
 
         self._dial = DialBack(plan.run_id, stage_files, argv, env)
-        self._live = LiveAgents()
-        self._spares = Spares(self._live, self.probe)
+        self._agents = JobAgents()
+        self._spares = Spares(self._agents, self.probe)
         return None
 
-    def _run_live(self, plan: LaunchPlan) -> JobResult:
-        """One attempt on the agents that live for the job: started (by pdsh) on the hosts that have none."""
+    def _run_on_job_agents(self, plan: LaunchPlan) -> JobResult:
+        """One attempt on the job agents: started (by pdsh) on the hosts that have none."""
         settings = plan.remote
         if self._dial is None and (why := self._set_up(plan)) is not None:
             return report_start_failures({ALL_HOSTS: why})
-        dial, live, spares = self._dial, self._live, self._spares
-        assert dial is not None and live is not None and spares is not None  # _set_up's
+        dial, agents, spares = self._dial, self._agents, self._spares
+        assert dial is not None and agents is not None and spares is not None  # _set_up's
         spares.join()
         plan, why = self.with_free_port(plan, settings)
         if why:
             return report_start_failures({plan.nodes[0].host: why})
         hosts = [node.host for node in plan.nodes]
-        started, failures = dial.start(plan, live.lacking(hosts))
-        live.by_host.update(started)
+        started, failures = dial.start(plan, agents.lacking(hosts))
+        agents.by_host.update(started)
         if failures:
             for host in started:
-                live.drop(host)
+                agents.drop(host)
             self.reap(plan, settings, [*started, *failures])
             return report_start_failures(failures)
-        attempts = [live_attempt.start(live.by_host[node.host], plan, node.node_rank) for node in plan.nodes]
+        attempts = [job_agents.start(agents.by_host[node.host], plan, node.node_rank) for node in plan.nodes]
         spares.promoted(hosts)
         if plan.elastic.candidates:
             spares.stand_by(plan, lambda spare_hosts: dict(dial.start(plan, spare_hosts)[0]))
@@ -254,9 +253,9 @@ class PdshRunner(RemoteRunner):
         # Each agent's liveness line to this launcher (agent/dialback_client.py::watch_launcher): pdsh has no stdin, so
         # without it a partition reaches a cut-off agent only through its sshd's ClientAlive settings.
         secret = secrets.token_bytes(32)
-        listener = DialListener(plan.run_id, secret)
+        listener = DialBackListener(plan.run_id, secret)
         try:
-            after = {n.host: wire.dial_text(listener.port, secret, n.host) for n in plan.nodes}
+            after = {n.host: wire.dialback_text(listener.port, secret, n.host) for n in plan.nodes}
             return self._run_staged(plan, settings, env, after)
         finally:
             listener.close()  # after pdsh ended: its agents are gone

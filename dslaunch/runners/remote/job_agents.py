@@ -1,6 +1,6 @@
 """One attempt on a node agent that lives for the job, and the job's agents by host (transport-neutral).
 
-An agent is anything with the ``LiveAgent`` protocol: the ssh runner's (a paramiko channel) and the pdsh
+An agent is anything with the ``JobAgent`` protocol: the ssh runner's (a paramiko channel) and the pdsh
 runner's (a connection the agent dialled back, its output through pdsh). The attempt's stream ends at the
 agent's end-of-attempt marker (``wire.ATTEMPT_END``), not at the end of the agent's stream; an agent whose stream
 ended otherwise is dead and never given another attempt.
@@ -21,7 +21,7 @@ END_WAIT = 4 * STALL  # how long an attempt's end waits for its stderr to catch 
 CLOSE_WAIT = 5.0  # how long the job's end waits for an agent to exit after its control channel's EOF
 
 
-class LiveAgent(Protocol):
+class JobAgent(Protocol):
     host: str
     dead: bool  # its stream ended outside an attempt's end
     err_ended: threading.Event  # the attempt's stderr is all here (its end marker came)
@@ -51,16 +51,16 @@ class LiveAgent(Protocol):
         ...
 
 
-def start(agent: LiveAgent, plan: LaunchPlan, node_rank: int) -> Attempt:
+def start(agent: JobAgent, plan: LaunchPlan, node_rank: int) -> Attempt:
     agent.err_ended.clear()
     agent.send(wire.job_run(node_rank, plan))
     return Attempt(agent, node_rank)
 
 
 class Attempt:
-    """One attempt on a live agent (an ``AgentHandle``, ``job/protocols.py``)."""
+    """One attempt on a job agent (an ``AgentHandle``, ``job/protocols.py``)."""
 
-    def __init__(self, agent: LiveAgent, node_rank: int) -> None:
+    def __init__(self, agent: JobAgent, node_rank: int) -> None:
         self.agent = agent
         self.node_rank = node_rank
         self.host = agent.host
@@ -109,11 +109,11 @@ class Attempt:
             time.sleep(0.02)
 
 
-class LiveAgents:
-    """The job's live agents, by host."""
+class JobAgents:
+    """The job's job agents, by host."""
 
     def __init__(self) -> None:
-        self.by_host: dict[str, LiveAgent] = {}
+        self.by_host: dict[str, JobAgent] = {}
 
     def lacking(self, hosts: list[str]) -> list[str]:
         """Which of ``hosts`` need a new agent: none yet, or one that can no longer take an attempt (dropped)."""

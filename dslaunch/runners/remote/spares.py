@@ -1,5 +1,5 @@
-"""Warm spare hosts: a spare (``--num-nodes N`` with a longer hostfile, ``--nnodes MIN:MAX``) gets its
-job-lifetime agent when the job starts, and with ``--preload`` its zygote imports at once (``wire.job_standby``), so
+"""Spare hosts standing by: a spare (``--num-nodes N`` with a longer hostfile, ``--nnodes MIN:MAX``) gets its
+job agent when the job starts, and with ``--preload`` its zygote imports at once (``wire.job_standby``), so
 promoting it costs a fork and a rendezvous. While it waits it is checked every ``--spare-check-interval``
 seconds as ``--preflight`` checks a host (over the connection it already has, on ssh); a spare that fails is
 dropped with one line, and the next attempt leaves it out (docs/elastic.md).
@@ -18,19 +18,19 @@ from dslaunch.job.loop import supervise_and_report
 from dslaunch.job.result import JobResult
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.remote import base as common
-from dslaunch.runners.remote.job_agents import Attempt, LiveAgent, LiveAgents
+from dslaunch.runners.remote.job_agents import Attempt, JobAgent, JobAgents
 
 Probe = Callable[[LaunchPlan, list[str]], dict[str, str]]  # (plan, hosts) -> the hosts that failed, with why
-StartAgents = Callable[[list[str]], dict[str, LiveAgent]]  # hosts -> the agents started (a host left out failed)
+StartAgents = Callable[[list[str]], dict[str, JobAgent]]  # hosts -> the agents started (a host left out failed)
 
 
 class Spares:
     """The job's spare hosts standing by, their last good check, and the ones found unfit."""
 
-    def __init__(self, live: LiveAgents, probe: Probe) -> None:
-        self.live = live
+    def __init__(self, agents: JobAgents, probe: Probe) -> None:
+        self.agents = agents
         self.probe = probe
-        self.waiting: set[str] = set()  # spares with a live agent, in no attempt
+        self.waiting: set[str] = set()  # spares with a job agent, in no attempt
         self.unfit: dict[str, str] = {}  # spare -> why it was dropped
         self.checked: dict[str, float] = {}  # host -> when it last passed a check (monotonic)
         self.lock = threading.Lock()
@@ -45,7 +45,7 @@ class Spares:
             hosts = [
                 c.host
                 for c in plan.elastic.candidates
-                if c.host not in in_use and c.host not in self.unfit and c.host not in self.live.by_host
+                if c.host not in in_use and c.host not in self.unfit and c.host not in self.agents.by_host
             ]
         if not hosts:
             return
@@ -58,7 +58,7 @@ class Spares:
         for host, agent in start_agents(hosts).items():  # a host that cannot be reached is the next probe's to judge
             agent.send(wire.job_standby(plan))
             with self.lock:
-                self.live.by_host[host] = agent
+                self.agents.by_host[host] = agent
                 self.waiting.add(host)
                 self.checked[host] = now  # probed before attempt 0 (job/attempts.HostPool)
         if self._watch is None:
@@ -91,7 +91,7 @@ class Spares:
         """Run one attempt to its end; then drop the agents that did not reach it, and keep the hosts it blamed out
         of the spares (the next attempts leave them out too: HostPool)."""
         result = supervise_and_report(plan, attempts)
-        self.live.after(attempts)
+        self.agents.after(attempts)
         with self.lock:
             self.unfit.update(result.blamed)
         return result
@@ -103,7 +103,7 @@ class Spares:
     def end_job(self) -> None:
         """The job is over: no more checks, and every agent ends (the spares' and the attempts'), with its zygote."""
         self.close()
-        self.live.close()
+        self.agents.close()
 
     def _check_loop(self, plan: LaunchPlan) -> None:
         interval = plan.remote.spare_check
@@ -113,7 +113,7 @@ class Spares:
             if not hosts:
                 continue
             with self.lock:
-                gone = {h: "its agent is gone" for h in hosts if (a := self.live.by_host.get(h)) and not a.usable()}
+                gone = {h: "its agent is gone" for h in hosts if (a := self.agents.by_host.get(h)) and not a.usable()}
             failed = {**self.probe(plan, [h for h in hosts if h not in gone]), **gone}
             now = time.monotonic()
             for host in hosts:
@@ -127,7 +127,7 @@ class Spares:
                         continue  # promoted meanwhile: the attempt judges it
                     self.waiting.discard(host)
                     self.unfit[host] = why
-                    self.live.drop(host)
+                    self.agents.drop(host)
                 common.write_err(f"dslaunch: spare host {host} failed its check and is dropped: {why}\n".encode())
 
 

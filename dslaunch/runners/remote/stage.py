@@ -95,7 +95,7 @@ def stage_plan(
     *,
     after: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """Upload the plan to every host of the plan, and ``after[host]`` as a second line (a ``wire.dial_text``);
+    """Upload the plan to every host of the plan, and ``after[host]`` as a second line (a ``wire.dialback_text``);
     return ``{host: why}`` for the hosts that failed."""
     payload = wire.plan_to_b64(plan) + "\n"
     files = [(n.host, n.node_rank, (payload + (after or {}).get(n.host, "")).encode()) for n in plan.nodes]

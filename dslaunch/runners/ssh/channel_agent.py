@@ -1,9 +1,9 @@
-"""Node agents that live for the job over ssh (``--max-restarts`` > 0): one agent per host, started once, to which
+"""Job agents over ssh (``--max-restarts`` > 0): one agent per host, started once, to which
 each attempt is a line on the channel it already has (agent/job_agent.py, runners/remote/job_agents.py).
 
 A restart therefore costs no ssh handshake, no new session and no new agent, and with ``--preload`` no import: the
 host's zygote stays warm. Stops, signals and stack requests go on the same channel as for a one-attempt agent.
-EOF on an agent's stdin ends it: the job's end (:meth:`SshLiveAgent.close`), the launcher's death or a lost
+EOF on an agent's stdin ends it: the job's end (:meth:`SshJobAgent.close`), the launcher's death or a lost
 connection.
 """
 
@@ -21,8 +21,8 @@ from dslaunch.runners.remote.job_agents import CLOSE_WAIT
 from dslaunch.runners.ssh.connect import RECV
 
 
-class SshLiveAgent:
-    """The job-lifetime agent on one host (a ``LiveAgent``): its connection, its channel and its two streams."""
+class SshJobAgent:
+    """The job agent on one host (a ``JobAgent``): its connection, its channel and its two streams."""
 
     def __init__(self, host: str, conn: Any, command: str) -> None:
         self.host = host

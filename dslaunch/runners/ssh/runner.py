@@ -3,7 +3,7 @@
 The plan is the first line of the agent's stdin and the rest of stdin is its
 control channel, so nothing relies on sshd's AcceptEnv, and a dropped
 connection (or a launcher killed with SIGKILL) is EOF on the agent's stdin,
-which tears that node down. With ``--max-restarts`` the agents live for the job
+which tears that node down. With ``--max-restarts`` the agents are job agents
 instead, each attempt a line on the same stdin (channel_agent.py), and spare hosts get
 theirs at the job's start (runners/remote/spares.py).
 """
@@ -21,13 +21,12 @@ from dslaunch.job.loop import supervise_and_report
 from dslaunch.job.result import START_FAILED, JobResult
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.runners.remote import base as common
-from dslaunch.runners.remote import job_agents as live_attempt
-from dslaunch.runners.remote import rlimits
+from dslaunch.runners.remote import job_agents, rlimits
 from dslaunch.runners.remote.agent_command import agent_command
 from dslaunch.runners.remote.base import RemoteRunner, report_start_failures
-from dslaunch.runners.remote.job_agents import Attempt, LiveAgent, LiveAgents
+from dslaunch.runners.remote.job_agents import Attempt, JobAgent, JobAgents
 from dslaunch.runners.remote.spares import Spares, run_each
-from dslaunch.runners.ssh.channel_agent import SshLiveAgent
+from dslaunch.runners.ssh.channel_agent import SshJobAgent
 from dslaunch.runners.ssh.connect import RECV, connect_all, connect_hosts, run_on
 
 HEARTBEAT_ROOM = 1024  # bytes the channel's window must have left for a heartbeat, so sending one never waits
@@ -107,7 +106,7 @@ class SshAgent:
                 self.reported = True
             yield text
         # stderr is read by a thread of its own: its last lines must be in before the attempt's console closes
-        self._relay.join(live_attempt.END_WAIT)
+        self._relay.join(job_agents.END_WAIT)
 
     def stop(self) -> None:
         if self._stopped:
@@ -151,7 +150,7 @@ class SshRunner(RemoteRunner):
     def __init__(self) -> None:
         self._settings = RemoteSettings()
         self._conns: dict[str, Any] = {}
-        self._live: LiveAgents | None = None  # with restarts: one agent per host for the job (channel_agent.py)
+        self._agents: JobAgents | None = None  # with restarts: one agent per host for the job (channel_agent.py)
         self._spares: Spares | None = None  # ... and one on each spare host, standing by (spares.py)
         self._keepalive: Keepalive | None = None
 
@@ -169,7 +168,7 @@ class SshRunner(RemoteRunner):
         ]
 
     def probe(self, plan: LaunchPlan, hosts: list[str]) -> dict[str, str]:
-        """Check ``hosts`` as --preflight does (job/attempts.HostPool): with agents that live for the job, over the
+        """Check ``hosts`` as --preflight does (job/attempts.HostPool): with job agents, over the
         connections they have, and a spare that passed its last check less than --spare-check-interval ago is not
         checked again."""
         from dslaunch.runners.preflight import probe_hosts
@@ -210,7 +209,7 @@ class SshRunner(RemoteRunner):
         return {**kept, **conns}, failures
 
     def close(self) -> None:
-        """The job is over: end the agents that live for it, and their connections."""
+        """The job is over: end its job agents, and their connections."""
         if self._spares is not None:
             self._spares.end_job()
         if self._keepalive is not None:
@@ -236,7 +235,7 @@ class SshRunner(RemoteRunner):
 
     def run(self, plan: LaunchPlan) -> JobResult:
         if plan.restarts.max_restarts > 0:
-            return self._run_live(plan)
+            return self._run_on_job_agents(plan)
         settings = self._settings = plan.remote
         for warning in rlimits.make_room(len(plan.nodes), "ssh"):  # a socket and threads per host, for the job
             common.write_err(warning.encode())
@@ -279,18 +278,18 @@ class SshRunner(RemoteRunner):
                 conn.close()
             self._conns = {}
 
-    def _run_live(self, plan: LaunchPlan) -> JobResult:
-        """One attempt on the agents that live for the job: started on the hosts that have none, told elsewhere."""
+    def _run_on_job_agents(self, plan: LaunchPlan) -> JobResult:
+        """One attempt on the job agents: started on the hosts that have none, told elsewhere."""
         settings = self._settings = plan.remote
-        if self._live is None:
+        if self._agents is None:
             for warning in rlimits.make_room(len(plan.nodes), "ssh"):
                 common.write_err(warning.encode())
-            self._live, self._keepalive = LiveAgents(), Keepalive(common.keepalive_interval(settings))
-            self._spares = Spares(self._live, self.probe)
-        live, keepalive, spares = self._live, self._keepalive, self._spares
-        assert keepalive is not None and spares is not None  # set with _live
+            self._agents, self._keepalive = JobAgents(), Keepalive(common.keepalive_interval(settings))
+            self._spares = Spares(self._agents, self.probe)
+        agents, keepalive, spares = self._agents, self._keepalive, self._spares
+        assert keepalive is not None and spares is not None  # set with _agents
         spares.join()
-        lacking = live.lacking([node.host for node in plan.nodes])
+        lacking = agents.lacking([node.host for node in plan.nodes])
         conns, failures = self._connect(lacking, settings)
         if failures:
             return report_start_failures(failures)
@@ -301,12 +300,12 @@ class SshRunner(RemoteRunner):
         def command(host: str) -> str:
             return agent_command(plan, 0, venv_script=settings.venv_script, for_job=True, host=host)
 
-        def start_agents(hosts: list[str]) -> dict[str, LiveAgent]:
+        def start_agents(hosts: list[str]) -> dict[str, JobAgent]:
             """Spares' agents, on their connections (a probe's, else new ones)."""
-            started: dict[str, LiveAgent] = {}
+            started: dict[str, JobAgent] = {}
             for host, conn in self._connect(hosts, settings)[0].items():
                 try:
-                    started[host] = agent = SshLiveAgent(host, conn, command(host))
+                    started[host] = agent = SshJobAgent(host, conn, command(host))
                 except Exception:  # noqa: BLE001 - no session there: it stays out of the spares
                     conn.close()
                     continue
@@ -316,16 +315,16 @@ class SshRunner(RemoteRunner):
         attempts: list[Attempt] = []
         try:
             for host, conn in conns.items():
-                live.by_host[host] = agent = SshLiveAgent(host, conn, command(host))
+                agents.by_host[host] = agent = SshJobAgent(host, conn, command(host))
                 keepalive.watch(conn, partial(heartbeat, agent.channel))
-            attempts = [live_attempt.start(live.by_host[node.host], plan, node.node_rank) for node in plan.nodes]
+            attempts = [job_agents.start(agents.by_host[node.host], plan, node.node_rank) for node in plan.nodes]
             spares.promoted([node.host for node in plan.nodes])
             if plan.elastic.candidates:
                 spares.stand_by(plan, start_agents)
         except Exception as exc:  # noqa: BLE001 - any channel error: stop what already started
             for attempt in attempts:
                 attempt.kill()
-            live.after(attempts)
+            agents.after(attempts)
             return report_start_failures({host: f"{type(exc).__name__}: {exc}" for host in conns} or {"?": str(exc)})
         result = spares.supervise(plan, attempts)
         self.reap(plan, settings, [a.host for a in attempts if not a.reported])

@@ -1,4 +1,4 @@
-"""pdsh agents that live for the job dial back to their launcher: only the job's own get in, and one cut off from
+"""pdsh job agents dial back to their launcher: only the job's own get in, and one cut off from
 its launcher ends its ranks and itself on its own (real sshd and pdsh, on loopback and in network namespaces)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dslaunch import wire
 from dslaunch.auth import handshake
 from dslaunch.auth.line_reader import read_handshake_line
 from dslaunch.oslib.tcp import DEAD_AFTER
-from dslaunch.runners.pdsh.dialback import DialListener
+from dslaunch.runners.pdsh.dialback import DialBackListener
 from testbeds.netns_cluster import NetnsCluster
 from testbeds.ssh_cluster import need
 from tests.helpers import job_processes
@@ -41,7 +41,7 @@ def _answer(port: int, secret: bytes, run_id: str, host: str) -> bytes | None:
 
 def test_only_an_agent_that_holds_the_jobs_secret_takes_its_hosts_place() -> None:
     secret = os.urandom(32)
-    listener = DialListener("r1", secret)
+    listener = DialBackListener("r1", secret)
     try:
         assert _answer(listener.port, os.urandom(32), "r1", "node1") is None  # another secret
         assert _answer(listener.port, secret, "r2", "node1") is None  # another job's
@@ -49,10 +49,10 @@ def test_only_an_agent_that_holds_the_jobs_secret_takes_its_hosts_place() -> Non
         deadline = time.monotonic() + 0.5
         assert listener.take(["node1"], deadline, lambda _h: False) == {}
         welcomed: list[bytes | None] = []
-        dialler = threading.Thread(target=lambda: welcomed.append(_answer(listener.port, secret, "r1", "node1")))
-        dialler.start()
+        dialling = threading.Thread(target=lambda: welcomed.append(_answer(listener.port, secret, "r1", "node1")))
+        dialling.start()
         taken = listener.take(["node1"], time.monotonic() + 10, lambda _h: False)
-        dialler.join()
+        dialling.join()
         assert list(taken) == ["node1"] and welcomed and welcomed[0] is not None
         for sock in [*taken.values(), *silent]:
             sock.close()
@@ -65,7 +65,7 @@ def test_only_an_agent_that_holds_the_jobs_secret_takes_its_hosts_place() -> Non
 def test_an_agent_cut_off_from_its_launcher_ends_its_ranks_within_the_bound(
     netns_cluster: NetnsCluster, tmp_path: Path
 ) -> None:
-    """The launcher of a job-lifetime agent sees the node lost; the agent, still cut off, sees its connection go
+    """The launcher of a job agent sees the node lost; the agent, still cut off, sees its connection go
     silent and stops its ranks and itself within ``DEAD_AFTER`` plus the shutdown grace: before the link is back."""
     need("pdsh")
     hostfile = tmp_path / "hosts"

@@ -1,4 +1,4 @@
-"""Node agents that live for the job over ssh and pdsh (``--max-restarts``): a restart is a message to the host's
+"""Job agents over ssh and pdsh (``--max-restarts``): a restart is a message to the host's
 agent (on its channel, or on the connection it dialled back), which forks the next attempt's ranks from the zygote
 it kept (real sshd and pdsh on loopback)."""
 

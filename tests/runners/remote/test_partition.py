@@ -26,7 +26,7 @@ def _link(cluster: NetnsCluster, node: int, state: str) -> None:
 def test_a_partitioned_node_is_named_and_the_job_ends(
     netns_cluster: NetnsCluster, runner: str, restarts: int, tmp_path: Path
 ) -> None:
-    """With ``restarts``, the agents live for the job: the restart cannot reach the cut-off node either (255), and
+    """With ``restarts``, they are job agents: the restart cannot reach the cut-off node either (255), and
     that node's agent, waiting for an attempt or in one, ends by its heartbeats' silence all the same."""
     if runner == "pdsh":
         from testbeds.ssh_cluster import need

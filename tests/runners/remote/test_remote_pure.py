@@ -16,7 +16,7 @@ from dslaunch.cli import remote_envs as envs
 from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.runners import preflight_probe as probe
-from dslaunch.runners.pdsh.dialback import dial_agent_command
+from dslaunch.runners.pdsh.dialback import dialback_agent_command
 from dslaunch.runners.pdsh.invocation import pdsh_env, pdsh_label, pdsh_labels
 from dslaunch.runners.pdsh.runner import pdsh_argv
 from dslaunch.runners.remote.agent_command import agent_command, reap_command
@@ -323,7 +323,7 @@ def test_reap_kills_only_the_named_run() -> None:
 
 @pytest.mark.launch
 def test_reap_of_one_host_spares_the_runs_processes_of_another_host_on_the_same_machine() -> None:
-    """Hosts of a test bed share one machine: a lost host's reap must not take another host's live agent."""
+    """Hosts of a test bed share one machine: a lost host's reap must not take another host's job agent."""
     env = {**os.environ, "DSLAUNCH_RUN_ID": "reap-host"}
     lost = subprocess.Popen(["sleep", "60"], env={**env, "DSLAUNCH_HOST": "node1"})
     kept = subprocess.Popen(["sleep", "60"], env={**env, "DSLAUNCH_HOST": "node2"})
@@ -350,15 +350,15 @@ def test_a_job_lifetime_agents_command_golden() -> None:
 def test_a_pdsh_job_agents_command_golden() -> None:
     """pdsh's %n and %h stay for pdsh, every other '%' is escaped; one host gets its values literally."""
     plan = _plan("/w 100%")
-    assert dial_agent_command(plan, "d3", ["h0", "h1"]) == (
+    assert dialback_agent_command(plan, "d3", ["h0", "h1"]) == (
         "cd '/w 100%%' && exec env DSLAUNCH_RUN_ID=r1 DSLAUNCH_HOST=%h 'PYTHONPATH=/lib $(x)' "
         "/usr/bin/python3 -u -m dslaunch.agent --for-job --dial-file .cache/dslaunch/plans/r1.d3-%n.plan"
     )
-    assert dial_agent_command(plan, "d4", ["al%ce@h1"]) == (
+    assert dialback_agent_command(plan, "d4", ["al%ce@h1"]) == (
         "cd '/w 100%%' && exec env DSLAUNCH_RUN_ID=r1 DSLAUNCH_HOST=al%%ce@h1 'PYTHONPATH=/lib $(x)' "
         "/usr/bin/python3 -u -m dslaunch.agent --for-job --dial-file .cache/dslaunch/plans/r1.d4-0.plan"
     )
-    assert "never-in-command" not in dial_agent_command(plan, "d5", ["h0"])
+    assert "never-in-command" not in dialback_agent_command(plan, "d5", ["h0"])
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
-"""Warm spare hosts over ssh and pdsh: a spare's agent and zygote start with the job, a lost node's place is taken
-by the spare's warm zygote, and a spare that fails its check while it waits is dropped (real sshd and pdsh on
+"""Spare hosts standing by over ssh and pdsh: a spare's agent and zygote start with the job, a lost node's place is
+taken by the spare's warm zygote, and a spare that fails its check while it waits is dropped (real sshd and pdsh on
 loopback)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""An ssh agent that lives for the job, on its own paramiko channel: it runs while its channel is open, and ending
+"""An ssh job agent, on its own paramiko channel: it runs while its channel is open, and ending
 its connection from the launcher's side ends it there (real sshd on loopback)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from dslaunch.job.result import START_FAILED
 from dslaunch.runners.remote.agent_command import agent_command
-from dslaunch.runners.ssh.channel_agent import SshLiveAgent
+from dslaunch.runners.ssh.channel_agent import SshJobAgent
 from dslaunch.runners.ssh.paramiko_conn import connect
 from testbeds.ssh_cluster import SshCluster
 from tests.helpers import job_processes
@@ -45,7 +45,7 @@ def test_an_agent_runs_while_its_channel_is_open_and_ends_with_it(ssh_cluster: S
     run_id = "sshchan-" + uuid.uuid4().hex[:8]
     plan = make_plan(hosts=("node1",), run_id=run_id, python=sys.executable)
     conn = connect("node1", str(ssh_cluster.config), None, False, 10)
-    agent = SshLiveAgent("node1", conn, agent_command(plan, 0, for_job=True, host="node1"))
+    agent = SshJobAgent("node1", conn, agent_command(plan, 0, for_job=True, host="node1"))
     try:
         assert _until(lambda: len(_agents(run_id)) == 1), "the agent did not start"
         time.sleep(0.5)
