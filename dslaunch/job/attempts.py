@@ -101,14 +101,12 @@ class HostPool:
 
 
 def run_attempts(runner: Runner, plan: LaunchPlan, pool: HostPool | None = None) -> int:
-    """Run ``plan`` up to ``1 + max_restarts`` times; the exit code is the last attempt's. A runner that keeps
-    something for the whole job (agents that live for it) has a ``close()``, called once the job is over."""
+    """Run ``plan`` while ``job/restart_policy.may_restart`` allows; the exit code is the last attempt's. The
+    runner's ``close()`` ends what it kept for the whole job (job agents), once the job is over."""
     try:
         return _run_attempts(runner, plan, pool)
     finally:
-        close = getattr(runner, "close", None)
-        if close is not None:
-            close()
+        runner.close()
 
 
 def _run_attempts(runner: Runner, plan: LaunchPlan, pool: HostPool | None) -> int:

@@ -45,13 +45,14 @@ POLL = 0.05  # how often the loop looks at signals and the time while no event c
 Inbox = queue.Queue[tuple[int, wire.Event | None]]  # events only (a few per rank); None: that stream ended
 
 
-def supervise(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> Outcome:
+def supervise(plan: LaunchPlan, handles: Sequence[AgentHandle], err: lanes.ErrLane | None = None) -> Outcome:
+    """One attempt over ``handles``, to its outcome; ``err``: a remote runner's stderr lane (flushed at the end)."""
     inbox: Inbox = queue.Queue()
     caught: list[int] = []
     sys.stdout.flush()
     out = Sink(1, budget=lanes.SINK_BUDGET)
     held = [lanes.OutputLane(out, i) for i in range(len(handles))]
-    console = RemoteConsole(plan, out) if plan.collapse_output else None
+    console = RemoteConsole(plan, out, err) if plan.collapse_output else None
     threads = [
         threading.Thread(target=_pump, args=(i, h, inbox, held[i], console), daemon=True) for i, h in enumerate(handles)
     ]
@@ -67,11 +68,13 @@ def supervise(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> Outcome:
         if console is not None:
             held.append(console.close())
         lanes.flush(held, out, STALL if outcome.code else None)
-        lanes.ERR.flush(STALL if outcome.code else None)
+        if err is not None:
+            err.flush(STALL if outcome.code else None)
         _say_dropped(held, handles)
         return outcome
     finally:
-        lanes.ERR.collapse = None
+        if console is not None:
+            console.detach()
         for s, h in previous.items():
             signal.signal(s, h)
 
@@ -188,5 +191,7 @@ def report(outcome: Outcome, plan: LaunchPlan) -> JobResult:
     return JobResult(outcome.code, cause_line(outcome), retry=outcome.signal is None, blamed=blamed_hosts(outcome))
 
 
-def supervise_and_report(plan: LaunchPlan, handles: Sequence[AgentHandle]) -> JobResult:
-    return report(supervise(plan, handles), plan)
+def supervise_and_report(
+    plan: LaunchPlan, handles: Sequence[AgentHandle], err: lanes.ErrLane | None = None
+) -> JobResult:
+    return report(supervise(plan, handles, err), plan)

@@ -1,5 +1,8 @@
 """What a runner is to the job core: the two protocols every transport implements (``dslaunch/runners/``): the
-runner, which runs one attempt of a plan, and the handle on each node agent it starts, which ``job/loop.py`` reads."""
+runner, which runs one attempt of a plan, and the handle on each node agent it starts, which ``job/loop.py`` reads.
+
+Every runner subclasses :class:`Runner`, so it has ``close`` and ``probe`` whether it needs them or not: their
+defaults here are a runner that keeps nothing across attempts and has no probe of its own."""
 
 from __future__ import annotations
 
@@ -18,6 +21,16 @@ class Runner(Protocol):
 
     def run(self, plan: LaunchPlan) -> JobResult:
         """Run one attempt of the job: start it, supervise it, tear it down everywhere, and say how it ended."""
+
+    def close(self) -> None:
+        """The job is over (``job/attempts.run_attempts``, once): end what was kept for every attempt (job agents,
+        their connections). Default: nothing was kept."""
+        return None
+
+    def probe(self, plan: LaunchPlan, hosts: list[str]) -> dict[str, str] | None:
+        """Check ``hosts`` of an elastic job as ``--preflight`` does: the ones that failed, with why. Default: None,
+        this transport has no probe of its own (``runners.host_pool`` then uses ``--preflight``'s over ssh)."""
+        return None
 
 
 class AgentHandle(Protocol):

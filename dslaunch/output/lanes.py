@@ -165,9 +165,11 @@ def flush(lanes: list[OutputLane], sink: Sink, stall: float | None, poll: float 
     sink.wait_idle(stall)
 
 
-class _ErrLane:
-    """Our stderr for remote agents' stderr and the remote runners' own words: one lane, so order is kept and
-    no reader of a remote stderr stream (or a runner's message) waits for a stderr nobody reads."""
+class ErrLane:
+    """Our stderr for remote agents' stderr and a remote runner's own words: one lane, so order is kept and no
+    reader of a remote stderr stream (or a runner's message) waits for a stderr nobody reads. A remote runner owns
+    one (``runners/remote/base.RemoteRunner.err``) and passes it down: to its readers, and to ``job.loop.supervise``,
+    whose attempt's console (``output/remote_console.py``) alone sets and clears ``collapse``."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -203,6 +205,3 @@ class _ErrLane:
                 lane.sink.abandon()
             time.sleep(0.01)
         lane.sink.wait_idle(stall)
-
-
-ERR = _ErrLane()

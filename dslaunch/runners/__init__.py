@@ -46,9 +46,15 @@ def host_pool(runner: Runner, plan: LaunchPlan) -> HostPool:
 
     if not plan.elastic.candidates:  # one fixed set of hosts: nothing to probe (and no prober to import)
         return HostPool(plan)
-    probe = getattr(runner, "probe", None)
-    if probe is None:
-        from dslaunch.runners.preflight import probe_hosts as probe
+
+    def probe(plan: LaunchPlan, hosts: list[str]) -> dict[str, str]:
+        found = runner.probe(plan, hosts)
+        if found is None:
+            from dslaunch.runners.preflight import probe_hosts
+
+            found = probe_hosts(plan, hosts)
+        return found
+
     return HostPool(plan, probe, _slurm_address if plan.launcher == "slurm" else _ssh_address)
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, ClassVar
 from dslaunch import wire
 from dslaunch.errors import DslaunchError
 from dslaunch.job.loop import supervise_and_report
+from dslaunch.job.protocols import Runner
 from dslaunch.job.result import START_FAILED, JobResult
 from dslaunch.oslib import prctl, procs
 from dslaunch.plan import LaunchPlan
@@ -158,7 +159,7 @@ class LocalAgent:
         return status
 
 
-class LocalRunner:
+class LocalRunner(Runner):
     name = "local"
 
     def __init__(self) -> None:

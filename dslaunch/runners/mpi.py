@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from dslaunch import wire
 from dslaunch.errors import DslaunchError
 from dslaunch.job.loop import supervise_and_report
+from dslaunch.job.protocols import Runner
 from dslaunch.job.result import START_FAILED, JobResult, stopped
 from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan, RemoteSettings
@@ -215,7 +216,7 @@ class MpiJob:
             return None
 
 
-class _MpiRunner:
+class _MpiRunner(Runner):
     flavour: Flavour
     name: str
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dslaunch.job.loop import report, supervise
+from dslaunch.job.protocols import Runner
 from dslaunch.job.result import JobResult
 from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from dslaunch.pods.pod_launcher import PodLauncher
 
 
-class NodeRunner:
+class NodeRunner(Runner):
     name = "node"
 
     def __init__(self) -> None:

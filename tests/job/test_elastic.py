@@ -9,6 +9,7 @@ import pytest
 
 from dslaunch.job import elastic
 from dslaunch.job.attempts import HostPool, attempts_summary, run_attempts
+from dslaunch.job.protocols import Runner
 from dslaunch.job.result import JobResult
 from dslaunch.mesh import MeshConfigError
 from dslaunch.plan import Candidate, Elastic, LaunchPlan
@@ -74,7 +75,7 @@ def test_layout_checks_the_mesh_against_the_new_world(mesh: str, hosts: tuple[st
             elastic.layout(plan, hosts, "x")
 
 
-class FakeRunner:
+class FakeRunner(Runner):
     """Stands in for a runner in these pure checks: each attempt's result from a list, the plans it got kept."""
 
     name = "fake"
@@ -99,7 +100,7 @@ def _run(plan: LaunchPlan, results: list[JobResult], dead: dict[str, str]) -> tu
 
     runner = FakeRunner(results)
     pool = HostPool(plan, probe, lambda _plan, host: f"addr-{host}")
-    return run_attempts(runner, plan, pool), runner, probes  # type: ignore[arg-type]
+    return run_attempts(runner, plan, pool), runner, probes
 
 
 LOST_A = JobResult(255, "node 0 (a) disappeared", blamed=(("a", "its node agent was lost"),))

@@ -26,8 +26,8 @@ import time
 
 from dslaunch import wire
 from dslaunch.job.result import START_FAILED
+from dslaunch.output.lanes import ErrLane
 from dslaunch.output.lanes import HeldLines as HostLines
-from dslaunch.runners.remote import base as common
 
 _MARK = b"@dslaunch-"  # an event's start, and an attempt's end marker's (wire.ATTEMPT_END): each an item alone
 READ = 1 << 20  # bytes per read of pdsh's stdout, and the size asked for its pipe
@@ -47,8 +47,9 @@ def _waiting(fd: int) -> int:
 class PdshDemux:
     """Reads pdsh's stdout/stderr and hands each host its own line stream and status."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], hosts: list[str], *, for_job: bool = False) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], hosts: list[str], err: ErrLane, *, for_job: bool = False) -> None:
         self.proc = proc
+        self.err = err  # our stderr (the runner's): the hosts' stderr lines go there
         self.for_job = for_job
         self.err_ended = {h: threading.Event() for h in hosts}
         self.queues = {h: HostLines() for h in hosts}
@@ -169,7 +170,7 @@ class PdshDemux:
     def _line(self, raw: bytes, host: str, rest: str) -> None:
         """A line that is not plain output of a known host: an event, or pdsh's own words."""
         if host not in self.queues:
-            common.write_err(raw + b"\n")
+            self.err.write(raw + b"\n")
             return
         if host in self.closed:
             return
@@ -200,7 +201,7 @@ class PdshDemux:
                 self.err_ended[host].set()
                 continue
             ours = sep and host in self.queues and (rest.startswith("[") or rest.rstrip("\n") == wire.FLUSH_LINE)
-            common.write_err((rest if ours else line).encode())
+            self.err.write((rest if ours else line).encode())
 
     def ssh_client(self, host: str) -> int | None:
         """The pid of the ssh client pdsh runs for ``host`` as named on its command line."""

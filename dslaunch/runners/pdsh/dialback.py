@@ -27,6 +27,7 @@ from dslaunch.auth import handshake
 from dslaunch.auth.line_reader import read_handshake_line
 from dslaunch.job.result import START_FAILED
 from dslaunch.oslib.tcp import keep_alive
+from dslaunch.output.lanes import ErrLane
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.pdsh.demux import PdshDemux
 from dslaunch.runners.pdsh.invocation import pdsh_label, start_pdsh
@@ -121,10 +122,10 @@ class DialBackListener:
 class PdshGroup:
     """One pdsh that started the agents of some hosts, and its output split by host."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], hosts: list[str]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], hosts: list[str], err: ErrLane) -> None:
         self.proc = proc
         self.label = {h: pdsh_label(h) for h in hosts}
-        self.demux = PdshDemux(proc, list(self.label.values()), for_job=True)
+        self.demux = PdshDemux(proc, list(self.label.values()), err, for_job=True)
 
     def end(self, wait: float) -> None:
         try:
@@ -278,7 +279,8 @@ class _Starter:
 class DialBack:
     """Starts the job's agents with pdsh, host groups at a time, and takes their connections as they dial back."""
 
-    def __init__(self, run_id: str, stage_files: Stage, pdsh_argv: PdshArgv, env: dict[str, str]) -> None:
+    def __init__(self, run_id: str, stage_files: Stage, pdsh_argv: PdshArgv, env: dict[str, str], err: ErrLane) -> None:
+        self.err = err
         self.secret = secrets.token_bytes(32)
         self.listener = DialBackListener(run_id, self.secret)
         self.stage_files = stage_files  # (run_id, files) -> {host: why} for the hosts it could not stage on
@@ -314,7 +316,7 @@ class DialBack:
             proc = self._starter.start(self.pdsh_argv(hosts, command), self.env)
         except OSError as exc:
             return {}, {**failures, **{h: f"cannot run pdsh: {exc}" for h in hosts}}
-        pdsh = PdshGroup(proc, hosts)
+        pdsh = PdshGroup(proc, hosts, self.err)
         self.groups.append(pdsh)
         deadline = time.monotonic() + plan.remote.connect_timeout + JOIN_GRACE
         conns = self.listener.take(hosts, deadline, lambda h: pdsh.label[h] in pdsh.demux.closed)

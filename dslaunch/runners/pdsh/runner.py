@@ -38,7 +38,7 @@ from dslaunch.runners.pdsh.invocation import pdsh_command, pdsh_env, pdsh_label,
 from dslaunch.runners.pdsh.ssh_mux import SshMux
 from dslaunch.runners.remote import job_agents, rlimits, stage
 from dslaunch.runners.remote.agent_command import agent_command, reap_command
-from dslaunch.runners.remote.base import ALL_HOSTS, RemoteRunner, report_start_failures, write_err
+from dslaunch.runners.remote.base import ALL_HOSTS, RemoteRunner, report_start_failures
 from dslaunch.runners.remote.job_agents import JobAgents
 from dslaunch.runners.remote.spares import Spares
 
@@ -113,6 +113,7 @@ class PdshRunner(RemoteRunner):
     name = "pdsh"
 
     def __init__(self) -> None:
+        super().__init__()
         self._ssh_options: list[str] = []
         self._env: dict[str, str] = {}
         self._mux: SshMux | None = None  # with restarts, the job's (kept for its probes, reaps and stagings)
@@ -179,13 +180,13 @@ class PdshRunner(RemoteRunner):
         if plan.restarts.max_restarts > 0:
             return self._run_on_job_agents(plan)
         for warning in rlimits.make_room(len(plan.nodes), "pdsh"):  # pdsh inherits them: pipes, ssh clients
-            write_err(warning.encode())
+            self.err.write(warning.encode())
         mux = SshMux()
         try:
             try:
                 env = self._env = pdsh_env(settings, dict(os.environ), mux.client_options())
             except ValueError as exc:
-                return report_start_failures({"(all)": str(exc)})
+                return report_start_failures(self.err, {"(all)": str(exc)})
             timeout = max(1, round(settings.connect_timeout))
             appended = shlex.split(env["PDSH_SSH_ARGS_APPEND"])
             self._ssh_options = [*mux.options(), *appended, "-o", f"ConnectTimeout={timeout}"]  # first value wins
@@ -197,7 +198,7 @@ class PdshRunner(RemoteRunner):
         """What the job's attempts share: the ssh connection, pdsh's environment, the dial-back port; or why not."""
         settings = plan.remote
         for warning in rlimits.make_room(len(plan.elastic.candidates) or len(plan.nodes), "pdsh"):
-            write_err(warning.encode())
+            self.err.write(warning.encode())
         self._mux = mux = SshMux()
         try:
             env = self._env = pdsh_env(settings, dict(os.environ), mux.client_options())
@@ -214,22 +215,22 @@ class PdshRunner(RemoteRunner):
         def argv(hosts: list[str], command: str) -> list[str]:
             return pdsh_command(settings, hosts, command)
 
-        self._dial = DialBack(plan.run_id, stage_files, argv, env)
+        self._dial = DialBack(plan.run_id, stage_files, argv, env, self.err)
         self._agents = JobAgents()
-        self._spares = Spares(self._agents, self.probe)
+        self._spares = Spares(self._agents, self.probe, self.err)
         return None
 
     def _run_on_job_agents(self, plan: LaunchPlan) -> JobResult:
         """One attempt on the job agents: started (by pdsh) on the hosts that have none."""
         settings = plan.remote
         if self._dial is None and (why := self._set_up(plan)) is not None:
-            return report_start_failures({ALL_HOSTS: why})
+            return report_start_failures(self.err, {ALL_HOSTS: why})
         dial, agents, spares = self._dial, self._agents, self._spares
         assert dial is not None and agents is not None and spares is not None  # _set_up's
         spares.join()
         plan, why = self.with_free_port(plan, settings)
         if why:
-            return report_start_failures({plan.nodes[0].host: why})
+            return report_start_failures(self.err, {plan.nodes[0].host: why})
         hosts = [node.host for node in plan.nodes]
         started, failures = dial.start(plan, agents.lacking(hosts))
         agents.by_host.update(started)
@@ -237,7 +238,7 @@ class PdshRunner(RemoteRunner):
             for host in started:
                 agents.drop(host)
             self.reap(plan, settings, [*started, *failures])
-            return report_start_failures(failures)
+            return report_start_failures(self.err, failures)
         attempts = [job_agents.start(agents.by_host[node.host], plan, node.node_rank) for node in plan.nodes]
         spares.promoted(hosts)
         if plan.elastic.candidates:
@@ -249,7 +250,7 @@ class PdshRunner(RemoteRunner):
     def _run(self, plan: LaunchPlan, settings: RemoteSettings, env: dict[str, str]) -> JobResult:
         plan, why = self.with_free_port(plan, settings)
         if why:
-            return report_start_failures({plan.nodes[0].host: why})
+            return report_start_failures(self.err, {plan.nodes[0].host: why})
         # Each agent's liveness line to this launcher (agent/dialback_client.py::watch_launcher): pdsh has no stdin, so
         # without it a partition reaches a cut-off agent only through its sshd's ClientAlive settings.
         secret = secrets.token_bytes(32)
@@ -272,17 +273,17 @@ class PdshRunner(RemoteRunner):
             raise
         if failed:
             self.reap(plan, settings, [n.host for n in plan.nodes if n.host not in failed])
-            return report_start_failures(failed)
+            return report_start_failures(self.err, failed)
         try:
             proc = start_pdsh(pdsh_argv(plan, settings), env)
         except OSError as exc:
             self.reap(plan, settings, [n.host for n in plan.nodes])
-            return report_start_failures({"(all)": f"cannot run pdsh: {exc}"})
-        demux = PdshDemux(proc, pdsh_labels([n.host for n in plan.nodes]))
+            return report_start_failures(self.err, {"(all)": f"cannot run pdsh: {exc}"})
+        demux = PdshDemux(proc, pdsh_labels([n.host for n in plan.nodes]), self.err)
         tell = _AgentSignals(plan, self._ssh_options, env)
         handles = [PdshNode(n.node_rank, n.host, demux, tell) for n in plan.nodes]
         try:
-            result = supervise_and_report(plan, handles)
+            result = supervise_and_report(plan, handles, self.err)
         finally:
             if proc.poll() is None:
                 proc.kill()

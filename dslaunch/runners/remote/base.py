@@ -12,8 +12,11 @@ import shlex
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from dslaunch.job.protocols import Runner
 from dslaunch.job.result import START_FAILED, JobResult
 from dslaunch.limits import ascii_int
+from dslaunch.output.lanes import ErrLane
+from dslaunch.output.sink import STALL
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.runners.remote.agent_command import reap_command
 
@@ -25,25 +28,10 @@ def keepalive_interval(settings: RemoteSettings) -> int:
     return max(1, round(settings.connect_timeout / KEEPALIVE_COUNT))
 
 
-def write_err(data: bytes) -> None:
-    """To our stderr, never waiting for its reader (``output/lanes.py``): :func:`flush_err` waits."""
-    from dslaunch.output.lanes import ERR
-
-    ERR.write(data)
-
-
-def flush_err() -> None:
-    """Until what ``write_err`` took is out, or our stderr took nothing for half a second."""
-    from dslaunch.output.lanes import ERR
-    from dslaunch.output.sink import STALL
-
-    ERR.flush(STALL)
-
-
-def relay_lines(lines: Iterable[bytes]) -> None:
-    """Copy a remote stderr stream to ours, one whole line at a time."""
+def relay_lines(err: ErrLane, lines: Iterable[bytes]) -> None:
+    """Copy a remote stderr stream to ours (``err``), one whole line at a time."""
     for line in lines:
-        write_err(line if line.endswith(b"\n") else line + b"\n")
+        err.write(line if line.endswith(b"\n") else line + b"\n")
 
 
 def port_probe_command(python: str) -> str:
@@ -65,17 +53,21 @@ def parse_port(output: str) -> int | None:
 ALL_HOSTS = "(all)"  # a start failure that is no host's fault (pdsh cannot run, say)
 
 
-def report_start_failures(failures: dict[str, str]) -> JobResult:
+def report_start_failures(err: ErrLane, failures: dict[str, str]) -> JobResult:
     for host, why in failures.items():
-        write_err(f"dslaunch: cannot start the node agent on {host}: {why}\n".encode())
-    write_err(b"dslaunch: nothing was started (or what was started has been stopped)\n")
-    flush_err()
+        err.write(f"dslaunch: cannot start the node agent on {host}: {why}\n".encode())
+    err.write(b"dslaunch: nothing was started (or what was started has been stopped)\n")
+    err.flush(STALL)
     blamed = tuple((host, why) for host, why in failures.items() if host != ALL_HOSTS)
     return JobResult(START_FAILED, f"cannot start the node agent on {', '.join(failures)}", blamed=blamed)
 
 
-class RemoteRunner:
-    """Subclasses give :meth:`exec_on`; port picking and reaping come from here."""
+class RemoteRunner(Runner):
+    """Subclasses give :meth:`exec_on`; port picking and reaping come from here. ``err``: our stderr for the
+    remote agents' stderr and this runner's words, owned here and passed down to whatever writes to it."""
+
+    def __init__(self) -> None:
+        self.err = ErrLane()
 
     def exec_on(self, host: str, command: str, timeout: float) -> tuple[int, str, str]:
         """Run a shell command on ``host``: (status, stdout, stderr); raise ``OSError`` if it cannot run."""
@@ -106,7 +98,7 @@ class RemoteRunner:
             try:
                 self.exec_on(host, command, settings.connect_timeout + 20)
             except Exception as exc:  # noqa: BLE001 - the host may be gone for good
-                write_err(f"dslaunch: could not clean up {host}: {exc}\n".encode())
+                self.err.write(f"dslaunch: could not clean up {host}: {exc}\n".encode())
 
         with ThreadPoolExecutor(max_workers=max(1, min(settings.fanout, len(hosts)))) as pool:
             list(pool.map(one, hosts))

@@ -16,8 +16,8 @@ from typing import Any
 from dslaunch import wire
 from dslaunch.job.loop import supervise_and_report
 from dslaunch.job.result import JobResult
+from dslaunch.output.lanes import ErrLane
 from dslaunch.plan import LaunchPlan
-from dslaunch.runners.remote import base as common
 from dslaunch.runners.remote.job_agents import Attempt, JobAgent, JobAgents
 
 Probe = Callable[[LaunchPlan, list[str]], dict[str, str]]  # (plan, hosts) -> the hosts that failed, with why
@@ -27,7 +27,8 @@ StartAgents = Callable[[list[str]], dict[str, JobAgent]]  # hosts -> the agents 
 class Spares:
     """The job's spare hosts standing by, their last good check, and the ones found unfit."""
 
-    def __init__(self, agents: JobAgents, probe: Probe) -> None:
+    def __init__(self, agents: JobAgents, probe: Probe, err: ErrLane) -> None:
+        self.err = err
         self.agents = agents
         self.probe = probe
         self.waiting: set[str] = set()  # spares with a job agent, in no attempt
@@ -90,7 +91,7 @@ class Spares:
     def supervise(self, plan: LaunchPlan, attempts: list[Attempt]) -> JobResult:
         """Run one attempt to its end; then drop the agents that did not reach it, and keep the hosts it blamed out
         of the spares (the next attempts leave them out too: HostPool)."""
-        result = supervise_and_report(plan, attempts)
+        result = supervise_and_report(plan, attempts, self.err)
         self.agents.after(attempts)
         with self.lock:
             self.unfit.update(result.blamed)
@@ -128,7 +129,7 @@ class Spares:
                     self.waiting.discard(host)
                     self.unfit[host] = why
                     self.agents.drop(host)
-                common.write_err(f"dslaunch: spare host {host} failed its check and is dropped: {why}\n".encode())
+                self.err.write(f"dslaunch: spare host {host} failed its check and is dropped: {why}\n".encode())
 
 
 def run_each(hosts: list[str], run: Callable[[str], tuple[int | None, str, str]], fanout: int) -> list[Any]:

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 
 from dslaunch import wire
+from dslaunch.job.protocols import Runner
 from dslaunch.job.result import START_FAILED, JobResult, stopped
 from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan
@@ -36,7 +37,7 @@ def srun_line(plan: LaunchPlan) -> list[str]:
     )
 
 
-class SlurmRunner:
+class SlurmRunner(Runner):
     name = "slurm"
 
     def describe(self, plan: LaunchPlan) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from dslaunch import wire
 from dslaunch.job.result import START_FAILED
-from dslaunch.runners.remote import base as common
+from dslaunch.output.lanes import ErrLane
 from dslaunch.runners.remote.job_agents import CLOSE_WAIT
 from dslaunch.runners.ssh.connect import RECV
 
@@ -24,8 +24,9 @@ from dslaunch.runners.ssh.connect import RECV
 class SshJobAgent:
     """The job agent on one host (a ``JobAgent``): its connection, its channel and its two streams."""
 
-    def __init__(self, host: str, conn: Any, command: str) -> None:
+    def __init__(self, host: str, conn: Any, command: str, err: ErrLane) -> None:
         self.host = host
+        self.err = err  # our stderr (the runner's)
         self.conn = conn
         self.channel = conn.client.get_transport().open_session()
         self.channel.exec_command(command)
@@ -79,5 +80,5 @@ class SshJobAgent:
             if line.rstrip(b"\n") == wire.ATTEMPT_END.encode():
                 self.err_ended.set()
             else:
-                common.write_err(line if line.endswith(b"\n") else line + b"\n")
+                self.err.write(line if line.endswith(b"\n") else line + b"\n")
         self.err_ended.set()

@@ -19,6 +19,7 @@ from typing import Any
 from dslaunch import wire
 from dslaunch.job.loop import supervise_and_report
 from dslaunch.job.result import START_FAILED, JobResult
+from dslaunch.output.lanes import ErrLane
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.runners.remote import base as common
 from dslaunch.runners.remote import job_agents, rlimits
@@ -83,7 +84,15 @@ def heartbeat(channel: Any) -> None:
 
 class SshAgent:
     def __init__(
-        self, node_rank: int, host: str, conn: Any, command: str, *, plan_b64: str, keepalive: Keepalive
+        self,
+        node_rank: int,
+        host: str,
+        conn: Any,
+        command: str,
+        *,
+        plan_b64: str,
+        keepalive: Keepalive,
+        err: ErrLane,
     ) -> None:
         self.node_rank = node_rank
         self.host = host
@@ -95,7 +104,7 @@ class SshAgent:
         self._stopped = False
         self.reported = False  # the agent sent its "done" event
         self._relay = threading.Thread(
-            target=common.relay_lines, args=(self.channel.makefile_stderr("rb"),), daemon=True
+            target=common.relay_lines, args=(err, self.channel.makefile_stderr("rb")), daemon=True
         )
         self._relay.start()
         keepalive.watch(conn, partial(heartbeat, self.channel))
@@ -148,6 +157,7 @@ class SshRunner(RemoteRunner):
     name = "ssh"
 
     def __init__(self) -> None:
+        super().__init__()
         self._settings = RemoteSettings()
         self._conns: dict[str, Any] = {}
         self._agents: JobAgents | None = None  # with restarts: one agent per host for the job (channel_agent.py)
@@ -238,17 +248,17 @@ class SshRunner(RemoteRunner):
             return self._run_on_job_agents(plan)
         settings = self._settings = plan.remote
         for warning in rlimits.make_room(len(plan.nodes), "ssh"):  # a socket and threads per host, for the job
-            common.write_err(warning.encode())
+            self.err.write(warning.encode())
         conns, failures = connect_all(plan, settings)
         self._conns = {plan.node(rank).host: conn for rank, conn in conns.items()}
         handles: list[SshAgent] = []
         keepalive = Keepalive(common.keepalive_interval(settings))
         try:
             if failures:
-                return report_start_failures(failures)
+                return report_start_failures(self.err, failures)
             plan, why = self.with_free_port(plan, settings)
             if why:
-                return report_start_failures({plan.nodes[0].host: why})
+                return report_start_failures(self.err, {plan.nodes[0].host: why})
             plan_b64 = wire.plan_to_b64(plan)
             for node in plan.nodes:
                 command = agent_command(plan, node.node_rank, venv_script=settings.venv_script)
@@ -260,13 +270,14 @@ class SshRunner(RemoteRunner):
                         command,
                         plan_b64=plan_b64,
                         keepalive=keepalive,
+                        err=self.err,
                     )
                     handles.append(agent)
                 except Exception as exc:  # noqa: BLE001 - any channel error: stop what already started
                     for h in handles:
                         h.stop()
-                    return report_start_failures({node.host: f"{type(exc).__name__}: {exc}"})
-            result = supervise_and_report(plan, handles)
+                    return report_start_failures(self.err, {node.host: f"{type(exc).__name__}: {exc}"})
+            result = supervise_and_report(plan, handles, self.err)
             self.reap(plan, settings, [h.host for h in handles if not h.reported])
             return result
         finally:
@@ -283,19 +294,19 @@ class SshRunner(RemoteRunner):
         settings = self._settings = plan.remote
         if self._agents is None:
             for warning in rlimits.make_room(len(plan.nodes), "ssh"):
-                common.write_err(warning.encode())
+                self.err.write(warning.encode())
             self._agents, self._keepalive = JobAgents(), Keepalive(common.keepalive_interval(settings))
-            self._spares = Spares(self._agents, self.probe)
+            self._spares = Spares(self._agents, self.probe, self.err)
         agents, keepalive, spares = self._agents, self._keepalive, self._spares
         assert keepalive is not None and spares is not None  # set with _agents
         spares.join()
         lacking = agents.lacking([node.host for node in plan.nodes])
         conns, failures = self._connect(lacking, settings)
         if failures:
-            return report_start_failures(failures)
+            return report_start_failures(self.err, failures)
         plan, why = self.with_free_port(plan, settings)
         if why:
-            return report_start_failures({plan.nodes[0].host: why})
+            return report_start_failures(self.err, {plan.nodes[0].host: why})
 
         def command(host: str) -> str:
             return agent_command(plan, 0, venv_script=settings.venv_script, for_job=True, host=host)
@@ -305,7 +316,7 @@ class SshRunner(RemoteRunner):
             started: dict[str, JobAgent] = {}
             for host, conn in self._connect(hosts, settings)[0].items():
                 try:
-                    started[host] = agent = SshJobAgent(host, conn, command(host))
+                    started[host] = agent = SshJobAgent(host, conn, command(host), self.err)
                 except Exception:  # noqa: BLE001 - no session there: it stays out of the spares
                     conn.close()
                     continue
@@ -315,7 +326,7 @@ class SshRunner(RemoteRunner):
         attempts: list[Attempt] = []
         try:
             for host, conn in conns.items():
-                agents.by_host[host] = agent = SshJobAgent(host, conn, command(host))
+                agents.by_host[host] = agent = SshJobAgent(host, conn, command(host), self.err)
                 keepalive.watch(conn, partial(heartbeat, agent.channel))
             attempts = [job_agents.start(agents.by_host[node.host], plan, node.node_rank) for node in plan.nodes]
             spares.promoted([node.host for node in plan.nodes])
@@ -325,7 +336,9 @@ class SshRunner(RemoteRunner):
             for attempt in attempts:
                 attempt.kill()
             agents.after(attempts)
-            return report_start_failures({host: f"{type(exc).__name__}: {exc}" for host in conns} or {"?": str(exc)})
+            return report_start_failures(
+                self.err, {host: f"{type(exc).__name__}: {exc}" for host in conns} or {"?": str(exc)}
+            )
         result = spares.supervise(plan, attempts)
         self.reap(plan, settings, [a.host for a in attempts if not a.reported])
         return result

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from dslaunch import wire
+from dslaunch.output.lanes import ErrLane
 from dslaunch.runners.pdsh.demux import PdshDemux
 
 pytestmark = [pytest.mark.launch]
@@ -39,7 +40,7 @@ def _node2_stream(linger: float) -> tuple[list[str], int]:
     )
     time.sleep(0.3)  # everything is written before the demux starts reading: both pipes are ready at once
     try:
-        demux = PdshDemux(proc, ["node1", "node2"])
+        demux = PdshDemux(proc, ["node1", "node2"], ErrLane())
         got = []
         while (line := demux.queues["node2"].get()) is not None:
             got.append(line)
@@ -79,7 +80,7 @@ def test_interleaved_hosts_come_apart_whole_and_in_order() -> None:
         stderr=subprocess.PIPE,
     )
     try:
-        demux = PdshDemux(proc, ["node1", "10.0.0.7"])
+        demux = PdshDemux(proc, ["node1", "10.0.0.7"], ErrLane())
         streams = {}
         for host in ("node1", "10.0.0.7"):
             items = []
@@ -113,14 +114,17 @@ time.sleep(5)
 """
 
 
-def test_a_one_attempt_host_ends_only_once_its_stderr_is_all_in(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_one_attempt_host_ends_only_once_its_stderr_is_all_in() -> None:
     """The attempt's console closes when every host's stream has ended: a host's stderr lines that came after its
     Done were printed uncollapsed, or lost in a collapse already flushed (256 ranks on 4 hosts, under load)."""
     from dslaunch.runners.pdsh.runner import PdshNode
-    from dslaunch.runners.remote import base as common
 
     printed: list[bytes] = []
-    monkeypatch.setattr(common, "write_err", printed.append)
+
+    class Printed(ErrLane):
+        def write(self, data: bytes, *, collapse: bool = True) -> None:
+            printed.append(data)
+
     done = wire.encode(wire.Done(node_rank=0, code=0))
     proc = subprocess.Popen(
         [sys.executable, "-c", LATE_STDERR_PDSH, done],
@@ -129,7 +133,7 @@ def test_a_one_attempt_host_ends_only_once_its_stderr_is_all_in(monkeypatch: pyt
         stderr=subprocess.PIPE,
     )
     try:
-        node = PdshNode(0, "node1", PdshDemux(proc, ["node1"]), lambda *_: True)
+        node = PdshNode(0, "node1", PdshDemux(proc, ["node1"], Printed()), lambda *_: True)
         started = time.monotonic()
         got = list(node.lines())
         waited = time.monotonic() - started

@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from dslaunch.job.result import START_FAILED
+from dslaunch.output.lanes import ErrLane
 from dslaunch.runners.remote.agent_command import agent_command
 from dslaunch.runners.ssh.channel_agent import SshJobAgent
 from dslaunch.runners.ssh.paramiko_conn import connect
@@ -45,7 +46,7 @@ def test_an_agent_runs_while_its_channel_is_open_and_ends_with_it(ssh_cluster: S
     run_id = "sshchan-" + uuid.uuid4().hex[:8]
     plan = make_plan(hosts=("node1",), run_id=run_id, python=sys.executable)
     conn = connect("node1", str(ssh_cluster.config), None, False, 10)
-    agent = SshJobAgent("node1", conn, agent_command(plan, 0, for_job=True, host="node1"))
+    agent = SshJobAgent("node1", conn, agent_command(plan, 0, for_job=True, host="node1"), ErrLane())
     try:
         assert _until(lambda: len(_agents(run_id)) == 1), "the agent did not start"
         time.sleep(0.5)
