@@ -181,7 +181,34 @@ def build(layout: MeshLayout, device_type: str, rank: int) -> BuiltMesh:
             by_members[on] = root[on]._flatten(view)
         meshes[view] = by_members[on]
     meshes.update(_expert(layout, root, by_members))
+    # One rank: its data-parallel views are the root's one dim, by name too (submesh() still answers None).
+    one_rank = {v: root for v, m in VIEWS.items() if "dp_shard" in m} if layout.world_size == 1 else {}
+    _name_views(root, {**one_rank, **meshes})
     return BuiltMesh(layout=layout, rank=rank, root=root, meshes=meshes, embedding=_embedding(layout, rank))
+
+
+def _name_views(root: Any, meshes: dict[str, Any]) -> None:
+    """Give the root every view's name that torch does not know yet, over the view's own process group (no new
+    one): a view aliased to a dim or another view (``dp`` of ``dp=2,tp=2`` is the ``dp_shard`` mesh; ``batch``
+    is ``dp``), and the expert views. ``root["dp"]``, ``root["dp", "tp"]`` and ``root.get_group("dp")`` then work
+    as torchtitan's flattened names do, for every spec; a later ``_flatten`` to the same name and ranks returns it.
+    """
+    from torch.distributed.device_mesh import DeviceMesh
+
+    known = {*(root.mesh_dim_names or ()), *root._flatten_mapping}
+    for name, mesh in meshes.items():
+        if name in known or mesh.ndim != 1:
+            continue
+        alias = DeviceMesh(
+            root.device_type,
+            mesh_dim_names=(name,),
+            _layout=mesh._layout,
+            _rank_map=root._rank_map,
+            _root_mesh=root,
+            _init_backend=False,
+        )
+        alias._dim_group_names = list(mesh._dim_group_names)
+        root._flatten_mapping[name] = alias
 
 
 def _embedding(layout: MeshLayout, rank: int) -> Any:

@@ -1,5 +1,7 @@
 """Shared by the rank scripts: count new_group calls and check a built mesh against its pure layout."""
 
+import warnings
+
 import torch
 import torch.distributed as dist
 import torch.distributed.device_mesh as dm
@@ -35,9 +37,27 @@ def check(built, rank):
         if name != "world":
             assert built.coordinate()[name] == expected.index(rank), f"{name}: coordinate {built.coordinate()[name]}"
         n += 1
+    n += check_names_on_root(built, rank)
     coord = built.root.get_coordinate()
     want = [layout.coordinate(rank)[d] for d in layout.active] or [0]
     assert list(coord) == want, f"root coordinate {coord} != {want}"
+    return n
+
+
+def check_names_on_root(built, rank):
+    """The root mesh knows every dim and view larger than 1 by name, as torchtitan's flattened names: root[name]
+    and root.get_group(name) are that name's group (docs/mesh.md, "What is built")."""
+    layout, n = built.layout, 0
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Slicing a flattened dim from root mesh")
+        for name in NAMES:
+            if name == "world" or layout.size(name) == 1:
+                continue
+            expected = layout.group_of(name, rank)
+            for how, group in (("root[name]", built.root[name].get_group()), ("get_group", built.root.get_group(name))):
+                got = dist.get_process_group_ranks(group)
+                assert got == expected, f"{layout.summary()}: {how} {name} of rank {rank} is {got}, expected {expected}"
+            n += 1
     return n
 
 
