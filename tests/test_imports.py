@@ -359,3 +359,47 @@ def test_no_cycles_between_modules() -> None:
     cycle = _cycle(graph)
     if cycle:
         pytest.fail("module cycle:\n  " + "\n  ".join(map(str, cycle)), pytrace=False)
+
+
+# ---- the runners: one transport a module or folder, and none imports another's ------------------------------------
+# What several runners share has a home of its own: runners/remote/ (ssh and pdsh), runners/forked.py (the agents
+# forked on this machine: local, node, in-step Slurm). runners/__init__ (the registry) and runners/preflight* (the
+# --preflight tool, over ssh or pdsh) sit above the transports.
+RUNNER_UNITS = tuple(f"dslaunch.runners.{name}" for name in ("local", "mpi", "node", "ssh", "pdsh", "slurm"))
+RUNNERS_SHARED = ("dslaunch.runners.remote", "dslaunch.runners.forked")
+
+
+def _unit(module: str, units: tuple[str, ...]) -> str | None:
+    return next((u for u in units if _under(module, (u,))), None)
+
+
+def test_the_runner_units_are_every_transport() -> None:
+    runner_modules = [m for m in modules() if m.startswith("dslaunch.runners.")]
+    homeless = [m for m in runner_modules if _unit(m, (*RUNNER_UNITS, *RUNNERS_SHARED)) is None]
+    assert sorted(homeless) == ["dslaunch.runners.preflight", "dslaunch.runners.preflight_probe"], homeless
+
+
+def test_no_module_of_one_runner_imports_another_runners() -> None:
+    bad = [
+        str(i)
+        for i in imports()
+        if (src := _unit(i.src, RUNNER_UNITS)) is not None
+        and (dst := _unit(i.dst, RUNNER_UNITS)) is not None
+        and src != dst
+    ]
+    assert not bad, "a runner imports another runner's module; share it from runners/remote or runners/forked:\n" + (
+        "\n".join(bad)
+    )
+
+
+def test_what_runners_share_imports_no_runner() -> None:
+    bad = [str(i) for i in imports() if _unit(i.src, RUNNERS_SHARED) and _unit(i.dst, RUNNER_UNITS)]
+    assert not bad, "shared runner code reaches a runner:\n" + "\n".join(bad)
+
+
+def test_each_package_rule_points_down_the_layer_order() -> None:
+    """PACKAGE_RULES lists the packages in layer order (docs/architecture.md, "Layers"): a package may import only
+    packages listed before it."""
+    order = list(PACKAGE_RULES)
+    up = [(p, d) for p, allowed in PACKAGE_RULES.items() for d in allowed if order.index(d) >= order.index(p)]
+    assert not up, f"these rules point up the layer order: {up}"

@@ -150,7 +150,7 @@ def _with_port(plan: LaunchPlan) -> LaunchPlan:
         raise MpiError(
             f"--master-port 0 needs the master on this machine, not {plan.master_addr!r}: give a fixed --master-port"
         )
-    from dslaunch.runners.local import port_on_this_machine
+    from dslaunch.runners.forked import port_on_this_machine
 
     return plan.with_port(port_on_this_machine(plan.master_addr))
 

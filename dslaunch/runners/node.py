@@ -17,7 +17,7 @@ from dslaunch.job.protocols import Runner
 from dslaunch.job.result import JobResult
 from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan
-from dslaunch.runners.local import LocalAgent, check_port_free
+from dslaunch.runners.forked import LocalAgent, check_port_free
 
 if TYPE_CHECKING:
     from dslaunch.agent.preload.warm import WarmZygotes

@@ -28,7 +28,7 @@ from dslaunch.job.result import JobResult
 from dslaunch.job.state import Outcome, lost_node_code
 from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan
-from dslaunch.runners.local import LocalAgent
+from dslaunch.runners.forked import LocalAgent
 from dslaunch.runners.slurm import peer_signal
 from dslaunch.slurmlib import layout
 from dslaunch.slurmlib.task_plan import node_rank_of, resolve_port
