@@ -87,3 +87,25 @@ def test_no_two_modules_share_a_name() -> None:
     assert not twice, f"one name, several things: {twice}"
     runners = [p for p in where.get("runner.py", []) if not p.startswith("dslaunch/runners/")]
     assert not runners, f"runner.py names a backend's runner (dslaunch/runners/<backend>/): {runners}"
+
+
+def test_no_two_packages_share_a_name() -> None:
+    """One home per concern: Slurm's pure side is slurmlib/, its runner runners/slurm/ (not two packages "slurm")."""
+    where: dict[str, list[str]] = {}
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        if init.parent != PACKAGE:
+            where.setdefault(init.parent.name, []).append(str(init.parent.relative_to(PACKAGE.parent)))
+    twice = {name: paths for name, paths in where.items() if len(paths) > 1}
+    assert not twice, f"one package name, several homes: {twice}"
+
+
+# A folder under runners/ is a backend (its runner.py), or the one home of what ssh and pdsh share.
+RUNNERS_SHARED_FOLDERS = {"remote"}
+
+
+def test_a_runners_folder_is_a_backend_or_the_shared_remote_one() -> None:
+    folders = sorted(p.parent for p in (PACKAGE / "runners").glob("*/__init__.py"))
+    odd = [f.name for f in folders if not (f / "runner.py").exists() and f.name not in RUNNERS_SHARED_FOLDERS]
+    shared_runner = [f.name for f in folders if f.name in RUNNERS_SHARED_FOLDERS and (f / "runner.py").exists()]
+    assert not odd, f"runners/ folders without a runner.py that are not shared homes: {odd}"
+    assert not shared_runner, f"a shared folder holds a runner: {shared_runner}"

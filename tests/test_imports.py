@@ -191,6 +191,11 @@ LEAVES: dict[str, tuple[str, ...]] = {
     "dslaunch.slurmlib.srun": ("dslaunch.plan", "dslaunch.wire"),
     "dslaunch.slurmlib.task_plan": ("dslaunch.plan", "dslaunch.slurmlib.layout"),
     "dslaunch.slurmlib.lost_nodes": (),
+    # the handshake of the job's control channels, for the pods and the pdsh dial-back
+    "dslaunch.auth.handshake": (),
+    "dslaunch.auth.line_reader": (),
+    # the one place that decides whether another attempt may run
+    "dslaunch.job.restart_policy": ("dslaunch.job.result", "dslaunch.plan"),
 }
 STDLIB = frozenset(sys.stdlib_module_names) | {"__future__"}
 
