@@ -1,11 +1,6 @@
 """One launcher per node (``--nnodes N --node-rank R``, or torchrun's PET_* in a Kubernetes pod): this node's
-agent, forked here, and, with other pods, this pod's side of the job (``pods/pod_launcher.py``).
-
-One launcher coordinates: node rank 0's in a fixed job; in an elastic one (``--nnodes MIN:MAX``, or c10d without
-a node rank) the one on the rendezvous endpoint's host that takes the port first. It waits for the other pods to
-join each attempt, relays every pod's rank exits and losses to the others, and ends the attempt on every pod
-with one exit code. Every other launcher joins it and stops its ranks when the job stops, or when the
-coordinator is gone (docs/kubernetes.md).
+agent, forked here, and, with other pods, this pod's side of each attempt (``pods/pod_launcher.py``: who
+coordinates, joining, the job's attempt numbers; docs/kubernetes.md).
 """
 
 from __future__ import annotations
