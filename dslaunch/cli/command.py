@@ -25,6 +25,7 @@ from dslaunch import __version__
 from dslaunch.cli import (
     core_options,
     deepspeed_flags,
+    help_sections,
     log_options,
     mesh_options,
     parity_options,
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from dslaunch.cli.decide import Choices, Decision
     from dslaunch.plan import LaunchPlan
 
-# Option areas, in --help order.
+# Option areas; --help lists their options by section (cli/help_sections.py), each area's in this order.
 AREAS = (
     deepspeed_flags,
     core_options,
@@ -70,7 +71,8 @@ def user_errors() -> Iterator[None]:
 
 
 class DslaunchCommand(click.Command):
-    """The command, with two steps before click reads any option (each a mechanism of its own, above click's)."""
+    """The command, with two steps before click reads any option (each a mechanism of its own, above click's),
+    and its options listed in sections."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         from dslaunch import nesting
@@ -80,6 +82,9 @@ class DslaunchCommand(click.Command):
         nesting.forget_parent_job(os.environ)
         with user_errors():  # the option callbacks' errors too
             return super().parse_args(ctx, deepspeed_flags.expand_abbreviations(args, self.params))
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        help_sections.format_sections(ctx, formatter, self.get_params(ctx))
 
 
 def choices_of(values: dict[str, Any], environ: Mapping[str, str]) -> Choices:
@@ -160,19 +165,20 @@ def _dry_run(plan: LaunchPlan, commands: list[str], secrets: frozenset[str], *, 
 
 
 def build_command() -> click.Command:
-    params: list[click.Parameter] = [
-        click.Option(
+    params: list[click.Parameter] = [*REPORT_PARAMS]
+    for area in AREAS:
+        params.extend(area.PARAMS)
+    params.append(
+        help_sections.Option(
             ["--version"],
+            section=help_sections.JOB,
             is_flag=True,
             expose_value=False,
             is_eager=True,
             callback=_version,
             help="Show the version and exit.",
-        ),
-        *REPORT_PARAMS,
-    ]
-    for area in AREAS:
-        params.extend(area.PARAMS)
+        )
+    )
     for param in params:  # every visible option also from DSLAUNCH_<NAME>, shown in --help
         if isinstance(param, click.Option):
             # DSLAUNCH_LOG_LEVEL is merged key by key under --log-level (log_options.merged_spec), not replaced

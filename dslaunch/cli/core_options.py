@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
+from dslaunch.cli.help_sections import DIAGNOSTICS, HOSTS, JOB, OUTPUT, PODS, RESTARTS, Option
 from dslaunch.cli.types import NodesType, NprocType, Seconds, Whole, pet
 from dslaunch.errors import DslaunchError
 from dslaunch.limits import MAX_WORLD_SIZE
@@ -26,100 +27,122 @@ NO_GPU = "gpu: no GPU is visible here (CUDA_VISIBLE_DEVICES, nvidia-smi, Slurm's
 
 
 PARAMS: list[click.Parameter] = [
-    click.Option(
+    Option(
         ["-H", "--hostfile"],
+        section=HOSTS,
         metavar="PATH",
         help=f"MPI-style hostfile: '<host> slots=<n>' per line [default: {DEFAULT_HOSTFILE} if it exists, else local]",
     ),
-    click.Option(
+    Option(
         ["-i", "--include"],
+        section=HOSTS,
         default="",
         metavar="SPEC",
         help="Use only these hosts/slots, e.g. 'worker-0@worker-1:0,2'.",
     ),
-    click.Option(
-        ["-e", "--exclude"], default="", metavar="SPEC", help="Use everything but these hosts/slots, e.g. 'worker-1:0'."
+    Option(
+        ["-e", "--exclude"],
+        section=HOSTS,
+        default="",
+        metavar="SPEC",
+        help="Use everything but these hosts/slots, e.g. 'worker-1:0'.",
     ),
-    click.Option(
+    Option(
         ["--num-nodes", "num_nodes"],
+        section=HOSTS,
         type=Whole(1, MAX_WORLD_SIZE),
         metavar="N",
         help="Use the first N hosts of the hostfile.",
     ),
-    click.Option(
+    Option(
         ["--nproc-per-node", "--num-gpus", "nproc_per_node"],
+        section=JOB,
         envvar=pet("nproc_per_node"),
         type=NprocType(),
         help="Ranks per node: a number, gpu (one per visible GPU), cpu (one per usable CPU) or auto (gpu if "
         "there are GPUs, else cpu) [default: all GPUs, else 1].",
     ),
-    click.Option(
+    Option(
         ["--launcher"],
+        section=HOSTS,
         default="auto",
         show_default=True,
         metavar="NAME",
         help="How node agents are started: auto, local (more with ssh/pdsh/slurm/mpi).",
     ),
-    click.Option(
+    Option(
         ["--master-addr"],
+        section=JOB,
         envvar=pet("master_addr"),
         metavar="ADDR",
         help="Rendezvous address [default: 127.0.0.1 for a local job, else the first node].",
     ),
-    click.Option(
+    Option(
         ["--master-port"],
+        section=JOB,
         envvar=pet("master_port"),
         type=Whole(0, 65535),
         default=DEFAULT_PORT,
         show_default=True,
         help="Rendezvous port; 0 picks a free one.",
     ),
-    click.Option(
-        ["-m", "--module"], is_flag=True, envvar=pet("module"), help="Run SCRIPT as a module, like 'python -m'."
+    Option(
+        ["-m", "--module"],
+        section=JOB,
+        is_flag=True,
+        envvar=pet("module"),
+        help="Run SCRIPT as a module, like 'python -m'.",
     ),
-    click.Option(
+    Option(
         ["--no-python"],
+        section=JOB,
         is_flag=True,
         envvar=pet("no_python"),
         help="Run SCRIPT as an executable, without the Python bootstrap.",
     ),
-    click.Option(
+    Option(
         ["--log-dir"],
+        section=OUTPUT,
         envvar=pet("log_dir"),
         type=click.Path(file_okay=False),
         metavar="DIR",
         help="Also write each rank's output (and error file) to DIR/rank<N>.*",
     ),
-    click.Option(
+    Option(
         ["--shutdown-timeout"],
+        section=RESTARTS,
         type=Seconds(0, 86400),
         default=5.0,
         show_default=True,
         metavar="SECONDS",
         help="Grace between SIGTERM and SIGKILL when the job is torn down.",
     ),
-    click.Option(
+    Option(
         ["--hang-timeout"],
+        section=DIAGNOSTICS,
         type=Seconds(0, 86400 * 7),
         metavar="SECONDS",
         help="Fail the job (exit 124) when no rank has made progress (output, dslaunch.heartbeat(), "
         "engine.timers.step()) for SECONDS, after printing every rank's stack [default: off; config: hang_timeout].",
     ),
-    click.Option(
+    Option(
         ["--config"],
+        section=JOB,
         type=click.Path(dir_okay=False),
         metavar="JSON",
         help="DeepSpeed-style JSON config; its launcher, logging and mesh keys reach every rank.",
     ),
-    click.Option(
+    Option(
         ["--run-id", "--rdzv-id", "--rdzv_id", "run_id"],
+        section=JOB,
         metavar="ID",
         envvar=pet("run_id", "RDZV_ID"),
         help="Job id used to tag every process of the job, every rank's TORCHELASTIC_RUN_ID [default: random; "
         "with --node-rank, one launcher per node, a digest of what every node is given alike].",
     ),
-    click.Option(
+    Option(
         ["--nnodes", "nnodes"],
+        section=PODS,
         type=NodesType(),
         envvar=pet("nnodes"),
         metavar="N|MIN:MAX",
@@ -127,14 +150,20 @@ PARAMS: list[click.Parameter] = [
         "replace failed nodes (docs/elastic.md). Without one, torchrun's one launcher per node (e.g. a Kubernetes "
         "pod each): this node is --node-rank of N, with the rendezvous at --master-addr.",
     ),
-    click.Option(
+    Option(
         ["--preload"],
+        section=JOB,
         metavar="MODULES",
         help="Import these modules (comma-separated, e.g. torch) once per node, then fork each rank from that "
         "process: faster start-up, shared memory (docs/preload.md) [default: config 'preload', else off].",
     ),
-    click.Option(["--dry-run"], is_flag=True, help="Print the launch plan and start nothing."),
-    click.Option(["--json", "as_json"], is_flag=True, help="With --dry-run: print the plan as one JSON object."),
+    Option(["--dry-run"], section=DIAGNOSTICS, is_flag=True, help="Print the launch plan and start nothing."),
+    Option(
+        ["--json", "as_json"],
+        section=DIAGNOSTICS,
+        is_flag=True,
+        help="With --dry-run: print the plan as one JSON object.",
+    ),
 ]
 
 

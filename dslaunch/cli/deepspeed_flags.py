@@ -15,6 +15,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from dslaunch.cli.help_sections import DEEPSPEED, Option
 from dslaunch.cli.types import Whole
 from dslaunch.errors import DslaunchError
 from dslaunch.limits import MAX_WORLD_SIZE
@@ -221,12 +222,34 @@ def expand_abbreviations(args: Sequence[str], params: Sequence[click.Parameter])
     return out
 
 
+def _metavar(flag: DsFlag) -> str | None:
+    if flag.is_flag:
+        return None
+    if isinstance(flag.type, click.Choice):
+        return f"[{'|'.join(map(str, flag.type.choices))}]"
+    return "N" if isinstance(flag.type, Whole) or flag.type is click.INT else "VALUE"
+
+
+def help_text(flag: DsFlag) -> str:
+    """What ``--help`` says of ``flag``: the dslaunch option it becomes, or why it is ignored or refused."""
+    if flag.reject:
+        return f"Refused: {flag.note}."
+    if not flag.v1:
+        return f"Ignored: {flag.note}."
+    use = flag.v1[1:-1] if flag.v1.startswith("(") else f"use {flag.v1}"
+    return use[0].upper() + use[1:] + (f"; {flag.note}." if flag.note else ".")
+
+
+# Hidden options (no DSLAUNCH_* variable of their own), listed all the same in --help's section of their own.
 PARAMS: list[click.Parameter] = [
-    click.Option(
+    Option(
         [*f.names, f.dest],
+        section=DEEPSPEED,
         is_flag=f.is_flag,
         default=None if not f.is_flag else False,
         type=None if f.is_flag else f.type,
+        metavar=_metavar(f),
+        help=help_text(f),
         hidden=True,
         expose_value=True,
     )

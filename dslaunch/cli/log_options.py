@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from dslaunch.cli.help_sections import OUTPUT, Option
 from dslaunch.errors import DslaunchError
 
 if TYPE_CHECKING:  # imported where used: --help only needs PARAMS
@@ -47,24 +48,27 @@ def _ranks_option(_ctx: click.Context, _param: click.Parameter, value: str) -> s
 
 
 PARAMS: list[click.Parameter] = [
-    click.Option(
+    Option(
         ["--log-level", "log_level"],
+        section=OUTPUT,
         metavar="SPEC",
         is_eager=True,
         callback=_level_option,
         help="Log levels, e.g. 'info', 'comm=debug', 'warning,comm=debug,launcher=info', '+comm,-agent'; "
         "'help' lists the modules [default: warning; env DSLAUNCH_LOG_LEVEL; config log_level].",
     ),
-    click.Option(
+    Option(
         ["--log-format"],
+        section=OUTPUT,
         type=click.Choice(["console", "json"], case_sensitive=False),
         default="console",
         envvar="DSLAUNCH_LOG_FORMAT",
         show_default=True,
         help="Console records as text or one JSON object per line.",
     ),
-    click.Option(
+    Option(
         ["--log-ranks"],
+        section=OUTPUT,
         metavar="SPEC",
         default="0",
         envvar="DSLAUNCH_LOG_RANKS",
@@ -73,21 +77,24 @@ PARAMS: list[click.Parameter] = [
         help="Ranks whose records below WARNING reach the console: 'all', 'none', '0,8-15', "
         "'local:0' (local rank 0 of each node), 'node:0'.",
     ),
-    click.Option(
+    Option(
         ["--log-color"],
+        section=OUTPUT,
         type=click.Choice(["auto", "always", "never"], case_sensitive=False),
         default="auto",
         show_default=True,
         help="Colour console records (auto: stdout is a terminal; honours NO_COLOR, FORCE_COLOR).",
     ),
-    click.Option(
+    Option(
         ["--collapse-output/--no-collapse-output"],
+        section=OUTPUT,
         default=True,
         help="Print a console line that many ranks print within a second once, prefixed with their ranks "
         "('[rank1-255]: ...'); --log-dir's files keep every line [default: on].",
     ),
-    click.Option(
+    Option(
         ["--wall-clock-breakdown"],
+        section=OUTPUT,
         is_flag=True,
         default=None,
         help="Print the timers' wall-clock breakdown at any log level [config: wall_clock_breakdown].",

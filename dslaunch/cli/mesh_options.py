@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from dslaunch.cli.help_sections import MESH, Option
 from dslaunch.errors import DslaunchError
 
 if TYPE_CHECKING:
@@ -22,8 +23,9 @@ if TYPE_CHECKING:
 VALID_INPUT = "pp, dp_replicate, dp_shard (alias dp), cp, sp, tp, ep, etp"
 
 PARAMS: list[click.Parameter] = [
-    click.Option(
+    Option(
         ["--mesh"],
+        section=MESH,
         metavar="SPEC",
         envvar="DSLAUNCH_MESH",
         help=f"Device mesh, e.g. 'pp=2,dp=-1,tp=2'. Dims: {VALID_INPUT}; one may be -1 (the rest of the ranks). "

@@ -9,35 +9,44 @@ from typing import Any
 
 import click
 
+from dslaunch.cli.help_sections import HOSTS, JOB, SLURM, Option
 from dslaunch.errors import DslaunchError
 
 PARAMS: list[click.Parameter] = [
-    click.Option(
+    Option(
         ["--local-rank-arg"],
+        section=JOB,
         is_flag=True,
         help="Append --local_rank=N to each rank's arguments, as DeepSpeed does by default.",
     ),
-    click.Option(
+    Option(
         ["--bind-cores-to-rank"],
+        section=JOB,
         is_flag=True,
         help="Give each rank an equal slice of the node's cores (numactl -C) and set OMP_NUM_THREADS to it.",
     ),
-    click.Option(
+    Option(
         ["--bind-core-list"],
+        section=JOB,
         metavar="LIST",
         help="Cores to split with --bind-cores-to-rank, e.g. '0-15,32-47' [default: the node's usable cores].",
     ),
-    click.Option(
+    Option(
         ["--save-pid"],
+        section=JOB,
         type=click.Path(dir_okay=False),
         metavar="PATH",
         help="Write the launcher's pid to PATH while the job runs (signal it to stop the whole job).",
     ),
-    click.Option(
-        ["--force-multi"], is_flag=True, help="Use a remote launcher (pdsh/ssh) even when the only host is this one."
+    Option(
+        ["--force-multi"],
+        section=HOSTS,
+        is_flag=True,
+        help="Use a remote launcher (pdsh/ssh) even when the only host is this one.",
     ),
-    click.Option(
+    Option(
         ["--launcher-args"],
+        section=SLURM,
         metavar="ARGS",
         help="Extra arguments for the launcher program (mpirun, srun, pdsh), split like a shell would.",
     ),

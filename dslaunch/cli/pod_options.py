@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from dslaunch.cli.help_sections import PODS, Option
 from dslaunch.cli.types import pet
 from dslaunch.errors import DslaunchError
 
@@ -30,16 +31,18 @@ IGNORED_CONF = (
 )
 
 PARAMS: list[click.Parameter] = [
-    click.Option(
+    Option(
         ["--rdzv-endpoint", "--rdzv_endpoint", "rdzv_endpoint"],
+        section=PODS,
         envvar=pet("rdzv_endpoint"),
         metavar="HOST[:PORT]",
         help="One launcher per node: where the coordinating launcher (node rank 0's, or in an elastic job the one "
         "on this host) takes the other pods' connections "
         f"[default: --master-addr, port --master-port + 1; PORT default {DEFAULT_RDZV_PORT}].",
     ),
-    click.Option(
+    Option(
         ["--rdzv-backend", "--rdzv_backend", "rdzv_backend"],
+        section=PODS,
         envvar=pet("rdzv_backend"),
         type=click.Choice(["static", "c10d"]),
         default="static",
@@ -47,8 +50,9 @@ PARAMS: list[click.Parameter] = [
         help="Both mean dslaunch's own authenticated channel between the pods (docs/kubernetes.md); c10d without "
         "--node-rank (or with --nnodes MIN:MAX) is the elastic shape: the coordinator gives the node ranks.",
     ),
-    click.Option(
+    Option(
         ["--rdzv-conf", "--rdzv_conf", "rdzv_conf"],
+        section=PODS,
         envvar=pet("rdzv_conf"),
         metavar="KEY=VALUE,...",
         help=f"torchrun's rendezvous settings: join_timeout=SECONDS (how long the pods wait for each other, default "

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from dslaunch.cli.help_sections import DIAGNOSTICS, HOSTS, JOB, PODS, RESTARTS, Option
 from dslaunch.cli.types import Seconds, Whole, pet
 from dslaunch.errors import DslaunchError
 from dslaunch.limits import MAX_WORLD_SIZE
@@ -17,52 +18,65 @@ if TYPE_CHECKING:  # imported where used: --help only needs PARAMS
     from dslaunch.plan import RemoteSettings
 
 PARAMS: list[click.Parameter] = [
-    click.Option(
+    Option(
         ["--fanout"],
+        section=HOSTS,
         type=Whole(1, 100_000),
         default=32,
         show_default=True,
         metavar="N",
         help="ssh: at most N connections opened at once (pdsh always runs every node at once).",
     ),
-    click.Option(
+    Option(
         ["--remote-python"],
+        section=HOSTS,
         metavar="PATH",
         help="Python on the remote nodes [default: this launcher's interpreter, same path].",
     ),
-    click.Option(["--remote-cwd"], metavar="DIR", help="Working directory on the remote nodes [default: this one]."),
-    click.Option(
+    Option(
+        ["--remote-cwd"],
+        section=HOSTS,
+        metavar="DIR",
+        help="Working directory on the remote nodes [default: this one].",
+    ),
+    Option(
         ["--venv-script", "venv_script"],
+        section=HOSTS,
         metavar="PATH",
         help="Source this file on each node before starting (e.g. a venv's bin/activate).",
     ),
-    click.Option(
+    Option(
         ["--ssh-config"],
+        section=HOSTS,
         type=click.Path(dir_okay=False),
         metavar="FILE",
         help="ssh client config for both runners [default: ~/.ssh/config].",
     ),
-    click.Option(
+    Option(
         ["--ssh-port", "ssh_port"],
+        section=HOSTS,
         type=Whole(1, 65535),
         metavar="PORT",
         help="ssh port, overriding the ssh config.",
     ),
-    click.Option(
+    Option(
         ["--ssh-accept-new-hosts"],
+        section=HOSTS,
         is_flag=True,
         help="Trust and record host keys not yet in known_hosts (changed keys are always refused).",
     ),
-    click.Option(
+    Option(
         ["--ssh-connect-timeout"],
+        section=HOSTS,
         type=Seconds(0.1, 3600),
         default=10.0,
         show_default=True,
         metavar="SECONDS",
         help="Give up on a host that does not answer ssh within this time.",
     ),
-    click.Option(
+    Option(
         ["--spare-check-interval", "spare_check"],
+        section=RESTARTS,
         type=Seconds(1, 86400),
         default=30.0,
         show_default=True,
@@ -70,29 +84,33 @@ PARAMS: list[click.Parameter] = [
         help="ssh: how often each spare host, waiting with its agent, is checked as --preflight does; "
         "one that fails is dropped.",
     ),
-    click.Option(
+    Option(
         ["--export", "exports"],
+        section=JOB,
         multiple=True,
         metavar="NAME[=VALUE]",
         help="Send this variable to every rank on every node (repeatable); NAME alone sends its current value.",
     ),
-    click.Option(
+    Option(
         ["--env-file", "env_files"],
+        section=JOB,
         multiple=True,
         type=click.Path(dir_okay=False),
         metavar="PATH",
         help="NAME=VALUE lines for every rank (repeatable) "
         "[also read: ~/.deepspeed_env, ./.deepspeed_env, $DS_ENV_FILE].",
     ),
-    click.Option(
+    Option(
         ["--node-rank"],
+        section=PODS,
         envvar=pet("node_rank"),
         type=Whole(0, MAX_WORLD_SIZE),
         metavar="N",
         help="Manual multi-node mode: start only node N's ranks here, no ssh (needs a fixed --master-port).",
     ),
-    click.Option(
+    Option(
         ["--preflight"],
+        section=DIAGNOSTICS,
         is_flag=True,
         help="Check every host (reachable, Python, dslaunch, torch, GPUs vs slots, master port) and exit; "
         "SCRIPT is optional.",

@@ -7,6 +7,7 @@ import os
 
 import click
 
+from dslaunch.cli.help_sections import DIAGNOSTICS, Option
 from dslaunch.errors import DslaunchError
 
 
@@ -36,8 +37,9 @@ def _report(ctx: click.Context, _param: click.Parameter, value: str | None) -> N
 
 
 PARAMS: list[click.Parameter] = [
-    click.Option(
+    Option(
         ["--report"],
+        section=DIAGNOSTICS,
         metavar="LOGDIR",
         expose_value=False,
         is_eager=True,

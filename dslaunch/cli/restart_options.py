@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from dslaunch.cli.help_sections import RESTARTS, Option
 from dslaunch.cli.types import Seconds, Whole, pet
 
 if TYPE_CHECKING:
@@ -17,8 +18,9 @@ MAX_RESTARTS = 10_000
 DEFAULT_DELAY = 1.0
 
 PARAMS: list[click.Parameter] = [
-    click.Option(
+    Option(
         ["--max-restarts"],
+        section=RESTARTS,
         type=Whole(0, MAX_RESTARTS),
         envvar=pet("max_restarts"),
         default=0,
@@ -28,8 +30,9 @@ PARAMS: list[click.Parameter] = [
         "at most N times; ranks read the attempt from TORCHELASTIC_RESTART_COUNT. A signal to dslaunch "
         "is never restarted.",
     ),
-    click.Option(
+    Option(
         ["--restart-delay"],
+        section=RESTARTS,
         type=Seconds(0, 86400),
         default=DEFAULT_DELAY,
         show_default=True,
