@@ -91,6 +91,7 @@ def format_sections(ctx: click.Context, formatter: click.HelpFormatter, params: 
         with formatter.section(title):
             if title in INTRO:
                 formatter.write_text(INTRO[title])
+                formatter.write_paragraph()
             # click puts descriptions at min(widest name, col_max) + col_spacing: the same column in every section
             widest = min(max(len(name) for name, _ in rows), COLUMN_MAX)
             formatter.write_dl(rows, col_max=COLUMN_MAX, col_spacing=2 + column - widest)
