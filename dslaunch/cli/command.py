@@ -165,9 +165,10 @@ def _dry_run(plan: LaunchPlan, commands: list[str], secrets: frozenset[str], *, 
 
 
 def build_command() -> click.Command:
-    params: list[click.Parameter] = [*REPORT_PARAMS]
+    params: list[click.Parameter] = []
     for area in AREAS:
         params.extend(area.PARAMS)
+    params += REPORT_PARAMS  # after --dry-run and --preflight in its section, as it is used less
     params.append(
         help_sections.Option(
             ["--version"],
