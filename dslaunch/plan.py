@@ -15,7 +15,8 @@ from typing import Any, Literal
 # 4: elastic (candidate hosts, MIN:MAX).
 # 5: pods (one launcher per node: the coordinator's address and the join timeout).
 # 6: remote.spare_check (ssh spares' health checks); job agents take plans per attempt.
-PLAN_VERSION = 6
+# 7: no_restart_on (--no-restart-on).
+PLAN_VERSION = 7
 # In the plan's env (and so each rank's) as "0" when --no-collapse-output: the agents and the launcher read it.
 COLLAPSE_VAR = "DSLAUNCH_COLLAPSE_OUTPUT"
 
@@ -146,6 +147,7 @@ class LaunchPlan:
     preload: tuple[str, ...] = ()  # --preload: modules each node's zygote imports before forking ranks
     elastic: Elastic = Elastic()  # --nnodes MIN:MAX and spare hosts (empty: a fixed set of nodes)
     pods: PodSettings = PodSettings()  # the "node" launcher's control channel
+    no_restart_on: tuple[int, ...] = ()  # --no-restart-on: a rank's exit codes that end the job, never restarted
 
     @property
     def collapse_output(self) -> bool:
@@ -189,6 +191,7 @@ class LaunchPlan:
             "max_restarts": self.restarts.max_restarts,
             "restart_delay": self.restarts.delay,
             "hang_timeout": self.hang_timeout,
+            **({"no_restart_on": list(self.no_restart_on)} if self.no_restart_on else {}),
             **(elastic if self.elastic.candidates else {}),
             **({"coordinator": f"{self.pods.coordinator}:{self.pods.port}"} if self.pods.port else {}),
         }
@@ -229,6 +232,7 @@ class LaunchPlan:
                 fixed_addr=elastic["fixed_addr"],
             ),
             pods=PodSettings(**data.pop("pods")),
+            no_restart_on=tuple(data.pop("no_restart_on")),
             **data,
         )
 

@@ -114,6 +114,7 @@ class RankExit:
     by_agent: bool  # it ended after the agent had signalled it (teardown)
     error: str | None = None  # traceback text from the rank's error file
     stderr_tail: tuple[str, ...] = field(default=())
+    beats: int = 0  # its progress beats (engine ready, engine.timers.step(), dslaunch.heartbeat()); 0: no step
 
     @property
     def failed(self) -> bool:

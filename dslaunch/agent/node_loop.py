@@ -333,9 +333,12 @@ class NodeLoop:
         if returncode:  # its last stderr lines may still be in the pipe: they belong in the summary
             self.output.read_last_stderr(r.rank)
             record, tail = read_error_file(r.error_file, self.fs_clock_offset), tail_lines(r.tail)
+        beats = self.progress.beats(r.rank) if self.progress is not None else 0
         now, wall = time.monotonic(), time.time()
         self._apply(
-            self.state.on_rank_exit(r.rank, returncode, record, stderr_tail=tail, now=now, wall=wall, died=self._round)
+            self.state.on_rank_exit(
+                r.rank, returncode, record, stderr_tail=tail, now=now, wall=wall, died=self._round, beats=beats
+            )
         )
 
     # ---- control and signals ---------------------------------------------

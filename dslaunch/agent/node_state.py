@@ -144,6 +144,7 @@ def rank_exit(
     wall: float,
     died: DeathWindow | None = None,
     stderr_tail: tuple[str, ...] = (),
+    beats: int = 0,
 ) -> wire.RankExit:
     """The exit event of a rank that ended with ``returncode`` (a Popen one), ``wall`` being the time now.
 
@@ -177,6 +178,7 @@ def rank_exit(
         by_agent=signalled and failed_at is None,
         error=record.error,
         stderr_tail=stderr_tail if code else (),
+        beats=beats,
     )
 
 
@@ -259,12 +261,20 @@ class NodeState:
         wall: float,
         died: DeathWindow | None = None,
         stderr_tail: tuple[str, ...] = (),
+        beats: int = 0,
     ) -> tuple[Action, ...]:
         r = self.ranks[rank]
         r.returncode = returncode
         self.last_read = now
         result = rank_exit(
-            r.who, returncode, record, signalled_at=r.signalled_at, wall=wall, died=died, stderr_tail=stderr_tail
+            r.who,
+            returncode,
+            record,
+            signalled_at=r.signalled_at,
+            wall=wall,
+            died=died,
+            stderr_tail=stderr_tail,
+            beats=beats,
         )
         if not result.failed or result.by_agent:
             return (Exited(result),)

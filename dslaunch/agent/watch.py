@@ -89,6 +89,11 @@ class ProgressWatch:
             st.pid = pid
             st.last = time.monotonic()
 
+    def beats(self, rank: int) -> int:
+        """How many progress beats ``rank`` made in this attempt (0: none, or it has no progress file)."""
+        st = self.ranks.get(rank)
+        return 0 if st is None else rankside.read_word(st.fd, rankside.BEATS)
+
     def ended(self, rank: int) -> None:
         st = self.ranks.get(rank)
         if st is not None:

@@ -100,6 +100,7 @@ def choices_of(values: dict[str, Any], environ: Mapping[str, str]) -> Choices:
         parity=parity_options.parse(values),
         mesh=mesh_options.parse(values, core.config),
         restarts=restart_options.parse(values),
+        no_restart_on=restart_options.no_restart_on(values),
         pods=pod_options.parse(values),
     )
 

@@ -54,6 +54,7 @@ class Choices:
     mesh: MeshChoice | None
     restarts: Restarts = field(default_factory=Restarts)
     pods: PodChoices | None = None
+    no_restart_on: tuple[int, ...] = ()  # --no-restart-on
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
         bind_cores=c.parity.bind_cores,
         manual_node=None if pod_range else c.remote.node_rank,
         restarts=c.restarts,
+        no_restart_on=c.no_restart_on,
         hang_timeout=core.hang_timeout,
         preload=preload,
         elastic=replace(elastic, fixed_addr=bool(core.master_addr)) if elastic.candidates else elastic,

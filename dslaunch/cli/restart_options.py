@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,32 @@ if TYPE_CHECKING:
 MAX_RESTARTS = 10_000
 # Restarts().delay, kept in step by a test (tests/cli/test_areas.py): importing dslaunch.plan here would slow --help.
 DEFAULT_DELAY = 1.0
+_CODE = re.compile(r"[0-9]{1,3}")
+
+
+class ExitCodes(click.ParamType):  # type: ignore[type-arg]  # generic only from click 8.5
+    """A comma list of exit codes, each 1-255, as a sorted tuple without repeats ("" is none)."""
+
+    name = "codes"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[int, ...]:
+        if isinstance(value, tuple):
+            return value
+        text = str(value).strip()
+        if not text:
+            return ()
+        codes = set()
+        for item in text.split(","):
+            code = item.strip()
+            if not _CODE.fullmatch(code) or not 1 <= int(code) <= 255:
+                self.fail(
+                    f"{item.strip()!r} in {text!r} is not an exit code: give whole numbers 1-255, e.g. 3 or 3,4",
+                    param,
+                    ctx,
+                )
+            codes.add(int(code))
+        return tuple(sorted(codes))
+
 
 PARAMS: list[click.Parameter] = [
     Option(
@@ -29,6 +56,15 @@ PARAMS: list[click.Parameter] = [
         help="When a rank fails (or a node is lost), stop the job on every node and start it again, "
         "at most N times; ranks read the attempt from TORCHELASTIC_RESTART_COUNT. A signal to dslaunch "
         "is never restarted.",
+    ),
+    Option(
+        ["--no-restart-on"],
+        section=RESTARTS,
+        type=ExitCodes(),
+        default="",
+        metavar="CODES",
+        help="A rank that exits with one of these codes (a comma list, 1-255, e.g. 3 for 'bad config') ends the job "
+        "at once, whatever --max-restarts allows.",
     ),
     Option(
         ["--restart-delay"],
@@ -46,3 +82,8 @@ def parse(values: Mapping[str, Any]) -> Restarts:
     from dslaunch.plan import Restarts
 
     return Restarts(max_restarts=values["max_restarts"], delay=values["restart_delay"])
+
+
+def no_restart_on(values: Mapping[str, Any]) -> tuple[int, ...]:
+    codes: tuple[int, ...] = values["no_restart_on"]
+    return codes

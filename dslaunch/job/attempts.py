@@ -125,7 +125,10 @@ def _run_attempts(runner: Runner, plan: LaunchPlan, pool: HostPool | None) -> in
             pool.blame(result.blamed)
         results.append(result)
         used.append(hosts)
-        if not may_restart(results, plan.restarts).restart:
+        verdict = may_restart(results, plan.restarts, plan.no_restart_on)
+        if not verdict.restart:
+            if verdict.say:
+                _say(f"dslaunch: not restarting: {verdict.why}")
             break
         with stop_signals_caught() as caught:  # before the notice: a Ctrl-C right after it must be ours
             _say(

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from dslaunch import wire
 from dslaunch.errors import assert_never
+from dslaunch.job import restart_policy
 from dslaunch.job.protocols import AgentHandle
 from dslaunch.job.result import JobResult
 from dslaunch.job.state import (
@@ -188,7 +189,14 @@ def report(outcome: Outcome, plan: LaunchPlan) -> JobResult:
 
         file_record("launcher", "job failed", summary=summary, code=outcome.code)
         write_within(2, (summary + "\n").encode(), STALL)
-    return JobResult(outcome.code, cause_line(outcome), retry=outcome.signal is None, blamed=blamed_hosts(outcome))
+    return JobResult(
+        outcome.code,
+        cause_line(outcome),
+        retry=outcome.signal is None,
+        blamed=blamed_hosts(outcome),
+        failures=restart_policy.failures_of(outcome),
+        stepped=restart_policy.stepped(outcome),
+    )
 
 
 def supervise_and_report(

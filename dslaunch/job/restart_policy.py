@@ -3,7 +3,11 @@
 Every launcher that numbers attempts asks here: ``job/attempts.py::run_attempts`` (one launcher for the job) and
 the pods' coordinator and members (``pods/attempts.py``, one launcher per pod). Slurm's node mode restarts inside
 its task through ``run_attempts`` too. The decision sees every attempt of the job so far, so a rule that looks
-back (a failure that repeats) belongs here as well.
+back belongs here as well: a failure that repeats the same way before the first step, and ``--no-restart-on``.
+
+A failure that comes back the same way before any rank reached a step (the same rank, the same exit code and the
+same exception type and message, in two attempts in a row) is deterministic: a bad import, a missing file, a bad
+config. A third attempt would fail the same way, so the job ends with it and says why (docs/restarts.md).
 """
 
 from __future__ import annotations
@@ -11,8 +15,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dslaunch.job.result import JobResult
+from dslaunch.job.result import JobResult, RankFailure
+from dslaunch.job.state import Outcome
 from dslaunch.plan import Restarts
+
+EXCEPTION_CHARS = 200  # of an exception's text in the line that names a repeat
 
 
 @dataclass(frozen=True)
@@ -21,6 +28,9 @@ class Verdict:
 
     restart: bool
     why: str = ""
+    # The why is news to the user (a repeat, --no-restart-on): the launcher that decides prints it, once, as
+    # "dslaunch: not restarting: <why>". The budget's and a stop's are in the attempts' summary already.
+    say: bool = False
 
 
 def attempt_number(results: Sequence[JobResult]) -> int:
@@ -29,8 +39,9 @@ def attempt_number(results: Sequence[JobResult]) -> int:
     return len(results) - 1 if last.attempt is None else last.attempt
 
 
-def may_restart(results: Sequence[JobResult], restarts: Restarts) -> Verdict:
-    """After the attempts ``results`` (the job's so far, the last one just ended), may the next one run?"""
+def may_restart(results: Sequence[JobResult], restarts: Restarts, no_restart_on: tuple[int, ...] = ()) -> Verdict:
+    """After the attempts ``results`` (the job's so far, the last one just ended), may the next one run?
+    ``no_restart_on``: the plan's ``--no-restart-on`` codes."""
     last = results[-1]
     if not last.failed:
         return Verdict(False)
@@ -39,6 +50,11 @@ def may_restart(results: Sequence[JobResult], restarts: Restarts) -> Verdict:
     used = attempt_number(results) + 1
     if used > restarts.max_restarts:
         return Verdict(False, budget_spent(used, restarts))
+    listed = next((f for f in last.failures if f.code in no_restart_on), None)
+    if listed is not None:
+        return Verdict(False, f"{_who(listed)} exited with code {listed.code}, which --no-restart-on lists", say=True)
+    if len(results) >= 2 and repeats(results[-2], last):
+        return Verdict(False, repeat_line(last.failures[0], used), say=True)
     return Verdict(True)
 
 
@@ -52,3 +68,59 @@ def may_start(attempt: int, restarts: Restarts) -> Verdict:
 
 def budget_spent(used: int, restarts: Restarts) -> str:
     return f"the job has run {used} attempt(s), all --max-restarts {restarts.max_restarts} allows"
+
+
+def repeats(before: JobResult, after: JobResult) -> bool:
+    """Whether ``after`` failed the way ``before`` did, both before any rank reached a step: the same root-cause
+    rank, exit code and exception (or none in both)."""
+    if before.stepped or after.stepped or not before.failures or not after.failures:
+        return False
+    if None not in (before.attempt, after.attempt) and after.attempt != (before.attempt or 0) + 1:
+        return False  # not in a row: a pod that sat out the attempt between
+    first, second = before.failures[0], after.failures[0]
+    return (first.rank, first.code, first.exception) == (second.rank, second.code, second.exception)
+
+
+def repeat_line(failure: RankFailure, number: int) -> str:
+    """Why a job ends on a repeat; ``number``: the attempt that repeated it, as people count (1 the
+    first)."""
+    what = _shown(failure.exception) if failure.exception else f"exit code {failure.code}"
+    return (
+        f"{_who(failure)} failed the same way in attempts {number - 1} and {number} before any rank reached a step "
+        f"({what}); another attempt would fail the same way"
+    )
+
+
+def failures_of(outcome: Outcome) -> tuple[RankFailure, ...]:
+    """The ranks of ``outcome`` that failed on their own (not stopped by dslaunch), the root cause first."""
+    own = [e for e in outcome.exits if e.failed and not e.by_agent]
+    if outcome.root_cause is not None and outcome.root_cause not in own:
+        own.append(outcome.root_cause)
+    own.sort(key=lambda e: (e is not outcome.root_cause, e.ts))
+    return tuple(RankFailure(e.rank, e.host, e.code, exception_of(e.error)) for e in own)
+
+
+def stepped(outcome: Outcome) -> bool:
+    """Whether any rank of the attempt reached a step: it made a progress beat before it ended."""
+    return any(e.beats for e in outcome.exits)
+
+
+def exception_of(error: str | None) -> str | None:
+    """The exception's type and message from a traceback text: the lines after its last frame (a chained
+    exception's last, the one that ended the rank); a text that is no traceback, whole. None for none."""
+    if not error or not error.strip():
+        return None
+    lines = error.rstrip("\n").split("\n")
+    if not lines[0].startswith("Traceback"):
+        return error.strip()
+    last_frame = max((i for i, line in enumerate(lines) if line[:1].isspace()), default=0)
+    return "\n".join(lines[last_frame + 1 :]).strip() or None
+
+
+def _who(failure: RankFailure) -> str:
+    return f"rank {failure.rank} on {failure.host}"
+
+
+def _shown(exception: str) -> str:
+    one_line = " / ".join(line.strip() for line in exception.splitlines() if line.strip())
+    return one_line if len(one_line) <= EXCEPTION_CHARS else one_line[: EXCEPTION_CHARS - 3] + "..."

@@ -8,6 +8,16 @@ START_FAILED = 255  # a job that could not start, every runner (ssh itself exits
 
 
 @dataclass(frozen=True)
+class RankFailure:
+    """A rank that failed on its own in an attempt, as the restart decision compares them (job/restart_policy.py)."""
+
+    rank: int
+    host: str
+    code: int
+    exception: str | None  # its exception's type and message ("ImportError: ..."), from its traceback; None: none
+
+
+@dataclass(frozen=True)
 class JobResult:
     code: int
     cause: str = ""  # one line: what ended a failed attempt (for the restarts summary)
@@ -18,6 +28,11 @@ class JobResult:
     # The job's attempt number, where the runner knows it better than the count of this launcher's own attempts
     # (one launcher per pod: the coordinator numbers them; a recreated pod joins in the middle).
     attempt: int | None = None
+    # The ranks that failed on their own, the root cause first; empty where this launcher does not see every rank
+    # of the job (Slurm's steps, a pod that is not the coordinator): the repeat and --no-restart-on rules then
+    # stay out of it.
+    failures: tuple[RankFailure, ...] = ()
+    stepped: bool = False  # a rank of the attempt reached a step (a progress beat: docs/restarts.md)
 
     @property
     def failed(self) -> bool:

@@ -127,11 +127,14 @@ class PodLauncher:
             coordinator.relay(wire.NodeLost(0, plan.node(0).host, -outcome.signal, why), 0)
         result = replace(report(outcome, plan), attempt=attempt)
         self._results.append(result)
-        last = not may_restart(self._results, plan.restarts).restart
+        verdict = may_restart(self._results, plan.restarts, plan.no_restart_on)
+        if verdict.say:
+            _say(f"dslaunch: not restarting: {verdict.why}")
+        last = not verdict.restart
         coordinator.finish(result.code, last, result.cause)
         if last:
             coordinator.close(result.code)
-        return replace(result, retry=result.retry and not last)
+        return replace(result, retry=result.retry and not last, failures=())  # decided here, for every pod
 
     def _gather(self, plan: LaunchPlan, coordinator: Coordinator) -> JobResult | None:
         """Wait for the pods the next attempt needs; None once they are there, else how the job ends."""
@@ -186,7 +189,8 @@ class PodLauncher:
         outcome = supervise(plan, [local, coordinator])
         if coordinator.verdict is not None and outcome.signal is None:
             outcome = replace(outcome, code=coordinator.verdict[0])
-        result = replace(_report_member(outcome, plan, coordinator.cause), attempt=joined.attempt)
+        # The coordinator decides for every pod; without it, the job's count alone (the failures left out).
+        result = replace(_report_member(outcome, plan, coordinator.cause), attempt=joined.attempt, failures=())
         self._results.append(result)
         if coordinator.verdict is not None:
             result = replace(result, retry=not coordinator.verdict[1] and result.retry)

@@ -5,6 +5,7 @@ coordinates, joining, the job's attempt numbers; docs/kubernetes.md).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from dslaunch.job.loop import report, supervise
@@ -59,7 +60,9 @@ class NodeRunner(Runner):
             self._warm = WarmZygotes()
         self._warm.prepare(plan, node_rank)  # warm while the pods join, and kept from attempt to attempt
         if self._pods is None:
-            return report(supervise(plan, [self._agent(plan, node_rank)]), plan)
+            result = report(supervise(plan, [self._agent(plan, node_rank)]), plan)
+            # pods without a control channel decide alone and cannot agree: the budget only (docs/restarts.md)
+            return result if len(plan.nodes) == 1 else replace(result, failures=())
         if self._pods.coordinating(plan, node_rank):
             check_port_free(plan.master_addr, plan.master_port)  # our rank 0 serves the rendezvous
             return self._pods.coordinate(plan)

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import DSLAUNCH, SCRIPTS, run_cli, wait_for_file, wait_until_gone
-from tests.plans import cli_error
+from tests.plans import cli_error, plan_of
 
 FLAKY = str(SCRIPTS / "flaky.py")
+REPEAT_FAIL = str(SCRIPTS / "repeat_fail.py")
 
 
 def _attempts(folder: Path) -> list[tuple[int, int, int]]:
@@ -52,6 +53,62 @@ def test_always_failing_exits_with_its_code_after_n_plus_one_attempts(tmp_path: 
         assert summary.count("exit 5: rank 0 on localhost exited with code 5") == restarts + 1
     else:
         assert "attempt" not in res.stderr  # no restarts: the usual summary only
+
+
+def _repeat_fail(tmp_path: Path, restarts: int, mode: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return run_cli(
+        ["--nproc-per-node", "2", "--master-port", "0", "--max-restarts", str(restarts), "--restart-delay", "0",
+         *extra, REPEAT_FAIL, str(tmp_path), mode, "7" if mode != "exit" or not extra else "3"]
+    )  # fmt: skip
+
+
+@pytest.mark.launch
+def test_the_same_import_error_twice_before_a_step_is_not_restarted_again(tmp_path: Path) -> None:
+    res = _repeat_fail(tmp_path, 5, "import")
+    assert res.returncode == 1, res.stderr
+    assert sorted({a for a, _r in _attempts2(tmp_path)}) == [0, 1]
+    assert (
+        "dslaunch: not restarting: rank 1 on localhost failed the same way in attempts 1 and 2 before any rank "
+        "reached a step (ModuleNotFoundError: No module named 'dslaunch_repeat_fail_no_such_module'); another "
+        "attempt would fail the same way" in res.stderr
+    )
+    assert "the job ran 2 times (--max-restarts 5)" in res.stderr
+
+
+@pytest.mark.launch
+def test_the_same_exit_code_twice_before_a_step_is_not_restarted_again(tmp_path: Path) -> None:
+    res = _repeat_fail(tmp_path, 5, "exit")
+    assert res.returncode == 7, res.stderr
+    assert sorted({a for a, _r in _attempts2(tmp_path)}) == [0, 1]
+    assert "failed the same way in attempts 1 and 2 before any rank reached a step (exit code 7)" in res.stderr
+
+
+@pytest.mark.launch
+def test_a_no_restart_on_code_ends_the_job_at_once(tmp_path: Path) -> None:
+    res = _repeat_fail(tmp_path, 5, "exit", "--no-restart-on", "4,3")
+    assert res.returncode == 3, res.stderr
+    assert sorted({a for a, _r in _attempts2(tmp_path)}) == [0]
+    assert "dslaunch: not restarting: rank 1 on localhost exited with code 3, which --no-restart-on lists" in res.stderr
+    assert "restarting every rank" not in res.stderr
+
+
+@pytest.mark.launch
+@pytest.mark.parametrize("mode", ["flaky", "stepped"])
+def test_a_failure_that_differs_or_comes_after_a_step_gets_every_restart(tmp_path: Path, mode: str) -> None:
+    """A different message each attempt, or the same exit after a progress beat: every restart, and the last
+    attempt (which the script lets pass) ends the job 0."""
+    res = _repeat_fail(tmp_path, 3, mode)
+    assert res.returncode == 0, res.stderr
+    assert sorted({a for a, _r in _attempts2(tmp_path)}) == [0, 1, 2, 3]
+    assert "not restarting" not in res.stderr
+    assert "the job ran 4 times (--max-restarts 3)" in res.stderr
+    if mode == "flaky":
+        assert all(f"RuntimeError: flaky failure number {n}" in res.stderr for n in range(3)), res.stderr
+
+
+def _attempts2(folder: Path) -> set[tuple[int, int]]:
+    lines = (folder / "attempts.txt").read_text().split("\n")
+    return {(int(line.split()[0]), int(line.split()[1])) for line in lines if line}
 
 
 @pytest.mark.launch
@@ -149,8 +206,20 @@ def test_a_signal_during_an_attempt_is_never_restarted(tmp_path: Path) -> None:
         (["--max-restarts", "10001"], "--max-restarts"),
         (["--restart-delay", "nan"], "--restart-delay"),
         (["--restart-delay", "-2"], "--restart-delay"),
+        (["--no-restart-on", "0"], "'0' in '0' is not an exit code: give whole numbers 1-255"),
+        (["--no-restart-on", "3,256"], "'256' in '3,256' is not an exit code"),
+        (["--no-restart-on", "3,,4"], "'' in '3,,4' is not an exit code"),
+        (["--no-restart-on", "-3"], "--no-restart-on"),
+        (["--no-restart-on", "٣"], "is not an exit code"),
     ],
 )
 def test_bad_restart_values_exit_2(args: list[str], words: str) -> None:
     code, err = cli_error([*args, FLAKY])
     assert code == 2 and words in err, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(("given", "codes"), [("3", (3,)), (" 4, 3,3 ", (3, 4)), ("", ()), ("255,1", (1, 255))])
+def test_no_restart_on_reaches_the_plan(given: str, codes: tuple[int, ...]) -> None:
+    assert plan_of(["--no-restart-on", given, FLAKY]).no_restart_on == codes
+    assert plan_of([FLAKY], env={"DSLAUNCH_NO_RESTART_ON": given}).no_restart_on == codes

@@ -1,14 +1,44 @@
-"""The one restart decision (job/restart_policy.py), as a table: every launcher that numbers attempts asks it."""
+"""The one restart decision (job/restart_policy.py), as tables: every launcher that numbers attempts asks it. The
+budget, --no-restart-on, and a failure that repeats the same way before any step."""
 
 from __future__ import annotations
 
 import pytest
 
-from dslaunch.job.restart_policy import attempt_number, may_restart, may_start
-from dslaunch.job.result import JobResult, stopped
+from dslaunch.job.restart_policy import (
+    attempt_number,
+    exception_of,
+    failures_of,
+    may_restart,
+    may_start,
+    repeats,
+    stepped,
+)
+from dslaunch.job.result import JobResult, RankFailure, stopped
+from dslaunch.job.state import Outcome
 from dslaunch.plan import Restarts
+from dslaunch.wire import RankExit
 
 FAIL = JobResult(1, "rank 0 exited with code 1")
+IMPORT = "ModuleNotFoundError: No module named 'nosuch'"
+TRACEBACK = f'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\n    import nosuch\n{IMPORT}\n'
+
+
+def _failed(
+    rank: int = 1, code: int = 1, exception: str | None = IMPORT, *, stepped: bool = False, attempt: int | None = None
+) -> JobResult:
+    failure = RankFailure(rank, "w1", code, exception)
+    return JobResult(code, f"rank {rank} failed", failures=(failure,), stepped=stepped, attempt=attempt)
+
+
+OK = JobResult(0)
+LOST = JobResult(1, "node 1 disappeared")  # no rank failed on its own: nothing to compare
+STOPPED = JobResult(143, "dslaunch received SIGTERM", retry=False)
+REPEAT = (
+    "rank 1 on w1 failed the same way in attempts 1 and 2 before any rank reached a step "
+    f"({IMPORT}); another attempt would fail the same way"
+)
+LISTED = "rank 1 on w1 exited with code 3, which --no-restart-on lists"
 
 
 @pytest.mark.parametrize(
@@ -43,3 +73,103 @@ def test_may_start_counts_the_jobs_attempts(attempt: int, max_restarts: int, all
     verdict = may_start(attempt, Restarts(max_restarts=max_restarts))
     assert verdict.restart is allowed
     assert bool(verdict.why) is not allowed
+
+
+@pytest.mark.parametrize(
+    ("results", "limit", "codes", "restart", "said"),
+    [
+        ([OK], 5, (), False, None),
+        ([STOPPED], 5, (), False, None),
+        ([_failed()], 0, (), False, None),  # the budget: no restart at all
+        ([_failed()], 5, (), True, None),  # one failure is no repeat
+        ([_failed(), _failed()], 5, (), False, REPEAT),
+        ([_failed(), _failed()], 1, (), False, None),  # the budget ends it first: no repeat line
+        ([_failed(), _failed(stepped=True)], 5, (), True, None),  # a step was reached in the second
+        ([_failed(stepped=True), _failed()], 5, (), True, None),  # ... or in the first
+        ([_failed(), _failed(rank=2)], 5, (), True, None),  # another rank
+        ([_failed(), _failed(code=2)], 5, (), True, None),  # another exit code
+        ([_failed(), _failed(exception="RuntimeError: flaky 1")], 5, (), True, None),  # another message
+        ([_failed(exception=None), _failed()], 5, (), True, None),  # an exception in one only
+        ([_failed(), LOST, _failed()], 5, (), True, None),  # not in a row
+        ([_failed(), _failed(), _failed()], 5, (), False, REPEAT.replace("1 and 2", "2 and 3")),
+        ([LOST, LOST], 5, (), True, None),  # lost nodes are left to the budget
+        ([_failed(code=3)], 5, (3, 4), False, LISTED),
+        ([_failed(code=3, stepped=True)], 5, (3,), False, LISTED),  # after a step too
+        ([_failed(code=3, stepped=True)], 5, (4,), True, None),
+        ([STOPPED], 5, (143,), False, None),  # a stop is no rank's failure
+        ([_failed(attempt=2), _failed(attempt=4)], 9, (), True, None),  # a pod that sat out attempt 3: not in a row
+    ],
+)
+def test_the_rules_that_look_back(
+    results: list[JobResult], limit: int, codes: tuple[int, ...], restart: bool, said: str | None
+) -> None:
+    verdict = may_restart(results, Restarts(max_restarts=limit), codes)
+    assert verdict.restart is restart
+    assert (verdict.why if verdict.say else None) == said
+
+
+def test_the_repeat_line_counts_with_the_runners_attempt_numbers() -> None:
+    """One launcher per pod: the coordinator passes the attempts it ran, numbered by the job."""
+    verdict = may_restart([_failed(attempt=6), _failed(attempt=7)], Restarts(max_restarts=10))
+    assert verdict.say and "in attempts 7 and 8 before" in verdict.why
+    spent = may_restart([_failed(attempt=6), _failed(attempt=7)], Restarts(max_restarts=7))
+    assert not spent.restart and not spent.say  # the job's budget is spent first
+
+
+def test_exit_codes_alone_repeat() -> None:
+    verdict = may_restart([_failed(code=7, exception=None)] * 2, Restarts(max_restarts=5))
+    assert "failed the same way in attempts 1 and 2 before any rank reached a step (exit code 7)" in verdict.why
+
+
+def test_repeats_needs_a_failure_in_both() -> None:
+    assert not repeats(JobResult(1), JobResult(1))
+    assert repeats(_failed(), _failed())
+
+
+@pytest.mark.parametrize(
+    ("error", "exception"),
+    [
+        (None, None),
+        ("", None),
+        (TRACEBACK, IMPORT),
+        ("Traceback (most recent call last):\nValueError: boom\n", "ValueError: boom"),
+        (  # a message of several lines, and a caret line of Python 3.11+
+            'Traceback (most recent call last):\n  File "t.py", line 1, in <module>\n    f()\n    ^^^\n'
+            "KeyError: 'a'\nsecond line\n",
+            "KeyError: 'a'\nsecond line",
+        ),
+        (  # chained: the last exception is the one that ended the rank
+            "Traceback (most recent call last):\n  File \"t.py\", line 1\nKeyError: 'a'\n\nDuring handling of the "
+            'above exception, another exception occurred:\n\nTraceback (most recent call last):\n  File "t.py", '
+            "line 3\nRuntimeError: config\n",
+            "RuntimeError: config",
+        ),
+        (
+            "cannot start rank 1: ./x: No such file or directory\n",
+            "cannot start rank 1: ./x: No such file or directory",
+        ),
+    ],
+)
+def test_exception_of(error: str | None, exception: str | None) -> None:
+    assert exception_of(error) == exception
+
+
+def _exit(rank: int, code: int, ts: float, *, by_agent: bool = False, beats: int = 0) -> RankExit:
+    return RankExit(rank, rank, 0, "w1", 100 + rank, code, None, ts, by_agent, TRACEBACK if code else None, (), beats)
+
+
+def test_failures_of_lists_own_failures_root_cause_first() -> None:
+    root, later, stopped_one, fine = (
+        _exit(2, 3, 1.0),
+        _exit(0, 1, 2.0),
+        _exit(1, 143, 1.5, by_agent=True),
+        _exit(3, 0, 0.5),
+    )
+    outcome = Outcome(3, root_cause=root, exits=(later, stopped_one, fine, root))
+    assert failures_of(outcome) == (RankFailure(2, "w1", 3, IMPORT), RankFailure(0, "w1", 1, IMPORT))
+    assert failures_of(Outcome(0, exits=(fine,))) == ()
+
+
+def test_stepped_is_any_ranks_beat() -> None:
+    assert not stepped(Outcome(1, exits=(_exit(0, 1, 1.0), _exit(1, 143, 2.0, by_agent=True))))
+    assert stepped(Outcome(1, exits=(_exit(0, 1, 1.0), _exit(1, 143, 2.0, by_agent=True, beats=4))))

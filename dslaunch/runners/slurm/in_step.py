@@ -107,6 +107,9 @@ def attempt_in_step(plan: LaunchPlan, env: Mapping[str, str] | None = None, *, l
     finally:
         if not last:
             signal.signal(signal.SIGTERM, late.previous)
+    # Each task decides its own restarts and only the failing one knows the failure: without the failures, no task
+    # applies the repeat or --no-restart-on rules, so every task restarts as the others do (docs/restarts.md).
+    result = replace(result, failures=())
     return replace(result, retry=False) if late.seen else result
 
 
