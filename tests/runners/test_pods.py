@@ -107,6 +107,33 @@ def test_restarts_are_the_jobs_and_a_recreated_pod_joins_the_next_attempt(tmp_pa
     assert nothing_left(run_id) == []
 
 
+@pytest.mark.parametrize(
+    ("options", "mode", "codes", "attempts", "said"),
+    [
+        (["--max-restarts", "5"], ["import"], (1, 1), [0, 1], "failed the same way in attempts 1 and 2 before any"),
+        (["--max-restarts", "5", "--no-restart-on", "3"], ["exit", "3"], (3, 3), [0], "which --no-restart-on lists"),
+        (["--max-restarts", "2"], ["flaky"], (0, 0), [0, 1, 2], None),
+    ],
+)
+def test_the_coordinator_decides_restarts_for_every_pod(
+    tmp_path: Path, options: list[str], mode: list[str], codes: tuple[int, int], attempts: list[int], said: str | None
+) -> None:
+    """Rank 1 (pod 0) fails before any step: the same way twice ends the job on both pods after attempt 2, a
+    --no-restart-on code after attempt 1; a different failure each time gets every restart."""
+    run_id = f"podrules{mode[0]}{os.getpid()}"
+    script = [str(SCRIPTS / "repeat_fail.py"), str(tmp_path), *mode]
+    pods = _two_pods(tmp_path, run_id, ["--restart-delay", "0", *options, *script])
+    (code0, _, err0), (code1, _, err1) = finish(pods)
+    assert (code0, code1) == codes, (err0, err1)
+    seen = sorted({int(line.split()[0]) for line in (tmp_path / "attempts.txt").read_text().splitlines()})
+    assert seen == attempts, (err0, err1)
+    if said is None:
+        assert "not restarting" not in err0 + err1
+    else:
+        assert f"dslaunch: not restarting: rank 1 on {os.uname().nodename}" in err0 and said in err0, err0
+    assert nothing_left(run_id) == []
+
+
 @pytest.mark.parametrize("preload", [[], ["--preload", "json", "--max-restarts", "1"]])
 def test_no_rank_inherits_the_secret(tmp_path: Path, preload: list[str]) -> None:
     """The launcher takes the secret out of its environment before anything starts, a warm zygote included
