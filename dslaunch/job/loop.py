@@ -20,7 +20,6 @@ from collections.abc import Sequence
 
 from dslaunch import wire
 from dslaunch.errors import assert_never
-from dslaunch.job import restart_policy
 from dslaunch.job.protocols import AgentHandle
 from dslaunch.job.result import JobResult
 from dslaunch.job.state import (
@@ -35,7 +34,7 @@ from dslaunch.job.state import (
     Signal,
     StopAll,
 )
-from dslaunch.job.summary import blamed_hosts, cause_line, format_summary
+from dslaunch.job.summary import blamed_hosts, cause_line, failures_of, format_summary, stepped
 from dslaunch.output import lanes
 from dslaunch.output.remote_console import RemoteConsole
 from dslaunch.output.sink import STALL, Sink, write_within
@@ -194,8 +193,8 @@ def report(outcome: Outcome, plan: LaunchPlan) -> JobResult:
         cause_line(outcome),
         retry=outcome.signal is None,
         blamed=blamed_hosts(outcome),
-        failures=restart_policy.failures_of(outcome),
-        stepped=restart_policy.stepped(outcome),
+        failures=failures_of(outcome),
+        stepped=stepped(outcome),
     )
 
 

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dslaunch.job.result import JobResult, RankFailure
-from dslaunch.job.state import Outcome
 from dslaunch.plan import Restarts
 
 EXCEPTION_CHARS = 200  # of an exception's text in the line that names a repeat
@@ -89,20 +88,6 @@ def repeat_line(failure: RankFailure, number: int) -> str:
         f"{_who(failure)} failed the same way in attempts {number - 1} and {number} before any rank reached a step "
         f"({what}); another attempt would fail the same way"
     )
-
-
-def failures_of(outcome: Outcome) -> tuple[RankFailure, ...]:
-    """The ranks of ``outcome`` that failed on their own (not stopped by dslaunch), the root cause first."""
-    own = [e for e in outcome.exits if e.failed and not e.by_agent]
-    if outcome.root_cause is not None and outcome.root_cause not in own:
-        own.append(outcome.root_cause)
-    own.sort(key=lambda e: (e is not outcome.root_cause, e.ts))
-    return tuple(RankFailure(e.rank, e.host, e.code, exception_of(e.error)) for e in own)
-
-
-def stepped(outcome: Outcome) -> bool:
-    """Whether any rank of the attempt reached a step: it made a progress beat before it ended."""
-    return any(e.beats for e in outcome.exits)
 
 
 def exception_of(error: str | None) -> str | None:

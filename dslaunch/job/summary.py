@@ -1,4 +1,5 @@
-"""The words for how an attempt ended (pure): the failure summary for stderr and the one-line cause."""
+"""The words for how an attempt ended (pure): the failure summary for stderr and the one-line cause, and what of it
+the next attempt's decision needs (the hosts to blame, the ranks that failed, whether a step was reached)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import signal
 
 from dslaunch import wire
 from dslaunch.job import hang
+from dslaunch.job.restart_policy import exception_of
+from dslaunch.job.result import RankFailure
 from dslaunch.job.state import Outcome
 from dslaunch.plan import LaunchPlan
 from dslaunch.wire import RankExit
@@ -43,6 +46,20 @@ def blamed_hosts(outcome: Outcome) -> tuple[tuple[str, str], ...]:
     signame = wire.exit_code_of(status)[1] if status else None
     how = f"killed by {signame}" if signame else f"status {status}"
     return ((host, f"its node agent or connection was lost ({how})"),)
+
+
+def failures_of(outcome: Outcome) -> tuple[RankFailure, ...]:
+    """The ranks of ``outcome`` that failed on their own (not stopped by dslaunch), the root cause first."""
+    own = [e for e in outcome.exits if e.failed and not e.by_agent]
+    if outcome.root_cause is not None and outcome.root_cause not in own:
+        own.append(outcome.root_cause)
+    own.sort(key=lambda e: (e is not outcome.root_cause, e.ts))
+    return tuple(RankFailure(e.rank, e.host, e.code, exception_of(e.error)) for e in own)
+
+
+def stepped(outcome: Outcome) -> bool:
+    """Whether any rank of the attempt reached a step: it made a progress beat before it ended."""
+    return any(e.beats for e in outcome.exits)
 
 
 def format_summary(outcome: Outcome, plan: LaunchPlan) -> str | None:

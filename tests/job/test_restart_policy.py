@@ -5,19 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from dslaunch.job.restart_policy import (
-    attempt_number,
-    exception_of,
-    failures_of,
-    may_restart,
-    may_start,
-    repeats,
-    stepped,
-)
+from dslaunch.job.restart_policy import attempt_number, exception_of, may_restart, may_start, repeats
 from dslaunch.job.result import JobResult, RankFailure, stopped
-from dslaunch.job.state import Outcome
 from dslaunch.plan import Restarts
-from dslaunch.wire import RankExit
 
 FAIL = JobResult(1, "rank 0 exited with code 1")
 IMPORT = "ModuleNotFoundError: No module named 'nosuch'"
@@ -152,24 +142,3 @@ def test_repeats_needs_a_failure_in_both() -> None:
 )
 def test_exception_of(error: str | None, exception: str | None) -> None:
     assert exception_of(error) == exception
-
-
-def _exit(rank: int, code: int, ts: float, *, by_agent: bool = False, beats: int = 0) -> RankExit:
-    return RankExit(rank, rank, 0, "w1", 100 + rank, code, None, ts, by_agent, TRACEBACK if code else None, (), beats)
-
-
-def test_failures_of_lists_own_failures_root_cause_first() -> None:
-    root, later, stopped_one, fine = (
-        _exit(2, 3, 1.0),
-        _exit(0, 1, 2.0),
-        _exit(1, 143, 1.5, by_agent=True),
-        _exit(3, 0, 0.5),
-    )
-    outcome = Outcome(3, root_cause=root, exits=(later, stopped_one, fine, root))
-    assert failures_of(outcome) == (RankFailure(2, "w1", 3, IMPORT), RankFailure(0, "w1", 1, IMPORT))
-    assert failures_of(Outcome(0, exits=(fine,))) == ()
-
-
-def test_stepped_is_any_ranks_beat() -> None:
-    assert not stepped(Outcome(1, exits=(_exit(0, 1, 1.0), _exit(1, 143, 2.0, by_agent=True))))
-    assert stepped(Outcome(1, exits=(_exit(0, 1, 1.0), _exit(1, 143, 2.0, by_agent=True, beats=4))))

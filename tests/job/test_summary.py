@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from dslaunch.job.result import RankFailure
 from dslaunch.job.state import Outcome
-from dslaunch.job.summary import format_summary
+from dslaunch.job.summary import failures_of, format_summary, stepped
 from dslaunch.plan import LaunchPlan, NodePlan, Program
 from dslaunch.wire import RankExit
 
@@ -42,3 +43,28 @@ def test_other_failures_get_no_port_hint() -> None:
 def test_a_lost_node_killed_by_a_signal_is_said_so() -> None:
     summary = format_summary(Outcome(code=137, lost_node=(0, "w1", -9)), PLAN)
     assert summary is not None and "node 0 (w1) disappeared: its agent was killed by SIGKILL" in summary
+
+
+IMPORT = "ModuleNotFoundError: No module named 'nosuch'"
+TRACEBACK = f'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\n    import nosuch\n{IMPORT}\n'
+
+
+def _ended(rank: int, code: int, ts: float, *, by_agent: bool = False, beats: int = 0) -> RankExit:
+    return RankExit(rank, rank, 0, "w1", 100 + rank, code, None, ts, by_agent, TRACEBACK if code else None, (), beats)
+
+
+def test_failures_of_lists_own_failures_root_cause_first() -> None:
+    root, later, stopped_one, fine = (
+        _ended(2, 3, 1.0),
+        _ended(0, 1, 2.0),
+        _ended(1, 143, 1.5, by_agent=True),
+        _ended(3, 0, 0.5),
+    )
+    outcome = Outcome(3, root_cause=root, exits=(later, stopped_one, fine, root))
+    assert failures_of(outcome) == (RankFailure(2, "w1", 3, IMPORT), RankFailure(0, "w1", 1, IMPORT))
+    assert failures_of(Outcome(0, exits=(fine,))) == ()
+
+
+def test_stepped_is_any_ranks_beat() -> None:
+    assert not stepped(Outcome(1, exits=(_ended(0, 1, 1.0), _ended(1, 143, 2.0, by_agent=True))))
+    assert stepped(Outcome(1, exits=(_ended(0, 1, 1.0), _ended(1, 143, 2.0, by_agent=True, beats=4))))
