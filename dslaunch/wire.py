@@ -25,6 +25,23 @@ from collections.abc import Iterable, Iterator, MutableMapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+from dslaunch.limits import MAX_WORLD_SIZE
+from dslaunch.wire_check import (
+    INT_MAX,
+    Bool,
+    Int,
+    ListOf,
+    Malformed,
+    Maybe,
+    Real,
+    Rejects,
+    Row,
+    Spec,
+    Text,
+    fields,
+    load_object,
+)
+
 if TYPE_CHECKING:
     from dslaunch.plan import LaunchPlan
 
@@ -54,8 +71,8 @@ def plan_from_b64(text: str) -> LaunchPlan:
 
     try:
         return LaunchPlan.from_json(base64.urlsafe_b64decode(text.encode()).decode())
-    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
-        raise WireError(f"the launch plan does not decode: {exc}") from None
+    except (binascii.Error, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        raise WireError(f"the launch plan does not decode: {type(exc).__name__}: {str(exc)[:200]}") from None
 
 
 def plan_from_env(env: MutableMapping[str, str]) -> LaunchPlan | None:
@@ -179,20 +196,52 @@ def encode(event: Event) -> str:
 
 
 def decode(line: str) -> Event | None:
-    """The event on a marked line; None for ordinary output or anything malformed."""
+    """The event on a marked line; None for ordinary output or anything malformed (``decode_checked`` says why)."""
+    event = decode_checked(line)
+    return event if not isinstance(event, Malformed) else None
+
+
+def decode_checked(line: str) -> Event | Malformed | None:
+    """The event on a marked line, every field's type and range checked (``wire_check``); ``Malformed`` (why) for a
+    marked line that is no event; None for ordinary output."""
     if not line.startswith(MARKER):
         return None
     try:
-        raw = json.loads(line[len(MARKER) :])
-        cls = _KINDS[raw.pop("ev")]
-        if cls is RankExit:
-            raw["stderr_tail"] = tuple(raw.get("stderr_tail", ()))
-        if cls is Stacks:
-            raw["ranks"] = tuple((int(r), str(s), int(n), float(t)) for r, s, n, t in raw["ranks"])
-            raw["traces"] = tuple(str(path) for path in raw.get("traces", ()))
-        return cls(**raw)
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return None
+        raw = load_object(line[len(MARKER) :])
+        kind = raw.pop("ev", None)
+        cls = _KINDS.get(kind) if type(kind) is str else None
+        if cls is None:
+            return Malformed(f"no event kind {str(kind)[:40]!r}")
+        required, optional = _SCHEMAS[cls]
+        return cls(**fields(raw, required, optional))
+    except Malformed as exc:
+        return exc
+
+
+# What each event's fields may hold. A node agent cuts what it sends (a rank's error at TRACEBACK_CHARS, its stderr
+# tail); these bounds are wider, so no event an agent makes is refused.
+_RANK = Int(0, MAX_WORLD_SIZE)
+_NODE = Int(0, MAX_WORLD_SIZE)
+_HOST = Text(1024)
+_CODE = Int(0, 255)
+_TIME = Real(-1e12, 1e12)
+_SCHEMAS: dict[type, tuple[dict[str, Spec], dict[str, Spec]]] = {
+    Spawned: ({"rank": _RANK, "local_rank": _RANK, "pid": Int(0, INT_MAX), "host": _HOST}, {}),
+    RankExit: (
+        {
+            **{"rank": _RANK, "local_rank": _RANK, "node_rank": _NODE, "host": _HOST, "pid": Int(0, INT_MAX)},
+            **{"code": _CODE, "signal": Maybe(Text(64)), "ts": _TIME, "by_agent": Bool()},
+        },
+        {"error": Maybe(Text(1 << 20)), "stderr_tail": ListOf(Text(1 << 16), 4096)},
+    ),
+    Done: ({"node_rank": _NODE, "code": _CODE}, {}),
+    Idle: ({"node_rank": _NODE, "idle": Bool()}, {"live": Int(0, MAX_WORLD_SIZE)}),
+    Stacks: (
+        {"node_rank": _NODE, "host": _HOST, "ranks": ListOf(Row((_RANK, Text(64), Int(0, INT_MAX), _TIME)), 1 << 16)},
+        {"traces": ListOf(Text(4096), 1 << 16)},
+    ),
+    NodeLost: ({"node_rank": _NODE, "host": _HOST}, {"status": Maybe(Int(-127, 255)), "why": Text(4096)}),
+}
 
 
 _MARK = MARKER.encode()
@@ -275,16 +324,24 @@ def control_signal(signum: int) -> bytes:
     return f"signal {name}\n".encode()
 
 
+MAX_CONTROL_LINE = 1024  # control lines are words; a longer one is malformed, and memory stays bounded
+
+
 @dataclass
 class ControlReader:
     """Splits the control stream into whole lines; ``feed`` returns the commands they carry."""
 
     _partial: bytes = b""
+    rejects: Rejects = field(default_factory=Rejects)  # lines that are no command (the caller logs the first)
 
     def feed(self, data: bytes) -> list[str | int]:
-        """``"stop"`` or a signal number per complete line; unknown lines are ignored."""
+        """``"stop"`` or a signal number per complete line; a heartbeat is nothing; any other line is malformed:
+        counted in ``rejects`` and ignored (the launcher's channel is trusted: a bad line ends nothing)."""
         self._partial += data
         *lines, self._partial = self._partial.split(b"\n")
+        if len(self._partial) > MAX_CONTROL_LINE:
+            self._partial = b""
+            lines.append(b"\xff" * (MAX_CONTROL_LINE + 1))  # counted below, as a line too long
         commands: list[str | int] = []
         for raw in lines:
             line = raw.strip().decode("ascii", "replace")
@@ -292,6 +349,8 @@ class ControlReader:
                 commands.append(STOP)
             elif line.startswith("signal ") and line[7:] in _CONTROL_SIGNALS:
                 commands.append(int(_CONTROL_SIGNALS[line[7:]]))
+            elif line not in (HEARTBEAT, ""):
+                self.rejects.note(f"control line {line[:40]!r}{'...' if len(line) > 40 else ''} is no command")
         return commands
 
 

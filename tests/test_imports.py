@@ -169,7 +169,8 @@ LEAVES: dict[str, tuple[str, ...]] = {
     "dslaunch.errors": (),  # the one user-error base every parser raises
     "dslaunch.limits": (),  # caps and ASCII-only numbers for every parser
     "dslaunch.plan": (),  # the frozen plan every layer passes around
-    "dslaunch.wire": ("dslaunch.plan",),  # the launcher <-> agent wire: it encodes the plan
+    "dslaunch.wire": ("dslaunch.plan", "dslaunch.wire_check"),  # the launcher <-> agent wire: it encodes the plan
+    "dslaunch.wire_check": (),  # every wire message's fields checked
     "dslaunch.inputs.hostfile": (),
     "dslaunch.agent.mpi_env": (),
     "dslaunch.oslib.prctl": (),
@@ -285,7 +286,8 @@ PACKAGE_RULES: dict[str, tuple[str, ...]] = {
     "errors": (),
     "limits": (),
     "plan": (),
-    "wire": ("plan",),  # what crosses the launcher <-> agent boundary: it encodes the plan
+    "wire": ("limits", "plan", "wire_check"),  # what crosses the launcher <-> agent boundary: it encodes the plan
+    "wire_check": (),  # the type and range of every field of every message on the wire
     "masking": (),
     "nesting": (),
     "failure_bounds": (),
@@ -311,7 +313,7 @@ PACKAGE_RULES: dict[str, tuple[str, ...]] = {
     # the launcher side
     "job": (*BASE, "logs", "mesh", "output", "plan", "wire"),  # the job core: no transport
     # the control channel between one job's pods, and each pod's side of an attempt (no agent code)
-    "pods": (*BASE, "auth", "job", "mesh", "output", "plan", "wire"),
+    "pods": (*BASE, "auth", "job", "logs", "mesh", "output", "plan", "wire", "wire_check"),
     "runners": (
         *BASE,
         *("agent", "auth", "dslaunch", "job", "logs", "masking", "mesh", "oslib", "output", "plan", "pods"),

@@ -372,8 +372,12 @@ class NodeLoop:
         self.stop()
 
     def feed_control(self, data: bytes) -> None:
-        """Bytes from the control channel: whole lines are obeyed, a partial one waits for the rest."""
+        """Bytes from the control channel: whole lines are obeyed, a partial one waits for the rest; the first line
+        that is no command is logged at debug (wire.ControlReader counts them all)."""
+        before = self._control.rejects.count
         self.obey(self._control.feed(data))
+        if not before and self._control.rejects.count:
+            get_logger("agent").debug("malformed control line", why=self._control.rejects.first)
 
     def obey(self, commands: list[str | int]) -> None:
         """Act on control commands: ``stop``, or a signal number to pass to every live rank."""

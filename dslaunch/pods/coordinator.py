@@ -21,9 +21,10 @@ from collections.abc import Callable, Iterator
 from dslaunch import wire
 from dslaunch.auth import handshake
 from dslaunch.auth.line_reader import read_handshake_line
-from dslaunch.pods import assign
+from dslaunch.pods import assign, messages
 from dslaunch.pods.assign import Shape, Waiting
 from dslaunch.pods.link import SILENT, Link
+from dslaunch.wire_check import Malformed
 
 MAX_PENDING = 32
 HANDSHAKE_TIME = 5.0
@@ -203,6 +204,7 @@ class PodLink:
         self.node_rank = node_rank
         self.host = host
         self.link = link
+        self.ranks: frozenset[int] | None = None  # its ranks in the attempt, once laid out: it speaks for no other
         self._lines = link.received()
         self._ended = threading.Event()
         self._asked_to_stop = False
@@ -211,7 +213,12 @@ class PodLink:
     def lines(self) -> Iterator[str]:
         try:
             for line in self._lines:
-                event = wire.decode(line)
+                try:
+                    event = messages.from_pod(line, self.node_rank, self.ranks)
+                except Malformed as exc:  # the pod is lost, with why; nothing it said is acted on
+                    messages.note(str(exc), self.host)
+                    self.link.refuse(str(exc))
+                    break
                 if isinstance(event, wire.RankExit):
                     self._failed_rank |= event.failed and not event.by_agent
                     self.coordinator.relay(event, self.node_rank)
@@ -224,7 +231,8 @@ class PodLink:
                     return
                 if isinstance(event, (wire.RankExit, wire.Idle, wire.Stacks)):
                     yield wire.encode(event)
-            lost = wire.NodeLost(self.node_rank, self.host, None, lost_why(self.link.why, "its launcher"))
+            why = lost_why(self.link.why, "its launcher", self.link.detail)
+            lost = wire.NodeLost(self.node_rank, self.host, None, why)
             self.coordinator.relay(lost, self.node_rank)
             yield wire.encode(lost)
         finally:
@@ -264,8 +272,10 @@ def left_by_signal(done: wire.Done, explained: bool, host: str) -> wire.NodeLost
     return wire.NodeLost(done.node_rank, host, -signum, f"its launcher received {name}")
 
 
-def lost_why(how: str, who: str) -> str:
-    """Words for how a link ended (``Link.why``)."""
+def lost_why(how: str, who: str, detail: str = "") -> str:
+    """Words for how a link ended (``Link.why``; ``detail``: ``Link.detail``)."""
+    if how == "malformed":
+        return f"{who} sent a malformed message ({detail})"
     if how == "silent":
         return f"nothing heard from {who} for {SILENT:g} s (powered off or cut off from the network?)"
     if how == "oversized":

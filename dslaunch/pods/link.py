@@ -3,7 +3,9 @@ it ended.
 
 Each side sends a heartbeat every ``HEARTBEAT`` seconds whatever else it sends; a side that hears nothing for
 ``SILENT`` seconds takes the other as lost (a powered-off pod or a partition sends no reset). A line longer than
-``MAX_LINE`` ends the connection: memory per connection stays bounded whatever the other side sends.
+``MAX_LINE`` bytes (its newline not counted) ends the connection, whether its newline came in the same read or
+not: memory per connection stays bounded whatever the other side sends. What a line says is checked by its
+reader (``pods/messages.py``), which ends the link for a malformed one (``refuse``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ class Link:
         """``pending``: what the handshake read past its last line."""
         self.sock = sock
         self.peer = peer
-        self.why = ""  # how it ended: "closed", "dropped", "silent", "oversized"
+        self.why = ""  # how it ended: "closed", "dropped", "silent", "oversized", "malformed"
+        self.detail = ""  # with "malformed": what was wrong (pods/messages.py)
         self._send_lock = threading.Lock()
         self._end_lock = threading.Lock()
         self._closed = threading.Event()
@@ -60,6 +63,9 @@ class Link:
             cut = self._buf.find(b"\n")
             while cut >= 0:
                 raw, self._buf = self._buf[:cut], self._buf[cut + 1 :]
+                if len(raw) > MAX_LINE:  # whether or not its newline came in the same read
+                    self._end("oversized")
+                    return
                 if raw != _HB[:-1]:
                     yield raw.decode("utf-8", "replace") + "\n"
                 cut = self._buf.find(b"\n")
@@ -100,6 +106,12 @@ class Link:
     def close(self) -> None:
         self._end("closed")
 
+    def refuse(self, detail: str) -> None:
+        """End the link for a malformed message (``detail``: what was wrong)."""
+        if not self._closed.is_set():
+            self.detail = detail
+        self._end("malformed")
+
     def wait_closed(self, timeout: float) -> bool:
         return self._closed.wait(timeout)
 
@@ -118,14 +130,3 @@ class Link:
         except OSError:
             pass
         self.sock.close()
-
-
-def control(line: str) -> dict[str, Any] | None:
-    """A control message (``{"t": ...}``), or None for anything else."""
-    if not line.startswith("{"):
-        return None
-    try:
-        obj = json.loads(line)
-    except ValueError:
-        return None
-    return obj if isinstance(obj, dict) and isinstance(obj.get("t"), str) else None

@@ -19,9 +19,13 @@ from dslaunch import wire
 from dslaunch.auth import handshake
 from dslaunch.auth.line_reader import read_handshake_line
 from dslaunch.job.protocols import AgentHandle
-from dslaunch.pods.link import Link, control
+from dslaunch.pods import messages
+from dslaunch.pods.link import Link
+from dslaunch.wire_check import Malformed
 
 RETRY = 0.5  # between attempts to reach a coordinator that is not listening yet
+# What the coordinator may send before the attempt starts (pods/messages.py checks each field)
+_BEFORE_START = {k: messages.FROM_COORDINATOR[k] for k in ("start", "standby", "end", "refused")}
 
 
 @dataclass(frozen=True)
@@ -90,9 +94,11 @@ def _handshake(sock: socket.socket, key: bytes, run_id: str, me: tuple[int, str,
     got = read_handshake_line(sock, handshake.MAX_LINE, deadline)
     if got is None:
         return "the coordinator closed the connection: this pod does not hold the job's secret (or has another run id)"
-    message = control(got[0].decode("utf-8", "replace"))
-    if message is not None and message["t"] == "refused":
-        return f"the coordinator refused this pod: {message.get('why')}"
+    try:
+        refused = messages.control(got[0], {"refused": messages.FROM_COORDINATOR["refused"]})
+        return f"the coordinator refused this pod: {refused['why']}"
+    except Malformed:
+        pass  # not a refusal: the welcome, checked next
     if not handshake.check_welcome(key, run_id, server_nonce, client_nonce, got[0]):
         return "the coordinator could not prove it holds this job's secret"
     return Link(sock, "the coordinator", got[1])
@@ -105,21 +111,24 @@ def _wait_for_start(link: Link, deadline: float, stopped: list[int]) -> Joined |
     waiting = _Wait(deadline)
     threading.Thread(target=_close_unless, args=(link, waiting, stopped), daemon=True).start()
     for line in lines:
-        message = control(line)
-        if message is None:
-            continue
+        try:
+            message = messages.control(line, _BEFORE_START)
+        except Malformed as exc:
+            messages.note(str(exc), link.peer)
+            link.refuse(str(exc))
+            break
         kind = message["t"]
-        if kind == "start" and type(message.get("attempt")) is int and type(message.get("node_rank")) is int:
+        if kind == "start":
             waiting.started.set()
-            hosts = tuple(str(h)[:253] for h in message.get("hosts") or ()) or (link.peer,)
+            hosts = message["hosts"] or (link.peer,)
             return Joined(link, lines, message["attempt"], message["node_rank"], hosts)
         if kind == "standby" and waiting.deadline != float("inf"):
             waiting.deadline = float("inf")
             _say(
-                f"dslaunch: this pod stands by: attempt {message.get('attempt', 0) + 1} runs on "
-                f"{message.get('nnodes')} pods; it waits, connected, to replace one that is lost"
+                f"dslaunch: this pod stands by: attempt {message['attempt'] + 1} runs on "
+                f"{message['nnodes']} pods; it waits, connected, to replace one that is lost"
             )
-        if kind == "end" and type(message.get("code")) is int:
+        if kind == "end":
             link.close()
             return Ended(message["code"])
         if kind == "refused":
@@ -132,6 +141,8 @@ def _no_start(link: Link, waiting: _Wait, stopped: list[int]) -> Orphaned | str:
     """Why the wait for the start ended without one."""
     if stopped:
         return "stopped by a signal while waiting for the other pods"
+    if link.why == "malformed":
+        return f"the coordinator sent a malformed message ({link.detail})"
     if waiting.deadline == float("inf"):
         return Orphaned(f"the coordinator's connection ended ({link.why}) while this pod stood by")
     if time.monotonic() >= waiting.deadline:
@@ -177,26 +188,29 @@ class CoordinatorLink:
     def lines(self) -> Iterator[str]:
         try:
             for line in self._lines:
-                event = wire.decode(line)
-                if isinstance(event, (wire.RankExit, wire.NodeLost)):
-                    yield wire.encode(event)
-                    continue
-                message = control(line) if event is None else None
-                if message is None:
+                try:
+                    message = messages.from_coordinator(line, self.local.node_rank)
+                except Malformed as exc:  # the coordinator is lost, with why
+                    messages.note(str(exc), self.host)
+                    self.link.refuse(str(exc))
+                    break
+                if isinstance(message, (wire.RankExit, wire.NodeLost)):
+                    yield wire.encode(message)
                     continue
                 if message["t"] == "stop":
                     self.local.stop()
-                elif message["t"] == "signal" and message.get("signum") == int(wire.STACKS_SIGNAL):
+                elif message["t"] == "signal" and message["signum"] == int(wire.STACKS_SIGNAL):
                     self.local.signal(wire.STACKS_SIGNAL)
-                elif message["t"] == "end" and type(message.get("code")) is int:
-                    self.verdict = (message["code"], bool(message.get("last", True)))
-                    self.cause = str(message.get("cause") or "")[:1000]
+                elif message["t"] == "end":
+                    self.verdict = (message["code"], message["last"])
+                    self.cause = message.get("cause", "")
                     self.link.close()
                     yield wire.encode(wire.Done(self.node_rank, 0))
                     return
             from dslaunch.pods.coordinator import lost_why
 
-            yield wire.encode(wire.NodeLost(0, self.host, None, lost_why(self.link.why, "the coordinator")))
+            why = lost_why(self.link.why, "the coordinator", self.link.detail)
+            yield wire.encode(wire.NodeLost(0, self.host, None, why))
         finally:
             self._ended.set()
 

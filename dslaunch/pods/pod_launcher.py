@@ -113,6 +113,8 @@ class PodLauncher:
             _say(f"dslaunch: cannot start: {exc.message}")
             return stopped(START_FAILED, "the mesh does not fit the pods")
         plan = pods_layout(plan, 0, hosts).attempt(attempt) if plan.pods.elastic else plan.attempt(attempt)
+        for pod in pods:  # each pod speaks for its own ranks only (pods/messages.py)
+            pod.ranks = frozenset(plan.node(pod.node_rank).ranks)
         if attempt and plan.pods.elastic:
             where = ", ".join(hosts)
             _say(f"dslaunch: attempt {attempt + 1} runs on {len(hosts)} pods ({plan.world_size} ranks): {where}")

@@ -1,0 +1,89 @@
+"""What may come in on an established pods' link, checked (pure): the control messages by kind, each field's type and
+range (``wire_check``), and every event bound to the link it came on.
+
+A pod speaks for its own node only: its rank exits, idle reports, stacks and end, each with its node rank and, for
+a rank, one of that node's ranks. The coordinator speaks for the job: stop, stacks requests, the attempt's end, and
+the other pods' rank exits and losses (never this pod's own). Anything else is :class:`Malformed`: the side that
+reads it ends that link with the reason (``Link.refuse``), so a pod that holds the secret but sends junk (a bug,
+another version, a compromised pod) is lost like a pod whose connection dropped, and changes nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from dslaunch import wire
+from dslaunch.limits import MAX_WORLD_SIZE
+from dslaunch.wire_check import Bool, Int, ListOf, Malformed, Rejects, Spec, Text, fields, load_object
+
+_ATTEMPT = Int(0, 1 << 20)
+_NODE = Int(0, MAX_WORLD_SIZE)
+_HOST = Text(253)
+_CODE = Int(0, 255)
+
+# The coordinator's control messages (``{"t": KIND, ...}``): required fields, optional fields.
+FROM_COORDINATOR: dict[str, tuple[dict[str, Spec], dict[str, Spec]]] = {
+    "start": ({"attempt": _ATTEMPT, "node_rank": _NODE, "hosts": ListOf(_HOST, MAX_WORLD_SIZE)}, {}),
+    "standby": ({"attempt": _ATTEMPT, "nnodes": _NODE}, {}),
+    "end": ({"code": _CODE, "last": Bool()}, {"cause": Text(1000)}),
+    "refused": ({"why": Text(4096)}, {}),
+    "stop": ({}, {}),
+    "signal": ({"signum": Int(1, 64)}, {}),
+}
+# What a pod's launcher sends after the handshake: events only (heartbeats are taken off by the link).
+POD_EVENTS = (wire.RankExit, wire.Idle, wire.Stacks, wire.Done)
+
+rejected = Rejects()  # every malformed message this launcher has read on a pods' link
+
+
+def control(line: str | bytes, kinds: Mapping[str, tuple[dict[str, Spec], dict[str, Spec]]]) -> dict[str, Any]:
+    """A control message of one of ``kinds``, its fields checked; raises ``Malformed``."""
+    obj = load_object(line)
+    kind = obj.pop("t", None)
+    if type(kind) is not str or kind not in kinds:
+        raise Malformed(f"no message kind {str(kind)[:40]!r}")
+    required, optional = kinds[kind]
+    return {"t": kind, **fields(obj, required, optional)}
+
+
+def from_pod(line: str, node_rank: int, ranks: Collection[int] | None) -> wire.Event:
+    """An event from the pod of ``node_rank`` (``ranks``: its ranks in the attempt, None before they are known),
+    checked and bound to it; raises ``Malformed``."""
+    event = wire.decode_checked(line)
+    if event is None:
+        raise Malformed("not an event")
+    if isinstance(event, Malformed):
+        raise event
+    if not isinstance(event, POD_EVENTS):
+        raise Malformed(f"a pod does not send {type(event).__name__}")
+    if event.node_rank != node_rank:
+        raise Malformed(f"{type(event).__name__} for node {event.node_rank} on node {node_rank}'s link")
+    told = [event.rank] if isinstance(event, wire.RankExit) else [r[0] for r in getattr(event, "ranks", ())]
+    strangers = [r for r in told if ranks is not None and r not in ranks]
+    if strangers:
+        raise Malformed(f"rank {strangers[0]} is not one of node {node_rank}'s")
+    return event
+
+
+def from_coordinator(line: str, node_rank: int) -> wire.RankExit | wire.NodeLost | dict[str, Any]:
+    """A message from the coordinator to the pod of ``node_rank``: another node's rank exit or loss, or a control
+    message; raises ``Malformed``."""
+    if line.startswith(wire.MARKER):
+        event = wire.decode_checked(line)
+        if isinstance(event, Malformed):
+            raise event
+        if not isinstance(event, (wire.RankExit, wire.NodeLost)):
+            raise Malformed(f"the coordinator does not relay {type(event).__name__}")
+        if event.node_rank == node_rank:
+            raise Malformed(f"{type(event).__name__} for this pod's own node {node_rank}")
+        return event
+    return control(line, FROM_COORDINATOR)
+
+
+def note(why: str, peer: str) -> None:
+    """Count a malformed message; the first is logged at debug."""
+    if rejected.note(why):
+        from dslaunch.logs import get_logger
+
+        get_logger("launcher").debug("malformed message on a pods' link", peer=peer, why=why)
