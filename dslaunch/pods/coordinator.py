@@ -102,7 +102,7 @@ class Coordinator:
 
     def relay(self, event: wire.Event, source: int) -> None:
         """Send ``event`` to every pod of the attempt but ``source`` (the node rank it concerns)."""
-        data = wire.encode(event).encode()
+        data = messages.encoded(event)
         for pod in self.current:
             if pod.node_rank != source:
                 pod.link.send_raw(data)

@@ -11,10 +11,12 @@ another version, a compromised pod) is lost like a pod whose connection dropped,
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import replace
 from typing import Any
 
 from dslaunch import wire
 from dslaunch.limits import MAX_WORLD_SIZE
+from dslaunch.pods.link import MAX_LINE
 from dslaunch.wire_check import Bool, Int, ListOf, Malformed, Rejects, Spec, Text, fields, load_object
 
 _ATTEMPT = Int(0, 1 << 20)
@@ -79,6 +81,25 @@ def from_coordinator(line: str, node_rank: int) -> wire.RankExit | wire.NodeLost
             raise Malformed(f"{type(event).__name__} for this pod's own node {node_rank}")
         return event
     return control(line, FROM_COORDINATOR)
+
+
+def encoded(event: wire.Event) -> bytes:
+    """``event``'s line, cut to fit the link's bound (``link.MAX_LINE``): a rank exit whose error and stderr tail
+    are too long (a 64 KiB traceback, JSON-escaped) keeps the head and the end of each, and says so."""
+    data = wire.encode(event).encode()
+    if not isinstance(event, wire.RankExit):
+        return data
+    error, tail = event.error or "", event.stderr_tail
+    while len(data) > MAX_LINE + 1 and (error or tail):
+        error = _cut(error, len(error) // 2) if len(error) > 200 else ""
+        tail = tail[len(tail) // 2 :] if len(tail) > 1 else tuple(_cut(t, len(t) // 2) for t in tail if len(t) > 200)
+        data = wire.encode(replace(event, error=error or None, stderr_tail=tail)).encode()
+    return data
+
+
+def _cut(text: str, keep: int) -> str:
+    note = "\n[... cut by dslaunch to fit the pods' link ...]\n"
+    return text[: keep // 2] + note + text[len(text) - keep // 2 :]
 
 
 def note(why: str, peer: str) -> None:

@@ -157,6 +157,7 @@ class PodLauncher:
 
     def join(self, plan: LaunchPlan, node_rank: int) -> JobResult:
         from dslaunch.pods.member import CoordinatorLink, Ended, Forwarding, Orphaned, join
+        from dslaunch.pods.messages import encoded
 
         address = (plan.pods.coordinator, plan.pods.port)
         asked = self._node_rank if plan.pods.elastic else node_rank
@@ -184,7 +185,7 @@ class PodLauncher:
         self._seen, self._node_rank = joined.attempt, joined.node_rank
         local = Forwarding(
             self._new_agent(plan, joined.node_rank, node_rank),
-            lambda event: joined.link.send_raw(wire.encode(event).encode()),
+            lambda event: joined.link.send_raw(encoded(event)),
             to_coordinator=True,
         )
         coordinator = CoordinatorLink(joined, local)

@@ -18,7 +18,7 @@ from dslaunch import wire
 from dslaunch.pods import messages
 from dslaunch.pods.assign import Shape
 from dslaunch.pods.coordinator import Coordinator, PodLink
-from dslaunch.pods.link import Link
+from dslaunch.pods.link import MAX_LINE, Link
 from dslaunch.pods.member import CoordinatorLink, Joined
 from dslaunch.wire_check import Malformed
 
@@ -167,3 +167,18 @@ def test_a_member_ends_the_coordinators_link_for_a_bad_message_and_obeys_nothing
     got = [wire.decode(line) for line in handle.lines()]
     assert len(got) == 1 and isinstance(got[0], wire.NodeLost) and "sent a malformed message" in got[0].why
     assert local.asked == [] and handle.verdict is None and link.why == "malformed"
+
+
+def test_a_rank_exit_too_long_for_the_link_is_cut_to_fit_keeping_both_ends() -> None:
+    """A 64 KiB traceback of non-ASCII text is ~6 times that once JSON-escaped: cut, it still reaches the other pods
+    (a line over the bound would end the link and blame the pod instead of its rank)."""
+    error = "Traceback (most recent call last):\n" + "é" * (64 << 10) + "\nValueError: the end"
+    event = wire.RankExit(3, 1, 1, "pod-1", 42, 7, None, 1.7e9, False, error, tuple("ü" * 200 for _ in range(2000)))
+    data = messages.encoded(event)
+    assert len(data) <= MAX_LINE + 1
+    got = messages.from_pod(data.decode(), 1, NODE1_RANKS)
+    assert isinstance(got, wire.RankExit) and got.code == 7 and got.rank == 3
+    assert got.error is not None and got.error.startswith("Traceback") and got.error.endswith("the end")
+    assert "cut by dslaunch" in got.error and got.stderr_tail and got.stderr_tail[-1] == "ü" * 200
+    small = wire.RankExit(3, 1, 1, "pod-1", 42, 7, None, 1.7e9, False, "short", ("a",))
+    assert messages.encoded(small) == wire.encode(small).encode()
