@@ -44,6 +44,24 @@ def line(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
 
 
+def hello(key: bytes, run_id: str, client_nonce: str) -> bytes:
+    """A pod's first line, sent as soon as it connects: a proof, over a nonce of its own, that it holds the key. The
+    coordinator checks it before it spends anything on the connection (``pods/admission.py``): a connection that
+    sends no valid hello stays in the small pending set a flood competes for, one that does leaves it at once.
+    (Replayable on its own; the challenge and answer that follow are not.)"""
+    return line({"hello": VERSION, "nonce": client_nonce, "mac": mac(key, "hello", run_id, client_nonce)})
+
+
+def check_hello(key: bytes, run_id: str, raw: bytes) -> str | None:
+    """The client's nonce from a valid ``hello``, or None."""
+    obj = _object(raw)
+    if obj is None or obj.get("hello") != VERSION or not _is_nonce(obj.get("nonce")):
+        return None
+    proof = obj.get("mac")
+    expected = mac(key, "hello", run_id, str(obj["nonce"]))
+    return str(obj["nonce"]) if isinstance(proof, str) and hmac.compare_digest(expected, proof) else None
+
+
 def challenge(server_nonce: str) -> bytes:
     return line({"dslaunch": VERSION, "nonce": server_nonce})
 

@@ -6,9 +6,9 @@ authenticated connection), tells them all to start, and then is one :class:`PodL
 relayed to them at once, so every pod's launcher knows the job's root cause. A pod whose connection drops or goes
 silent is lost. At the attempt's end every pod gets the job's exit code and whether another attempt follows.
 
-A connection is admitted only after the handshake (``auth/handshake.py``), read with a deadline and a byte bound;
-at most ``MAX_PENDING`` handshakes run at once and further connections are closed unread, so junk, slow clients
-and floods cost bounded memory and never reach the job.
+A connection is admitted only after the handshake (``auth/handshake.py``), which ``pods/admission.py`` runs on one
+thread for every connection, bounded in time, bytes and count: a pod proves itself in its first line, so junk,
+slow clients and floods cost bounded memory, never reach the job, and never keep a real pod out.
 """
 
 from __future__ import annotations
@@ -20,14 +20,12 @@ from collections.abc import Callable, Iterator
 
 from dslaunch import wire
 from dslaunch.auth import handshake
-from dslaunch.auth.line_reader import read_handshake_line
 from dslaunch.pods import assign, messages
+from dslaunch.pods.admission import Door
 from dslaunch.pods.assign import Shape, Waiting
 from dslaunch.pods.link import SILENT, Link
 from dslaunch.wire_check import Malformed
 
-MAX_PENDING = 32
-HANDSHAKE_TIME = 5.0
 END_DRAIN = 2.0  # how long the coordinator waits for the pods to take the end of an attempt
 
 
@@ -39,12 +37,15 @@ class Coordinator:
         self.joined: dict[int, tuple[Waiting, Link]] = {}  # pods waiting for the next attempt, by join order
         self.current: list[PodLink] = []
         self.attempt = 0  # the attempt running, or last run
-        self.turned_away = 0  # connections that failed the handshake or came in excess
         self.seen = -1  # the latest attempt a joining pod took part in (a recreated coordinator goes on from it)
         self._joins = 0
         self._cond = threading.Condition()
-        self._pending = threading.BoundedSemaphore(MAX_PENDING)
-        self._server: socket.socket | None = None
+        self._door = Door(key, run_id, self._admit)
+
+    @property
+    def turned_away(self) -> int:
+        """Connections dropped before they joined (pods/admission.py)."""
+        return self._door.turned_away
 
     def listen(self, port: int) -> None:
         """Listen on every address of this pod (raises OSError if the port is taken)."""
@@ -52,8 +53,7 @@ class Coordinator:
             server = socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True, backlog=128)
         else:
             server = socket.create_server(("", port), backlog=128)
-        self._server = server
-        threading.Thread(target=self._accept_loop, args=(server,), name="pods accept", daemon=True).start()
+        self._door.open(server)
 
     def gather(self, deadline: float, stopped: list[int]) -> bool:
         """Wait until the next attempt can start (``assign.ready``), the deadline passes or a signal comes."""
@@ -119,8 +119,7 @@ class Coordinator:
     def close(self, code: int, why: str = "") -> None:
         """The job is over: stop listening, and end the pods still waiting (standbys) with ``code``; ``why``:
         the job never started."""
-        if self._server is not None:
-            self._server.close()
+        self._door.close()
         with self._cond:
             pairs, self.joined = list(self.joined.values()), {}
         for _waiting, link in pairs:
@@ -130,41 +129,9 @@ class Coordinator:
     def _waiting(self) -> list[Waiting]:
         return [w for w, link in self.joined.values() if not link.closed]
 
-    # ---- admission -----------------------------------------------------------------------------------
-    def _accept_loop(self, server: socket.socket) -> None:
-        while True:
-            try:
-                conn, _addr = server.accept()
-            except OSError:
-                return  # closed
-            if not self._pending.acquire(blocking=False):
-                self.turned_away += 1
-                conn.close()
-                continue
-            threading.Thread(target=self._admit, args=(conn,), daemon=True).start()
-
-    def _admit(self, conn: socket.socket) -> None:
-        try:
-            link = self._handshake(conn)
-        finally:
-            self._pending.release()
-        if link is None:
-            self.turned_away += 1
-            conn.close()
-
-    def _handshake(self, conn: socket.socket) -> Link | None:
-        deadline = time.monotonic() + HANDSHAKE_TIME
-        server_nonce = handshake.nonce()
-        try:
-            conn.settimeout(HANDSHAKE_TIME)
-            conn.sendall(handshake.challenge(server_nonce))
-        except OSError:
-            return None
-        got = read_handshake_line(conn, handshake.MAX_LINE, deadline)
-        joiner = handshake.check_answer(self.key, self.run_id, server_nonce, got[0]) if got else None
-        if joiner is None or got is None:
-            return None
-        link = Link(conn, joiner.host, got[1])
+    # ---- admission (pods/admission.py checks who it is; this decides whether it joins) ---------------------------
+    def _admit(self, conn: socket.socket, joiner: handshake.Joiner, server_nonce: str, rest: bytes) -> None:
+        link = Link(conn, joiner.host, rest)
         with self._cond:
             why = self._refusal(joiner.node_rank)
             if why is None:
@@ -177,10 +144,9 @@ class Coordinator:
                 if self.current:  # an attempt runs without it: it stands by for the next
                     link.send({"t": "standby", "attempt": self.attempt, "nnodes": 1 + len(self.current)})
                 self._cond.notify_all()
-                return link
+                return
         link.send({"t": "refused", "why": why})
         link.close()
-        return link
 
     def _refusal(self, node_rank: int) -> str | None:
         """Why a pod of this node rank cannot join (called with the lock held), or None."""

@@ -24,6 +24,7 @@ from dslaunch.pods.link import Link
 from dslaunch.wire_check import Malformed
 
 RETRY = 0.5  # between attempts to reach a coordinator that is not listening yet
+HANDSHAKE_TIME = 5.0  # one connection's handshake, within the join's own deadline
 # What the coordinator may send before the attempt starts (pods/messages.py checks each field)
 _BEFORE_START = {k: messages.FROM_COORDINATOR[k] for k in ("start", "standby", "end", "refused")}
 
@@ -61,47 +62,58 @@ def join(
 ) -> Joined | Ended | Orphaned | str:
     """This pod (``me``: node rank, host, last attempt taken part in) in the coordinator's next attempt, or why
     not."""
-    why = f"the coordinator at {address[0]}:{address[1]} did not answer"
-    while not stopped and time.monotonic() < deadline:
+    where = f"the coordinator at {address[0]}:{address[1]}"
+    why = f"{where} did not answer"
+    while not stopped and (left := deadline - time.monotonic()) > 0:
         try:
-            sock = socket.create_connection(address, timeout=min(2.0, max(0.1, deadline - time.monotonic())))
+            sock = socket.create_connection(address, timeout=min(2.0, max(0.05, left)))
         except OSError as exc:
-            why = f"the coordinator at {address[0]}:{address[1]} did not answer ({exc.strerror or exc})"
-            time.sleep(RETRY)
+            why = f"{where} did not answer ({exc.strerror or exc})"
+            time.sleep(min(RETRY, max(0.0, deadline - time.monotonic())))
             continue
-        got = _handshake(sock, key, run_id, me)
+        got = _handshake(sock, key, run_id, me, min(time.monotonic() + HANDSHAKE_TIME, deadline))
         if isinstance(got, Link):
             return _wait_for_start(got, deadline, stopped)
         sock.close()
         if got:
             return got
-        time.sleep(RETRY)
+        why = f"{where} accepted the connection but did not complete the handshake (not a dslaunch coordinator?)"
+        time.sleep(min(RETRY, max(0.0, deadline - time.monotonic())))
     return why if not stopped else "stopped by a signal while joining"
 
 
-def _handshake(sock: socket.socket, key: bytes, run_id: str, me: tuple[int, str, int]) -> Link | str:
-    """The authenticated link; a refusal's text; "" when the connection went wrong (worth another try)."""
-    deadline = time.monotonic() + 5.0
-    got = read_handshake_line(sock, handshake.MAX_LINE, deadline)
-    server_nonce = handshake.read_challenge(got[0]) if got else None
-    if server_nonce is None:
-        return ""
+def _handshake(sock: socket.socket, key: bytes, run_id: str, me: tuple[int, str, int], deadline: float) -> Link | str:
+    """The authenticated link; a refusal's text; "" when the connection went wrong or ``deadline`` (monotonic,
+    capped by the join's) passed (worth another try while the join's time lasts)."""
     client_nonce = handshake.nonce()
-    try:
-        sock.sendall(handshake.answer(key, run_id, me, server_nonce, client_nonce))
-    except OSError:
-        return ""
-    got = read_handshake_line(sock, handshake.MAX_LINE, deadline)
+    got = _exchange(sock, handshake.hello(key, run_id, client_nonce), deadline)  # first: admission's proof
+    server_nonce = handshake.read_challenge(got[0]) if got else None
+    if got is None or server_nonce is None:
+        return (_refusal(got[0]) if got else None) or ""
+    got = _exchange(sock, handshake.answer(key, run_id, me, server_nonce, client_nonce), deadline)
     if got is None:
         return "the coordinator closed the connection: this pod does not hold the job's secret (or has another run id)"
+    if handshake.check_welcome(key, run_id, server_nonce, client_nonce, got[0]):
+        return Link(sock, "the coordinator", got[1])
+    return _refusal(got[0]) or "the coordinator could not prove it holds this job's secret"
+
+
+def _exchange(sock: socket.socket, data: bytes, deadline: float) -> tuple[bytes, bytes] | None:
+    """Send ``data``, then the answering line (and what came after it) before ``deadline``; None if none."""
     try:
-        refused = messages.control(got[0], {"refused": messages.FROM_COORDINATOR["refused"]})
-        return f"the coordinator refused this pod: {refused['why']}"
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        sock.sendall(data)
+    except OSError:
+        return None
+    return read_handshake_line(sock, handshake.MAX_LINE, deadline)
+
+
+def _refusal(raw: bytes) -> str | None:
+    try:
+        refused = messages.control(raw, {"refused": messages.FROM_COORDINATOR["refused"]})
     except Malformed:
-        pass  # not a refusal: the welcome, checked next
-    if not handshake.check_welcome(key, run_id, server_nonce, client_nonce, got[0]):
-        return "the coordinator could not prove it holds this job's secret"
-    return Link(sock, "the coordinator", got[1])
+        return None  # not a refusal
+    return f"the coordinator refused this pod: {refused['why']}"
 
 
 def _wait_for_start(link: Link, deadline: float, stopped: list[int]) -> Joined | Ended | Orphaned | str:

@@ -62,3 +62,14 @@ def test_any_bytes_are_refused_without_an_exception(raw: bytes) -> None:
     assert handshake.check_answer(KEY, RUN, SERVER, raw) is None
     assert not handshake.check_welcome(KEY, RUN, SERVER, CLIENT, raw)
     handshake.read_challenge(raw)
+
+
+def test_a_hello_proves_the_key_for_this_run_only() -> None:
+    raw = handshake.hello(KEY, RUN, CLIENT).rstrip(b"\n")
+    assert handshake.check_hello(KEY, RUN, raw) == CLIENT
+    assert handshake.check_hello(b"guess", RUN, raw) is None
+    assert handshake.check_hello(KEY, "run-2", raw) is None
+    forged = json.loads(raw)
+    forged["nonce"] = "c" * 32
+    assert handshake.check_hello(KEY, RUN, json.dumps(forged).encode()) is None
+    assert handshake.check_hello(KEY, RUN, b"x" * 2000) is None

@@ -4,9 +4,11 @@ loopback or, with ``prefix``, inside a network namespace."""
 from __future__ import annotations
 
 import os
+import selectors
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -118,3 +120,49 @@ class PodController:
 
     def finish(self, timeout: float = 60) -> list[tuple[int, str, str]]:
         return finish(self.pods, timeout)
+
+
+class Flood:
+    """``count`` clients without the secret that connect, send nothing, and reconnect as soon as they are dropped,
+    for at most ``seconds`` (all on loopback, one thread)."""
+
+    def __init__(self, port: int, count: int, seconds: float) -> None:
+        self.port, self.count, self.until = port, count, time.monotonic() + seconds
+        self.connections = 0
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _connect(self, sel: selectors.BaseSelector) -> None:
+        try:
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=1)
+        except OSError:
+            return
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ)
+        self.connections += 1
+
+    def _run(self) -> None:
+        sel = selectors.DefaultSelector()
+        for _ in range(self.count):
+            self._connect(sel)
+        while not self._stop.is_set() and time.monotonic() < self.until:
+            for key, _ in sel.select(0.05):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                try:
+                    data = sock.recv(4096)
+                except OSError:
+                    data = b""
+                if not data:  # dropped: back at once
+                    sel.unregister(sock)
+                    sock.close()
+                    self._connect(sel)
+            while len(sel.get_map()) < self.count and time.monotonic() < self.until:
+                self._connect(sel)
+        for key in list(sel.get_map().values()):
+            key.fileobj.close()  # type: ignore[union-attr]
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(10)

@@ -1,11 +1,14 @@
 """A real coordinator (one dslaunch pod on loopback) against pods that hold the job's secret and misbehave: the test
 itself joins as pod 1 (pods/member.join) and sends what a buggy or compromised pod might. The coordinator ends
-that pod's link with the reason, the job ends as for a lost pod, cleanly: no traceback, no rank blamed."""
+that pod's link with the reason, the job ends as for a lost pod, cleanly: no traceback, no rank blamed. And pods
+against what is not a coordinator (a squatter on the port) or a flood in front of one."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -15,7 +18,7 @@ import pytest
 from dslaunch import wire
 from dslaunch.pods.member import Joined, join
 from tests.helpers import wait_for_file
-from tests.runners.pods import JOB, SECRET, finish, free_port_pair, nothing_left, pod_env, start_pod
+from tests.runners.pods import JOB, SECRET, Flood, finish, free_port_pair, nothing_left, pod_env, start_pod
 
 pytestmark = [pytest.mark.launch]
 
@@ -49,4 +52,49 @@ def test_a_pod_with_the_secret_that_sends_a_malformed_message_is_lost_with_why(t
     assert code == 1, err
     assert "pod 1 (pod-1) was lost: its launcher sent a malformed message (" in err and why in err, err
     assert "Traceback" not in err and "root cause" not in err, err
+    assert nothing_left(run_id) == []
+
+
+def test_a_pod_gives_up_on_a_port_that_accepts_and_never_speaks_at_its_join_timeout(tmp_path: Path) -> None:
+    """A frozen coordinator or a squatter on the control port: join_timeout=2 is kept, not 2 + a 5 s read."""
+    port = free_port_pair()
+    squatter = socket.create_server(("127.0.0.1", port + 1))
+    held: list[tuple[socket.socket, float]] = []
+
+    def hold() -> None:
+        while True:
+            try:
+                held.append((squatter.accept()[0], time.monotonic()))
+            except OSError:
+                return
+
+    threading.Thread(target=hold, daemon=True).start()
+    run_id = f"podsquat{os.getpid()}"
+    pod = start_pod(pod_env(1, port, run_id, PET_RDZV_CONF="join_timeout=2"), [JOB, "echo"], cwd=tmp_path)
+    pod.wait(30)
+    ended = time.monotonic()
+    ((code, _out, err),) = finish([pod])
+    squatter.close()
+    assert code == 255 and "cannot join the job: the coordinator at 127.0.0.1" in err, err
+    assert held, "the pod never connected"
+    took = ended - held[0][1]
+    assert took < 2.8, f"join_timeout=2, but the pod gave up {took:.1f} s after its first connection"
+
+
+def test_a_real_pod_joins_during_a_sustained_reconnect_flood(tmp_path: Path) -> None:
+    """300 clients without the secret reconnecting as soon as they are dropped, for 8 s: pod 1, started 1 s into
+    the flood with join_timeout=5, still joins and the job succeeds."""
+    run_id = f"podflood{os.getpid()}"
+    port = free_port_pair()
+    coordinator = start_pod(pod_env(0, port, run_id), [JOB, "echo"], cwd=tmp_path)
+    time.sleep(1.5)  # pod 0 listens
+    flood = Flood(port + 1, 300, seconds=8)  # more than admission.MAX_PENDING
+    try:
+        time.sleep(1)
+        member = start_pod(pod_env(1, port, run_id, PET_RDZV_CONF="join_timeout=5"), [JOB, "echo"], cwd=tmp_path)
+        (code0, _, err0), (code1, _, err1) = finish([coordinator, member], 40)
+    finally:
+        flood.stop()
+    assert (code0, code1) == (0, 0), (err0, err1)
+    assert flood.connections > 300, "the flood was never dropped"
     assert nothing_left(run_id) == []

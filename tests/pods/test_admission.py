@@ -1,0 +1,92 @@
+"""Admission to the coordinator (pods/admission.py) under a sustained flood, and joining bounded by join_timeout in
+every path (pods/member.py): on a real loopback port."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from dslaunch.auth import handshake
+from dslaunch.pods import admission
+from dslaunch.pods.assign import Shape
+from dslaunch.pods.coordinator import Coordinator
+from dslaunch.pods.member import Joined, join
+from tests.runners.pods import Flood, free_port_pair
+
+KEY, RUN = b"job-secret", "run-5"
+
+
+@pytest.fixture
+def door(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Coordinator, int]]:
+    monkeypatch.setattr(admission, "MAX_PENDING", 32)  # fewer slots than flooding clients
+    port = free_port_pair()
+    coordinator = Coordinator(KEY, RUN, Shape(2, 2, fixed=True))
+    coordinator.listen(port)
+    yield coordinator, port
+    coordinator.close(0)
+
+
+def test_a_real_pod_joins_within_its_join_timeout_during_a_sustained_reconnect_flood(
+    door: tuple[Coordinator, int],
+) -> None:
+    coordinator, port = door
+    flood = Flood(port, 200, seconds=8)
+    try:
+        time.sleep(1.0)  # the flood is on: every slot taken, and each drop reconnected at once
+        began = time.monotonic()
+        joining = threading.Thread(
+            target=lambda: got.append(
+                join(("127.0.0.1", port), KEY, RUN, (1, "pod-1", -1), deadline=time.monotonic() + 3, stopped=[])
+            ),
+            daemon=True,
+        )
+        got: list[object] = []
+        joining.start()
+        ready = coordinator.gather(began + 3, [])
+        took = time.monotonic() - began
+        assert ready, f"the pod did not get in within its join timeout past {flood.connections} flood connections"
+        assert took < 3
+        coordinator.start(0, "pod-0", lambda hosts: None)
+        joining.join(5)
+        assert got and isinstance(got[0], Joined), got
+        assert flood.connections > 200  # the flood was dropped and came back
+    finally:
+        flood.stop()
+
+
+def test_a_port_that_accepts_and_never_speaks_is_given_up_at_the_join_timeout() -> None:
+    """A frozen coordinator or a squatter: the TCP connection is made (the backlog), nothing is ever sent."""
+    squatter = socket.create_server(("127.0.0.1", 0), backlog=16)
+    port = squatter.getsockname()[1]
+    began = time.monotonic()
+    got = join(("127.0.0.1", port), KEY, RUN, (1, "pod-1", -1), deadline=began + 2, stopped=[])
+    took = time.monotonic() - began
+    squatter.close()
+    assert isinstance(got, str) and "did not" in got, got
+    assert took < 2.5, f"join_timeout=2 gave up after {took:.1f} s"
+
+
+def _first_line(port: int, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=3) as s:
+        s.sendall(data)
+        got = b""
+        while b"\n" not in got:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+        return got
+
+
+def test_a_wrong_hello_is_told_why_and_a_replayed_one_gets_nothing(door: tuple[Coordinator, int]) -> None:
+    coordinator, port = door
+    wrong = _first_line(port, handshake.hello(b"guess", RUN, "c" * 32))
+    assert b"does not hold the job's secret" in wrong
+    hello = handshake.hello(KEY, RUN, "d" * 32)
+    assert handshake.read_challenge(_first_line(port, hello).rstrip(b"\n")) is not None
+    assert _first_line(port, hello) == b""  # the same nonce again: a replay, dropped unanswered
+    assert coordinator.turned_away >= 2
