@@ -12,12 +12,15 @@ from __future__ import annotations
 import hmac
 import json
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from hashlib import sha256
 from typing import Any
 
 VERSION = 1
-MAX_LINE = 1024  # a handshake line longer than this is junk: the connection is dropped
+MAX_LINE = 8192  # a handshake line longer than this is junk: the connection is dropped (an answer carries a shape)
+MAX_SHAPE = 16  # entries in an answer's shape (pods/shape.py), each name and value bounded
+_SHAPE_NAME, _SHAPE_VALUE = 64, 256
 _HEX = frozenset("0123456789abcdef")
 MAX_HOST = 253  # a DNS name's longest
 
@@ -30,6 +33,7 @@ class Joiner:
     host: str
     nonce: str
     seen: int  # the last attempt this pod took part in (-1: none), so a recreated coordinator goes on counting
+    shape: tuple[tuple[str, str], ...] = ()  # what it was given that the pods must agree on (pods/shape.py)
 
 
 def nonce() -> str:
@@ -74,11 +78,22 @@ def read_challenge(raw: bytes) -> str | None:
     return str(obj["nonce"])
 
 
-def answer(key: bytes, run_id: str, me: tuple[int, str, int], server_nonce: str, client_nonce: str) -> bytes:
-    """``me``: this pod's node rank, host name, and the last attempt it took part in."""
+def answer(
+    key: bytes,
+    run_id: str,
+    me: tuple[int, str, int],
+    server_nonce: str,
+    client_nonce: str,
+    *,
+    shape: Mapping[str, str] | None = None,
+) -> bytes:
+    """``me``: this pod's node rank, host name, and the last attempt it took part in; ``shape``: what it was
+    given that every pod must agree on (under the MAC too)."""
     node_rank, host, seen = me
-    proof = mac(key, "join", run_id, str(node_rank), host, str(seen), server_nonce, client_nonce)
-    return line({"node_rank": node_rank, "host": host, "seen": seen, "nonce": client_nonce, "mac": proof})
+    given = dict(shape or {})
+    proof = mac(key, "join", run_id, str(node_rank), host, str(seen), server_nonce, client_nonce, _canonical(given))
+    fields = {"node_rank": node_rank, "host": host, "seen": seen, "nonce": client_nonce, "mac": proof}
+    return line({**fields, "shape": given} if given else fields)
 
 
 def check_answer(key: bytes, run_id: str, server_nonce: str, raw: bytes) -> Joiner | None:
@@ -91,12 +106,15 @@ def check_answer(key: bytes, run_id: str, server_nonce: str, raw: bytes) -> Join
         return None
     if not (type(seen) is int and -1 <= seen < 1 << 20):
         return None
-    if not (_is_nonce(client_nonce) and isinstance(proof, str)):
+    shape = _shape(obj.get("shape", {}))
+    if not (_is_nonce(client_nonce) and isinstance(proof, str)) or shape is None:
         return None
-    expected = mac(key, "join", run_id, str(node_rank), host, str(seen), server_nonce, str(client_nonce))
+    expected = mac(
+        key, "join", run_id, str(node_rank), host, str(seen), server_nonce, str(client_nonce), _canonical(shape)
+    )
     if not hmac.compare_digest(expected, proof):
         return None
-    return Joiner(node_rank, host, str(client_nonce), seen)
+    return Joiner(node_rank, host, str(client_nonce), seen, tuple(shape.items()))
 
 
 def welcome(key: bytes, run_id: str, server_nonce: str, client_nonce: str) -> bytes:
@@ -118,6 +136,20 @@ def _object(raw: bytes) -> dict[str, Any] | None:
     except (ValueError, UnicodeDecodeError):
         return None
     return obj if isinstance(obj, dict) else None
+
+
+def _shape(value: object) -> dict[str, str] | None:
+    """An answer's shape: names to values, both strings, bounded; None for anything else."""
+    if not isinstance(value, dict) or len(value) > MAX_SHAPE:
+        return None
+    for name, text in value.items():
+        if not (isinstance(text, str) and len(name) <= _SHAPE_NAME and len(text) <= _SHAPE_VALUE):
+            return None
+    return value
+
+
+def _canonical(shape: Mapping[str, str]) -> str:
+    return json.dumps(shape, sort_keys=True, separators=(",", ":"))
 
 
 def _is_nonce(value: object) -> bool:

@@ -16,11 +16,12 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from dslaunch import wire
 from dslaunch.auth import handshake
 from dslaunch.pods import assign, messages
+from dslaunch.pods import shape as pod_shape
 from dslaunch.pods.admission import Door
 from dslaunch.pods.assign import Shape, Waiting
 from dslaunch.pods.link import SILENT, Link
@@ -30,10 +31,13 @@ END_DRAIN = 2.0  # how long the coordinator waits for the pods to take the end o
 
 
 class Coordinator:
-    def __init__(self, key: bytes, run_id: str, shape: Shape) -> None:
+    def __init__(self, key: bytes, run_id: str, shape: Shape, agreed: Mapping[str, str] | None = None) -> None:
+        """``agreed``: what every pod must have been given alike (pods/shape.py); None: not checked."""
         self.key = key
         self.run_id = run_id
         self.shape = shape
+        self.agreed = agreed
+        self.mismatch = ""  # a fixed job's pod refused for its shape: the job cannot start (in these words)
         self.joined: dict[int, tuple[Waiting, Link]] = {}  # pods waiting for the next attempt, by join order
         self.current: list[PodLink] = []
         self.attempt = 0  # the attempt running, or last run
@@ -68,7 +72,7 @@ class Coordinator:
                     enough_since = None
                 if assign.ready(self.shape, waiting, enough_since, now):
                     return True
-                if stopped or now >= deadline:
+                if stopped or now >= deadline or self.mismatch:
                     return False
                 self._cond.wait(min(0.1, max(0.0, deadline - now)))
 
@@ -133,7 +137,7 @@ class Coordinator:
     def _admit(self, conn: socket.socket, joiner: handshake.Joiner, server_nonce: str, rest: bytes) -> None:
         link = Link(conn, joiner.host, rest)
         with self._cond:
-            why = self._refusal(joiner.node_rank)
+            why = self._refusal(joiner.node_rank) or self._misfit(joiner)
             if why is None:
                 link.send_raw(handshake.welcome(self.key, self.run_id, server_nonce, joiner.nonce))
                 link.start_reader()
@@ -147,6 +151,22 @@ class Coordinator:
                 return
         link.send({"t": "refused", "why": why})
         link.close()
+
+    def _misfit(self, joiner: handshake.Joiner) -> str | None:
+        """Why a pod given another shape than ours cannot join (said here too; called with the lock held), or None.
+        A fixed job cannot start without that node: ``gather`` ends at once."""
+        if self.agreed is None:
+            return None
+        who = f"pod {joiner.node_rank} ({joiner.host})" if joiner.node_rank >= 0 else f"the pod on {joiner.host}"
+        found = pod_shape.mismatch(self.agreed, dict(joiner.shape), who)
+        if found is None:
+            return None
+        for_the_pod, here = found
+        _say(f"dslaunch: refused a pod: {here}")
+        if self.shape.fixed:
+            self.mismatch = here
+            self._cond.notify_all()
+        return for_the_pod
 
     def _refusal(self, node_rank: int) -> str | None:
         """Why a pod of this node rank cannot join (called with the lock held), or None."""
@@ -247,3 +267,9 @@ def lost_why(how: str, who: str, detail: str = "") -> str:
     if how == "oversized":
         return f"{who} sent a message over the size limit"
     return f"{who}'s connection dropped"
+
+
+def _say(text: str) -> None:
+    from dslaunch.output.sink import STALL, write_within
+
+    write_within(2, (text + "\n").encode(), STALL)

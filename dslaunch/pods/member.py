@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from dslaunch import wire
@@ -58,10 +58,17 @@ class Ended:
 
 
 def join(
-    address: tuple[str, int], key: bytes, run_id: str, me: tuple[int, str, int], *, deadline: float, stopped: list[int]
+    address: tuple[str, int],
+    key: bytes,
+    run_id: str,
+    me: tuple[int, str, int],
+    *,
+    deadline: float,
+    stopped: list[int],
+    shape: Mapping[str, str] | None = None,
 ) -> Joined | Ended | Orphaned | str:
-    """This pod (``me``: node rank, host, last attempt taken part in) in the coordinator's next attempt, or why
-    not."""
+    """This pod (``me``: node rank, host, last attempt taken part in; ``shape``: what it was given that every pod
+    must agree on, pods/shape.py) in the coordinator's next attempt, or why not."""
     where = f"the coordinator at {address[0]}:{address[1]}"
     why = f"{where} did not answer"
     while not stopped and (left := deadline - time.monotonic()) > 0:
@@ -71,7 +78,7 @@ def join(
             why = f"{where} did not answer ({exc.strerror or exc})"
             time.sleep(min(RETRY, max(0.0, deadline - time.monotonic())))
             continue
-        got = _handshake(sock, key, run_id, me, min(time.monotonic() + HANDSHAKE_TIME, deadline))
+        got = _handshake(sock, (key, run_id, me, shape), min(time.monotonic() + HANDSHAKE_TIME, deadline))
         if isinstance(got, Link):
             return _wait_for_start(got, deadline, stopped)
         sock.close()
@@ -82,15 +89,19 @@ def join(
     return why if not stopped else "stopped by a signal while joining"
 
 
-def _handshake(sock: socket.socket, key: bytes, run_id: str, me: tuple[int, str, int], deadline: float) -> Link | str:
+_Who = tuple[bytes, str, tuple[int, str, int], Mapping[str, str] | None]  # key, run id, me, shape (as join's)
+
+
+def _handshake(sock: socket.socket, who: _Who, deadline: float) -> Link | str:
     """The authenticated link; a refusal's text; "" when the connection went wrong or ``deadline`` (monotonic,
     capped by the join's) passed (worth another try while the join's time lasts)."""
+    key, run_id, me, shape = who
     client_nonce = handshake.nonce()
     got = _exchange(sock, handshake.hello(key, run_id, client_nonce), deadline)  # first: admission's proof
     server_nonce = handshake.read_challenge(got[0]) if got else None
     if got is None or server_nonce is None:
         return (_refusal(got[0]) if got else None) or ""
-    got = _exchange(sock, handshake.answer(key, run_id, me, server_nonce, client_nonce), deadline)
+    got = _exchange(sock, handshake.answer(key, run_id, me, server_nonce, client_nonce, shape=shape), deadline)
     if got is None:
         return "the coordinator closed the connection: this pod does not hold the job's secret (or has another run id)"
     if handshake.check_welcome(key, run_id, server_nonce, client_nonce, got[0]):

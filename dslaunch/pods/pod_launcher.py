@@ -68,11 +68,12 @@ class PodLauncher:
     def _listen(self, plan: LaunchPlan) -> Coordinator:
         from dslaunch.pods.assign import Shape
         from dslaunch.pods.coordinator import Coordinator
+        from dslaunch.pods.shape import of_plan
 
         pods = plan.pods
         count = len(plan.nodes)
         shape = Shape(pods.nnodes_min or count, pods.nnodes_max or count, not pods.elastic, pods.last_call)
-        coordinator = Coordinator(self.job_key(plan), plan.run_id, shape)
+        coordinator = Coordinator(self.job_key(plan), plan.run_id, shape, agreed=of_plan(plan))
         coordinator.listen(pods.port)
         return coordinator
 
@@ -143,35 +144,38 @@ class PodLauncher:
         deadline = time.monotonic() + plan.pods.join_timeout
         with stop_signals_caught() as caught:
             ready = coordinator.gather(min(deadline, time.monotonic() + WAIT_NOTICE), caught)
-            if not ready and not caught:
+            if not ready and not caught and not coordinator.mismatch:
                 _say(f"dslaunch: waiting for {coordinator.lacking()} to join (up to {plan.pods.join_timeout:g} s)")
                 ready = coordinator.gather(deadline, caught)
         if ready and not caught:
             return None
         why = "the coordinator was stopped" if caught else f"{coordinator.lacking()} did not join in time"
+        why = coordinator.mismatch or why  # a pod refused for its shape (pods/shape.py): no wait for it
         coordinator.close(START_FAILED, why)
         if caught:
             return stopped(128 + caught[0], "received a signal while the pods joined")
-        _say(f"dslaunch: cannot start: {why} (--rdzv-conf join_timeout={plan.pods.join_timeout:g})")
+        timeout = "" if coordinator.mismatch else f" (--rdzv-conf join_timeout={plan.pods.join_timeout:g})"
+        _say(f"dslaunch: cannot start: {why}{timeout}")
         return stopped(START_FAILED, why)
 
     def join(self, plan: LaunchPlan, node_rank: int) -> JobResult:
         from dslaunch.pods.member import CoordinatorLink, Ended, Forwarding, Orphaned, join
         from dslaunch.pods.messages import encoded
+        from dslaunch.pods.shape import of_plan
 
         address = (plan.pods.coordinator, plan.pods.port)
         asked = self._node_rank if plan.pods.elastic else node_rank
         me = (asked, plan.node(node_rank).host, self._seen)
         key = self.job_key(plan)
         with stop_signals_caught() as caught:
+            given, timeout = of_plan(plan), plan.pods.join_timeout
             joined = join(
-                address, key, plan.run_id, me, deadline=time.monotonic() + plan.pods.join_timeout, stopped=caught
+                address, key, plan.run_id, me, deadline=time.monotonic() + timeout, stopped=caught, shape=given
             )
             while isinstance(joined, Orphaned) and not caught:  # a standby keeps standing by for the job
-                _say(f"dslaunch: {joined.why}; joining again (up to {plan.pods.join_timeout:g} s)")
-                joined = join(
-                    address, key, plan.run_id, me, deadline=time.monotonic() + plan.pods.join_timeout, stopped=caught
-                )
+                _say(f"dslaunch: {joined.why}; joining again (up to {timeout:g} s)")
+                deadline = time.monotonic() + timeout
+                joined = join(address, key, plan.run_id, me, deadline=deadline, stopped=caught, shape=given)
         if caught or isinstance(joined, Orphaned):
             return stopped(128 + caught[0], "stopped while joining the job")
         if isinstance(joined, Ended):

@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 from dslaunch import wire
+from dslaunch.pods import shape
 from dslaunch.pods.member import Joined, join
 from tests.helpers import wait_for_file
+from tests.plans import plan_of
 from tests.runners.pods import JOB, SECRET, Flood, finish, free_port_pair, nothing_left, pod_env, start_pod
 
 pytestmark = [pytest.mark.launch]
@@ -41,9 +43,11 @@ def test_a_pod_with_the_secret_that_sends_a_malformed_message_is_lost_with_why(t
     line, why = BAD[case]
     run_id = f"podbad{sorted(BAD).index(case)}{os.getpid()}"
     port = free_port_pair()
-    coordinator = start_pod(pod_env(0, port, run_id), [JOB, "sleep", str(tmp_path)], cwd=tmp_path)
-    me = (1, "pod-1", -1)
-    joined = join(("127.0.0.1", port + 1), SECRET.encode(), run_id, me, deadline=time.monotonic() + 20, stopped=[])
+    args = [JOB, "sleep", str(tmp_path)]
+    coordinator = start_pod(pod_env(0, port, run_id), args, cwd=tmp_path)
+    given = shape.of_plan(plan_of(args, env=pod_env(1, port, run_id)))  # what a real pod 1 would send
+    address, me = ("127.0.0.1", port + 1), (1, "pod-1", -1)
+    joined = join(address, SECRET.encode(), run_id, me, deadline=time.monotonic() + 20, stopped=[], shape=given)
     assert isinstance(joined, Joined), (joined, finish([coordinator], 5))
     assert wait_for_file(str(tmp_path / "ready.1"), 20), finish([coordinator], 5)
     joined.link.send_raw(line)
@@ -97,4 +101,27 @@ def test_a_real_pod_joins_during_a_sustained_reconnect_flood(tmp_path: Path) -> 
         flood.stop()
     assert (code0, code1) == (0, 0), (err0, err1)
     assert flood.connections > 300, "the flood was never dropped"
+    assert nothing_left(run_id) == []
+
+
+def test_pods_of_another_shape_under_one_run_id_are_refused_with_both_values_not_left_to_hang(
+    tmp_path: Path,
+) -> None:
+    """Pod 0 with 2 ranks, pod 1 with 1, the same run id and secret: nothing starts; both name both values."""
+    run_id = f"podshape{os.getpid()}"
+    port = free_port_pair()
+    began = time.monotonic()
+    pods = [
+        start_pod(pod_env(0, port, run_id), [JOB, "echo"], cwd=tmp_path),
+        start_pod(pod_env(1, port, run_id, PET_NPROC_PER_NODE="1"), [JOB, "echo"], cwd=tmp_path),
+    ]
+    (code0, out0, err0), (code1, out1, err1) = finish(pods, 30)
+    took = time.monotonic() - began
+    assert (code0, code1) == (255, 255), (err0, err1)
+    host = os.uname().nodename
+    assert f"ranks per pod: '1' on pod 1 ({host}), '2' here" in err0, err0
+    assert "cannot join the job: the coordinator refused this pod: this pod does not match the job: " in err1, err1
+    assert "ranks per pod: '1' on this pod, '2' on the coordinator" in err1, err1
+    assert '"rank"' not in out0 + out1  # no rank ran
+    assert took < 15, f"{took:.1f} s: the coordinator waited for the join timeout (20 s)"
     assert nothing_left(run_id) == []
