@@ -128,6 +128,17 @@ def check_welcome(key: bytes, run_id: str, server_nonce: str, client_nonce: str,
     return isinstance(proof, str) and hmac.compare_digest(expected, proof)
 
 
+def session_keys(key: bytes, run_id: str, server_nonce: str, client_nonce: str) -> tuple[bytes, bytes]:
+    """The keys that MAC every line after the handshake (``pods/link.Sealer``): the coordinator's to the pod, the
+    pod's to the coordinator. Fresh for each connection (both nonces), and one per direction, so a line cannot be
+    reflected back to its sender."""
+
+    def one(way: str) -> bytes:
+        return hmac.new(key, "\0".join(("session", way, run_id, server_nonce, client_nonce)).encode(), sha256).digest()
+
+    return one("to pod"), one("to coordinator")
+
+
 def _object(raw: bytes) -> dict[str, Any] | None:
     if len(raw) > MAX_LINE:
         return None

@@ -135,11 +135,14 @@ class Coordinator:
 
     # ---- admission (pods/admission.py checks who it is; this decides whether it joins) ---------------------------
     def _admit(self, conn: socket.socket, joiner: handshake.Joiner, server_nonce: str, rest: bytes) -> None:
-        link = Link(conn, joiner.host, rest)
+        """(Raises OSError for a connection that fails meanwhile: the door closes it.)"""
+        conn.settimeout(SILENT)
         with self._cond:
             why = self._refusal(joiner.node_rank) or self._misfit(joiner)
             if why is None:
-                link.send_raw(handshake.welcome(self.key, self.run_id, server_nonce, joiner.nonce))
+                conn.sendall(handshake.welcome(self.key, self.run_id, server_nonce, joiner.nonce))
+                to_pod, from_pod = handshake.session_keys(self.key, self.run_id, server_nonce, joiner.nonce)
+                link = Link(conn, joiner.host, rest, keys=(to_pod, from_pod))
                 link.start_reader()
                 link.start_heartbeats()
                 self._joins += 1
@@ -149,8 +152,8 @@ class Coordinator:
                     link.send({"t": "standby", "attempt": self.attempt, "nnodes": 1 + len(self.current)})
                 self._cond.notify_all()
                 return
-        link.send({"t": "refused", "why": why})
-        link.close()
+        conn.sendall(handshake.line({"t": "refused", "why": why}))  # in the handshake: no MAC yet
+        conn.close()
 
     def _misfit(self, joiner: handshake.Joiner) -> str | None:
         """Why a pod given another shape than ours cannot join (said here too; called with the lock held), or None.
@@ -262,6 +265,8 @@ def lost_why(how: str, who: str, detail: str = "") -> str:
     """Words for how a link ended (``Link.why``; ``detail``: ``Link.detail``)."""
     if how == "malformed":
         return f"{who} sent a malformed message ({detail})"
+    if how == "forged":
+        return f"a message on {who}'s connection failed its MAC (altered, replayed, reordered or injected?)"
     if how == "silent":
         return f"nothing heard from {who} for {SILENT:g} s (powered off or cut off from the network?)"
     if how == "oversized":

@@ -3,32 +3,69 @@ it ended.
 
 Each side sends a heartbeat every ``HEARTBEAT`` seconds whatever else it sends; a side that hears nothing for
 ``SILENT`` seconds takes the other as lost (a powered-off pod or a partition sends no reset). A line longer than
-``MAX_LINE`` bytes (its newline not counted) ends the connection, whether its newline came in the same read or
-not: memory per connection stays bounded whatever the other side sends. What a line says is checked by its
-reader (``pods/messages.py``), which ends the link for a malformed one (``refuse``).
+``MAX_LINE`` bytes (its newline and its MAC not counted) ends the connection, whether its newline came in the
+same read or not: memory per connection stays bounded whatever the other side sends. What a line says is checked
+by its reader (``pods/messages.py``), which ends the link for a malformed one (``refuse``). With keys from the
+handshake every line, heartbeats included, carries a MAC over its sequence number (:class:`Sealer`): a line that
+fails it ends the connection ("forged").
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import queue
 import socket
 import threading
 from collections.abc import Iterator
+from hashlib import sha256
 from typing import Any
 
 HEARTBEAT = 1.0
 SILENT = 4.0  # detection of a silent loss within 5 s (docs/kubernetes.md)
 MAX_LINE = 64 * 1024  # the agents cut rank output at 64 KiB, and events are smaller
 _HB = b'{"t":"hb"}\n'
+TAG = 33  # a tab and 32 hex digits: each line's MAC, with keys
+
+
+class Sealer:
+    """One direction's MACs (HMAC-SHA256 under a key the handshake derived, ``handshake.session_keys``), over a
+    sequence number that counts that direction's lines: a line altered, injected, replayed, reordered or dropped
+    fails the next check."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = hmac.new(key, digestmod=sha256)  # copied per line: the key's pads are computed once
+        self.seq = 0
+
+    def _tag(self, payload: bytes) -> bytes:
+        mac = self._key.copy()
+        mac.update(self.seq.to_bytes(8, "big"))
+        mac.update(payload)
+        self.seq += 1
+        return mac.hexdigest()[:32].encode()
+
+    def seal(self, payload: bytes) -> bytes:
+        return payload + b"\t" + self._tag(payload) + b"\n"
+
+    def open(self, line: bytes) -> bytes | None:
+        """The payload of a sealed line, or None if its MAC is not the next one's."""
+        payload, tab, tag = line.rpartition(b"\t")
+        if not tab or not hmac.compare_digest(self._tag(payload), tag):
+            return None
+        return payload
 
 
 class Link:
-    def __init__(self, sock: socket.socket, peer: str, pending: bytes = b"") -> None:
-        """``pending``: what the handshake read past its last line."""
+    def __init__(
+        self, sock: socket.socket, peer: str, pending: bytes = b"", keys: tuple[bytes, bytes] | None = None
+    ) -> None:
+        """``pending``: what the handshake read past its last line; ``keys``: this side's sending and receiving
+        keys (``handshake.session_keys``), every line MACed both ways; None: lines as they are."""
         self.sock = sock
         self.peer = peer
-        self.why = ""  # how it ended: "closed", "dropped", "silent", "oversized", "malformed"
+        self._out: Sealer | None = Sealer(keys[0]) if keys else None
+        self._in: Sealer | None = Sealer(keys[1]) if keys else None
+        self.why = ""  # how it ended: "closed", "dropped", "silent", "oversized", "malformed", "forged"
         self.detail = ""  # with "malformed": what was wrong (pods/messages.py)
         self._send_lock = threading.Lock()
         self._end_lock = threading.Lock()
@@ -48,7 +85,9 @@ class Link:
         if self._closed.is_set():
             return False
         try:
-            with self._send_lock:
+            with self._send_lock:  # sealed under the lock: the sequence numbers go out in order
+                if self._out is not None:
+                    data = b"".join(self._out.seal(line) for line in data.split(b"\n")[:-1])
                 self.sock.sendall(data)
             return True
         except TimeoutError:
@@ -59,17 +98,22 @@ class Link:
 
     def lines(self) -> Iterator[str]:
         """Every line the other side sends, heartbeats left out, until the connection ends (``why`` says how)."""
+        limit = MAX_LINE + (TAG if self._in is not None else 0)
         while True:
             cut = self._buf.find(b"\n")
             while cut >= 0:
                 raw, self._buf = self._buf[:cut], self._buf[cut + 1 :]
-                if len(raw) > MAX_LINE:  # whether or not its newline came in the same read
+                if len(raw) > limit:  # whether or not its newline came in the same read
                     self._end("oversized")
                     return
-                if raw != _HB[:-1]:
-                    yield raw.decode("utf-8", "replace") + "\n"
+                payload = raw if self._in is None else self._in.open(raw)
+                if payload is None:
+                    self._end("forged")
+                    return
+                if payload != _HB[:-1]:
+                    yield payload.decode("utf-8", "replace") + "\n"
                 cut = self._buf.find(b"\n")
-            if len(self._buf) > MAX_LINE:
+            if len(self._buf) > limit:
                 self._end("oversized")
                 return
             try:

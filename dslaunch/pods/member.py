@@ -105,7 +105,8 @@ def _handshake(sock: socket.socket, who: _Who, deadline: float) -> Link | str:
     if got is None:
         return "the coordinator closed the connection: this pod does not hold the job's secret (or has another run id)"
     if handshake.check_welcome(key, run_id, server_nonce, client_nonce, got[0]):
-        return Link(sock, "the coordinator", got[1])
+        to_pod, to_coordinator = handshake.session_keys(key, run_id, server_nonce, client_nonce)
+        return Link(sock, "the coordinator", got[1], keys=(to_coordinator, to_pod))
     return _refusal(got[0]) or "the coordinator could not prove it holds this job's secret"
 
 

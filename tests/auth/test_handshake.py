@@ -73,3 +73,11 @@ def test_a_hello_proves_the_key_for_this_run_only() -> None:
     forged["nonce"] = "c" * 32
     assert handshake.check_hello(KEY, RUN, json.dumps(forged).encode()) is None
     assert handshake.check_hello(KEY, RUN, b"x" * 2000) is None
+
+
+def test_session_keys_are_one_per_direction_and_new_for_each_connection() -> None:
+    to_pod, to_coordinator = handshake.session_keys(KEY, RUN, SERVER, CLIENT)
+    assert to_pod != to_coordinator and len(to_pod) == 32
+    assert handshake.session_keys(KEY, RUN, SERVER, CLIENT) == (to_pod, to_coordinator)
+    assert to_pod not in handshake.session_keys(KEY, RUN, "c" * 32, CLIENT)
+    assert to_pod not in handshake.session_keys(b"other", RUN, SERVER, CLIENT)

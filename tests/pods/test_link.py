@@ -8,8 +8,9 @@ import time
 
 import pytest
 
+from dslaunch.auth import handshake
 from dslaunch.pods import link as link_mod
-from dslaunch.pods.link import Link
+from dslaunch.pods.link import Link, Sealer
 
 
 def test_lines_come_through_without_the_heartbeats_and_a_close_is_a_drop() -> None:
@@ -65,3 +66,60 @@ def test_a_line_a_few_bytes_over_is_refused_though_a_good_line_shares_its_read()
     here = Link(a, "there")
     b.sendall(b'{"t":"stop"}\n' + b"z" * (link_mod.MAX_LINE + 5) + b"\n" + b'{"t":"stop"}\n')
     assert list(here.lines()) == ['{"t":"stop"}\n'] and here.why == "oversized"
+
+
+KEYS = handshake.session_keys(b"job-secret", "run-3", "a" * 32, "b" * 32)  # (to the pod, to the coordinator)
+
+
+def _sealed_pair() -> tuple[Link, Link, socket.socket, socket.socket]:
+    """The coordinator's and the pod's ends of one link, and the raw sockets under them."""
+    a, b = socket.socketpair()
+    return Link(a, "pod", keys=(KEYS[0], KEYS[1])), Link(b, "coordinator", keys=(KEYS[1], KEYS[0])), a, b
+
+
+def test_sealed_lines_and_heartbeats_come_through_in_order() -> None:
+    coordinator, pod, _a, _b = _sealed_pair()
+    pod.start_heartbeats()
+    pod.send({"t": "one"})
+    time.sleep(link_mod.HEARTBEAT * 1.5)
+    pod.send_raw(b'{"t":"two"}\n{"t":"three"}\n')
+    lines = coordinator.lines()
+    assert [next(lines) for _ in range(3)] == ['{"t":"one"}\n', '{"t":"two"}\n', '{"t":"three"}\n']
+    coordinator.send({"t": "back"})
+    assert next(pod.lines()) == '{"t":"back"}\n'  # the other direction, its own key and count
+
+
+def _tampered(kind: str) -> bytes:
+    """Three lines as the pod's end would seal them (its key, its count), one of them tampered with on the way."""
+    pods_key, coordinators_key = Sealer(KEYS[1]), Sealer(KEYS[0])
+    first, second, third = (pods_key.seal(line) for line in (b'{"t":"a"}', b'{"t":"b"}', b'{"t":"c"}'))
+    coordinators_key.seal(b'{"t":"a"}')
+    reflected = coordinators_key.seal(b'{"t":"b"}')  # right count, the other direction's key
+    return {
+        "altered": first + second.replace(b'"b"', b'"x"') + third,
+        "replayed": first + first + second,
+        "reordered": second + first + third,
+        "injected": first + b'{"t":"stop"}\n' + second,
+        "injected with a made-up MAC": first + b'{"t":"stop"}\t' + b"0" * 32 + b"\n" + second,
+        "reflected back to its sender": first + reflected,
+        "dropped": first + third,
+    }[kind]
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "altered",
+        "replayed",
+        "reordered",
+        "injected",
+        "injected with a made-up MAC",
+        "reflected back to its sender",
+        "dropped",
+    ],
+)
+def test_a_tampered_line_ends_the_link_after_the_good_ones_before_it(kind: str) -> None:
+    coordinator, _pod, _a, b = _sealed_pair()
+    b.sendall(_tampered(kind))
+    got = list(coordinator.lines())
+    assert got == ([] if kind == "reordered" else ['{"t":"a"}\n']) and coordinator.why == "forged", got

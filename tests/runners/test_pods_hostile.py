@@ -30,17 +30,23 @@ def _exit(rank: int, **changes: object) -> bytes:
     return (wire.MARKER + json.dumps({"ev": "exit", **asdict(event), **changes}) + "\n").encode()
 
 
-BAD = {
-    "done with a string code": (b'@dslaunch-event {"ev":"done","node_rank":1,"code":"0"}\n', "field 'code'"),
-    "idle with a list node rank": (b'@dslaunch-event {"ev":"idle","node_rank":[1],"idle":true}\n', "'node_rank'"),
-    "a second rank exit with a string time": (_exit(2) + _exit(3, ts="soon"), "field 'ts'"),
-    "the coordinator's rank 0 reported failed": (_exit(0, code=9), "rank 0 is not one of node 1's"),
+MALFORMED = "its launcher sent a malformed message ("
+BAD = {  # what the test's pod 1 sends (sealed with its link's MACs, unless it is injected), what pod 0 says
+    "done with a string code": (b'@dslaunch-event {"ev":"done","node_rank":1,"code":"0"}\n', MALFORMED, "'code'"),
+    "idle with a list node rank": (b'@dslaunch-event {"ev":"idle","node_rank":[1],"idle":true}\n', MALFORMED, "node"),
+    "a second rank exit with a string time": (_exit(2) + _exit(3, ts="soon"), MALFORMED, "field 'ts'"),
+    "the coordinator's rank 0 reported failed": (_exit(0, code=9), MALFORMED, "rank 0 is not one of node 1's"),
+    "injected: rank 0 reported failed without the link's MAC": (
+        _exit(0, code=9, node_rank=0),
+        "a message on its launcher's connection failed its MAC",
+        "(altered, replayed, reordered or injected?)",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_a_pod_with_the_secret_that_sends_a_malformed_message_is_lost_with_why(tmp_path: Path, case: str) -> None:
-    line, why = BAD[case]
+    line, said, why = BAD[case]
     run_id = f"podbad{sorted(BAD).index(case)}{os.getpid()}"
     port = free_port_pair()
     args = [JOB, "sleep", str(tmp_path)]
@@ -50,11 +56,14 @@ def test_a_pod_with_the_secret_that_sends_a_malformed_message_is_lost_with_why(t
     joined = join(address, SECRET.encode(), run_id, me, deadline=time.monotonic() + 20, stopped=[], shape=given)
     assert isinstance(joined, Joined), (joined, finish([coordinator], 5))
     assert wait_for_file(str(tmp_path / "ready.1"), 20), finish([coordinator], 5)
-    joined.link.send_raw(line)
+    if case.startswith("injected"):
+        joined.link.sock.sendall(line)  # into the stream, as a man in the middle would
+    else:
+        joined.link.send_raw(line)
     ((code, _out, err),) = finish([coordinator], 30)
     joined.link.close()
     assert code == 1, err
-    assert "pod 1 (pod-1) was lost: its launcher sent a malformed message (" in err and why in err, err
+    assert f"pod 1 (pod-1) was lost: {said}" in err and why in err, err
     assert "Traceback" not in err and "root cause" not in err, err
     assert nothing_left(run_id) == []
 
