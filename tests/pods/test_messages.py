@@ -141,7 +141,9 @@ def test_the_coordinator_ends_a_pods_link_for_a_bad_message_and_relays_nothing(c
         pod.ranks = frozenset({2 * pod.node_rank, 2 * pod.node_rank + 1})
     coordinator.current = pods
     ends[0][1].sendall(REFUSED_FROM_POD[case][0].encode() + _exit().encode())  # then a good one: not read
+    rejected = messages.rejected.count
     got = [wire.decode(line) for line in pods[0].lines()]
+    assert messages.rejected.count == rejected + 1  # counted (the launcher's first is logged at debug)
     assert len(got) == 1 and isinstance(got[0], wire.NodeLost), got
     assert got[0].why.startswith("its launcher sent a malformed message ("), got[0]
     assert links[0].why == "malformed" and links[0].closed

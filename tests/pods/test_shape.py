@@ -108,3 +108,17 @@ def test_a_pod_of_the_same_shape_gets_in() -> None:
             assert isinstance(future.result(10), Joined)
     finally:
         coordinator.close(0)
+
+
+def test_an_elastic_job_refuses_a_pod_of_another_shape_and_goes_on_waiting_for_others() -> None:
+    port = free_port_pair()
+    coordinator = Coordinator(KEY, RUN, Shape(2, 3, fixed=False), agreed=_pod(0))
+    coordinator.listen(port)
+    try:
+        me, other = (-1, "h", -1), _pod(1, PET_NPROC_PER_NODE="1")
+        got = join(("127.0.0.1", port), KEY, RUN, me, deadline=time.monotonic() + 10, stopped=[], shape=other)
+        assert isinstance(got, str) and "ranks per pod: '1' on this pod" in got, got
+        assert coordinator.mismatch == ""  # the job may still start with pods that match
+        assert not coordinator.gather(time.monotonic() + 0.5, []) and coordinator.lacking() == "pods: 1 of at least 2"
+    finally:
+        coordinator.close(255)
