@@ -232,7 +232,7 @@ _SCHEMAS: dict[type, tuple[dict[str, Spec], dict[str, Spec]]] = {
             **{"rank": _RANK, "local_rank": _RANK, "node_rank": _NODE, "host": _HOST, "pid": Int(0, INT_MAX)},
             **{"code": _CODE, "signal": Maybe(Text(64)), "ts": _TIME, "by_agent": Bool()},
         },
-        {"error": Maybe(Text(1 << 20)), "stderr_tail": ListOf(Text(1 << 16), 4096)},
+        {"error": Maybe(Text(1 << 20)), "stderr_tail": ListOf(Text(1 << 16), 4096), "beats": Int(0, INT_MAX)},
     ),
     Done: ({"node_rank": _NODE, "code": _CODE}, {}),
     Idle: ({"node_rank": _NODE, "idle": Bool()}, {"live": Int(0, MAX_WORLD_SIZE)}),

@@ -286,8 +286,8 @@ PACKAGE_RULES: dict[str, tuple[str, ...]] = {
     "errors": (),
     "limits": (),
     "plan": (),
-    "wire": ("limits", "plan", "wire_check"),  # what crosses the launcher <-> agent boundary: it encodes the plan
     "wire_check": (),  # the type and range of every field of every message on the wire
+    "wire": ("limits", "plan", "wire_check"),  # what crosses the launcher <-> agent boundary: it encodes the plan
     "masking": (),
     "nesting": (),
     "failure_bounds": (),

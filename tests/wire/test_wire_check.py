@@ -5,6 +5,7 @@ raised, and what is accepted is an event whose every field has its type and rang
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 from dataclasses import asdict
@@ -167,3 +168,15 @@ def test_a_job_agents_run_line_decodes_or_raises_wire_error_only(line: bytes) ->
         wire.parse_job_line(line)
     except wire.WireError:
         pass
+
+
+@pytest.mark.parametrize("cls", sorted(wire._SCHEMAS, key=lambda c: c.__name__))
+def test_every_field_of_every_event_has_its_check(cls: type) -> None:
+    """A field added to an event without its check would make every such event malformed: fields without a default
+    are required, fields with one optional."""
+    required, optional = wire._SCHEMAS[cls]
+    given = dataclasses.fields(cls)
+    assert {
+        f.name for f in given if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    } == set(required)
+    assert {f.name for f in given} == set(required) | set(optional)
