@@ -7,6 +7,7 @@ command-line namespace. The plan travels to node agents as JSON.
 from __future__ import annotations
 
 import json
+import signal
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
@@ -16,7 +17,11 @@ from typing import Any, Literal
 # 5: pods (one launcher per node: the coordinator's address and the join timeout).
 # 6: remote.spare_check (ssh spares' health checks); job agents take plans per attempt.
 # 7: no_restart_on (--no-restart-on).
-PLAN_VERSION = 7
+# 8: stop_grace, stop_exit_code, stop_signal (a requested stop, docs/stopping.md).
+PLAN_VERSION = 8
+# --stop-grace's default: with --shutdown-timeout's 5 s and a few seconds for the launcher and agents to end, a stop
+# fits Kubernetes' terminationGracePeriodSeconds and Slurm's KillWait, both 30 s by default (docs/stopping.md).
+DEFAULT_STOP_GRACE = 20.0
 # In the plan's env (and so each rank's) as "0" when --no-collapse-output: the agents and the launcher read it.
 COLLAPSE_VAR = "DSLAUNCH_COLLAPSE_OUTPUT"
 
@@ -148,11 +153,19 @@ class LaunchPlan:
     elastic: Elastic = Elastic()  # --nnodes MIN:MAX and spare hosts (empty: a fixed set of nodes)
     pods: PodSettings = PodSettings()  # the "node" launcher's control channel
     no_restart_on: tuple[int, ...] = ()  # --no-restart-on: a rank's exit codes that end the job, never restarted
+    stop_grace: float = DEFAULT_STOP_GRACE  # a requested stop: seconds from the request to SIGTERM of the groups
+    stop_exit_code: int | None = None  # a requested stop's exit code (None: 128+N of the signal that asked)
+    stop_signal: str | None = None  # --stop-on-signal: a signal name (USR1) that requests a stop as SIGTERM does
 
     @property
     def collapse_output(self) -> bool:
         """Whether identical console lines of many ranks print once (--collapse-output, docs/logging.md)."""
         return (COLLAPSE_VAR, "0") not in self.env
+
+    @property
+    def stop_signum(self) -> int | None:
+        """--stop-on-signal's signal number (None: only SIGINT/SIGTERM/SIGHUP request a stop)."""
+        return None if self.stop_signal is None else int(signal.Signals[self.stop_signal])
 
     @property
     def world_size(self) -> int:
@@ -192,6 +205,7 @@ class LaunchPlan:
             "restart_delay": self.restarts.delay,
             "hang_timeout": self.hang_timeout,
             **({"no_restart_on": list(self.no_restart_on)} if self.no_restart_on else {}),
+            "stop_grace": self.stop_grace,
             **(elastic if self.elastic.candidates else {}),
             **({"coordinator": f"{self.pods.coordinator}:{self.pods.port}"} if self.pods.port else {}),
         }

@@ -52,6 +52,9 @@ STOP = "stop"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # tear down; the exit is 128+N
 FORWARDED_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)  # passed on to every rank (control ``signal SIGUSR1``)
 STACKS_SIGNAL = signal.SIGQUIT  # not forwarded as is: the agent asks each rank for its stack (docs/hangs.md)
+# A one-attempt pdsh agent has no control channel: its launcher's fail-fast ``stop`` comes as this signal (ignored
+# by default by every process), and a requested stop as SIGTERM.
+TEARDOWN_SIGNAL = signal.SIGURG
 _CONTROL_SIGNALS = {s.name: s for s in (*FORWARDED_SIGNALS, STACKS_SIGNAL)}  # what a control line may name
 
 
@@ -140,10 +143,23 @@ class RankExit:
 
 @dataclass(frozen=True)
 class Done:
-    """The node agent is finishing with this exit code."""
+    """The node agent is finishing with this exit code; ``stopped_by``: a stop was requested of it by this signal
+    (and no rank failed first), at ``stop_requested_at`` (its wall clock)."""
 
     node_rank: int
     code: int
+    stopped_by: int | None = None
+    stop_requested_at: float | None = None
+
+
+@dataclass(frozen=True)
+class StopAsked:
+    """A stop was requested of this node by ``signum`` at ``ts`` (its wall clock): the launcher requests it of every
+    node (one pod's SIGTERM stops every pod)."""
+
+    node_rank: int
+    signum: int
+    ts: float
 
 
 @dataclass(frozen=True)
@@ -179,9 +195,10 @@ class NodeLost:
     why: str = ""  # for the summary: "its launcher received SIGTERM", "nothing heard from it for 4 s", ...
 
 
-Event = Spawned | RankExit | Done | Idle | Stacks | NodeLost
-_KINDS: dict[str, type[Spawned] | type[RankExit] | type[Done] | type[Idle] | type[Stacks] | type[NodeLost]] = {
+Event = Spawned | RankExit | Done | Idle | Stacks | NodeLost | StopAsked
+_KINDS: dict[str, type[Event]] = {
     "spawned": Spawned,
+    "stop": StopAsked,
     "exit": RankExit,
     "done": Done,
     "idle": Idle,
@@ -234,7 +251,8 @@ _SCHEMAS: dict[type, tuple[dict[str, Spec], dict[str, Spec]]] = {
         },
         {"error": Maybe(Text(1 << 20)), "stderr_tail": ListOf(Text(1 << 16), 4096), "beats": Int(0, INT_MAX)},
     ),
-    Done: ({"node_rank": _NODE, "code": _CODE}, {}),
+    Done: ({"node_rank": _NODE, "code": _CODE}, {"stopped_by": Maybe(Int(1, 64)), "stop_requested_at": Maybe(_TIME)}),
+    StopAsked: ({"node_rank": _NODE, "signum": Int(1, 64), "ts": _TIME}, {}),
     Idle: ({"node_rank": _NODE, "idle": Bool()}, {"live": Int(0, MAX_WORLD_SIZE)}),
     Stacks: (
         {"node_rank": _NODE, "host": _HOST, "ranks": ListOf(Row((_RANK, Text(64), Int(0, INT_MAX), _TIME)), 1 << 16)},
@@ -299,7 +317,24 @@ def exit_code_of(returncode: int) -> tuple[int, str | None]:
 
 
 def control_stop() -> bytes:
+    """Tear the node down now (a rank failed somewhere): every rank's process group gets SIGTERM."""
     return f"{STOP}\n".encode()
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    """A requested stop (dslaunch was signalled ``signum``): each rank's main process is signalled, its process
+    group only after --stop-grace; ``now``: end that grace at once (a second signal to dslaunch)."""
+
+    signum: int
+    now: bool = False
+
+
+def control_request_stop(signum: int, now: bool = False) -> bytes:
+    return f"{STOP} {signal.Signals(signum).name}{' now' if now else ''}\n".encode()
+
+
+Command = str | int | StopRequest  # what a control line carries (ControlReader.feed)
 
 
 # The ssh runner's heartbeat on each agent's control channel (runners/ssh/runner.py::Keepalive): an agent that hears
@@ -334,24 +369,43 @@ class ControlReader:
     _partial: bytes = b""
     rejects: Rejects = field(default_factory=Rejects)  # lines that are no command (the caller logs the first)
 
-    def feed(self, data: bytes) -> list[str | int]:
-        """``"stop"`` or a signal number per complete line; a heartbeat is nothing; any other line is malformed:
-        counted in ``rejects`` and ignored (the launcher's channel is trusted: a bad line ends nothing)."""
+    def feed(self, data: bytes) -> list[Command]:
+        """``"stop"``, a :class:`StopRequest` or a signal number per complete line; a heartbeat is nothing; any other
+        line is malformed: counted in ``rejects`` and ignored (the launcher's channel is trusted: a bad line ends
+        nothing)."""
         self._partial += data
         *lines, self._partial = self._partial.split(b"\n")
         if len(self._partial) > MAX_CONTROL_LINE:
             self._partial = b""
             lines.append(b"\xff" * (MAX_CONTROL_LINE + 1))  # counted below, as a line too long
-        commands: list[str | int] = []
+        commands: list[Command] = []
         for raw in lines:
             line = raw.strip().decode("ascii", "replace")
             if line == STOP:
                 commands.append(STOP)
+            elif (request := _stop_request(line)) is not None:
+                commands.append(request)
             elif line.startswith("signal ") and line[7:] in _CONTROL_SIGNALS:
                 commands.append(int(_CONTROL_SIGNALS[line[7:]]))
             elif line not in (HEARTBEAT, ""):
                 self.rejects.note(f"control line {line[:40]!r}{'...' if len(line) > 40 else ''} is no command")
         return commands
+
+
+_STOP_REQUESTERS = {s.name: s for s in (*STOP_SIGNALS, *FORWARDED_SIGNALS)}  # what may ask for a stop
+
+
+def _stop_request(line: str) -> StopRequest | None:
+    """``stop SIGNAME`` or ``stop SIGNAME now``; None for any other line."""
+    words = line.split(" ")
+    if (
+        len(words) not in (2, 3)
+        or words[0] != STOP
+        or words[1] not in _STOP_REQUESTERS
+        or words[2:] not in ([], ["now"])
+    ):
+        return None
+    return StopRequest(int(_STOP_REQUESTERS[words[1]]), len(words) == 3)
 
 
 # ---- a node agent that lives for the job (``--for-job``, agent/job_agent.py) ----------------------------------

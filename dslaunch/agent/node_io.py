@@ -62,6 +62,14 @@ def kill(pid: int) -> None:
         pass
 
 
+def signal_pid(pid: int, sig: int) -> None:
+    """``sig`` to this one process (not its group)."""
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def killpg(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)

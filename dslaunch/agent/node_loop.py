@@ -34,8 +34,10 @@ from dslaunch.agent.node_io import (
     killpg,
     pidfd_of,
     popen_rank,
+    signal_pid,
     write_all,
 )
+from dslaunch.agent.stop_pages import StopPages
 from dslaunch.agent.watch import ProgressWatch
 from dslaunch.errors import assert_never
 from dslaunch.logs import get_logger, phases
@@ -105,7 +107,10 @@ class NodeLoop:
             shutdown_timeout=plan.shutdown_timeout,
             slurm_signals_ranks=plan.slurm.signals_ranks,
             now=time.monotonic(),
+            stop_grace=plan.stop_grace,
+            stop_on=plan.stop_signum,
         )
+        self.pages = StopPages()
         self._control = wire.ControlReader()
         self.output = OutputPump(
             plan, node_rank, self.sel, out=out, err=err, forked=events is not None, on_read=self._on_read
@@ -143,6 +148,7 @@ class NodeLoop:
         for local_rank, rank in enumerate(self.node.ranks):
             error_file = fresh_error_file(log_dir or error_dir, rank)
             env = rankspec.rank_env(self.plan, self.node, local_rank, os.environ, error_file)
+            env.update(self.pages.env_for(rank))
             progress.add(rank, env)
             argv = rankspec.rank_argv(self.plan, local_rank, self.node)
             try:
@@ -191,7 +197,8 @@ class NodeLoop:
         os.set_blocking(wake_r, False)
         os.set_blocking(wake_w, False)
         old_wakeup = signal.set_wakeup_fd(wake_w)
-        caught = (*wire.STOP_SIGNALS, *wire.FORWARDED_SIGNALS, wire.STACKS_SIGNAL)
+        caught: tuple[int, ...] = (*wire.STOP_SIGNALS, *wire.FORWARDED_SIGNALS, wire.STACKS_SIGNAL)
+        caught += (wire.TEARDOWN_SIGNAL,) if self.plan.launcher == "pdsh" else ()
         old_handlers = {s: signal.signal(s, lambda *_: None) for s in caught}
         self.sel.register(wake_r, selectors.EVENT_READ, ("signal", None))
         if self.control is not None:
@@ -211,7 +218,8 @@ class NodeLoop:
             self.output.flush_held()
         if self.before_done is not None:
             self.before_done()  # the launcher may end this process's transport once it has the Done
-        self._emit(wire.encode(wire.Done(node_rank=self.node.node_rank, code=code)))
+        self.pages.close()
+        self._emit(wire.encode(wire.Done(self.node.node_rank, code, self.state.stopped_by, self.state.requested_at)))
         self.output.wait_idle(STALL if self.state.stopping else None)
         return code
 
@@ -285,11 +293,10 @@ class NodeLoop:
                         self.output.rank_failed()
                     self._emit(wire.encode(result))
                     _record_exit(result)
-                case ns.Signal(ranks=ranks, signum=signum):
-                    for rank in ranks:
-                        killpg(self.by_rank[rank].pid, signum)
-                case ns.Stopping(signum=signum):
-                    get_logger("agent").info("stopping ranks", signal=signal.Signals(signum).name)
+                case ns.Signal() | ns.StopRequested():
+                    self._signal(action)
+                case ns.Stopping(signum=signum, grace=grace):
+                    get_logger("agent").info("stopping ranks", signal=signal.Signals(signum).name, grace=grace)
                 case ns.RequestStacks():
                     self._print_stacks()
                 case ns.AbandonStalledReaders():
@@ -302,6 +309,19 @@ class NodeLoop:
                 case _:
                     assert_never(action)
         return code
+
+    def _signal(self, action: ns.Signal | ns.StopRequested) -> None:
+        """A teardown's signal goes to each rank's group; a stop request's to its main process only (its DataLoader
+        workers must outlive its save), none to a should_stop() participant (agent/stop_pages.py)."""
+        if isinstance(action, ns.Signal):
+            for rank in action.ranks:
+                killpg(self.by_rank[rank].pid, action.signum)
+            return
+        self.pages.request(action.deadline)
+        taking_part = self.pages.participants()
+        for rank in action.ranks:
+            if rank not in taking_part:
+                signal_pid(self.by_rank[rank].pid, action.signum)
 
     def _give_up_stalled_readers(self) -> None:
         for fd in self.output.abandon_stalled(STALL):
@@ -379,7 +399,7 @@ class NodeLoop:
         if not before and self._control.rejects.count:
             get_logger("agent").debug("malformed control line", why=self._control.rejects.first)
 
-    def obey(self, commands: list[str | int]) -> None:
+    def obey(self, commands: list[wire.Command]) -> None:
         """Act on control commands: ``stop``, or a signal number to pass to every live rank."""
         for command in commands:
             self._apply(self.state.on_control(command, now=time.monotonic(), wall=time.time()))

@@ -3,10 +3,11 @@
 The I/O shell (``agent/node_loop.py``) owns the processes, pipes, sinks and clocks. It tells
 :class:`NodeState` what happened (a rank started, exited, could not start; a signal; a control
 command; output read; a moment passed) with the times as arguments, and executes the actions it gets
-back, in order. The first rank that fails on its own is the root cause: every other live rank gets
-SIGTERM once, and SIGKILL when ``shutdown_timeout`` has passed. A stop (control ``stop``, its EOF, or
-SIGINT/SIGTERM/SIGHUP to the agent) tears down the same way and ends the node with 128+N, unless a
-rank failed first. Once the node is done, :meth:`NodeState.tick` answers :class:`Finish` with its exit
+back, in order. The first rank that fails on its own is the root cause: every other live rank's process
+group gets SIGTERM once, SIGKILL when ``shutdown_timeout`` has passed (so does a launcher's ``stop``). A requested
+stop (control ``stop SIGNAME``, the launcher gone, a stop signal to the agent) signals each rank's main process
+only, its group after --stop-grace (docs/stopping.md); the node ends with 128+N unless a rank failed first.
+Once the node is done, :meth:`NodeState.tick` answers :class:`Finish` with its exit
 code (as ``job/state.py`` ends a job with its outcome).
 """
 
@@ -51,10 +52,22 @@ class Signal:
 
 
 @dataclass(frozen=True)
+class StopRequested:
+    """A requested stop: mark it (with ``deadline``, the wall time the groups get SIGTERM) in every rank's stop
+    page, and send ``signum`` to each of these ranks' main process only, but to none that takes part in
+    ``should_stop()`` (agent/stop_pages.py)."""
+
+    ranks: tuple[int, ...]
+    signum: int
+    deadline: float
+
+
+@dataclass(frozen=True)
 class Stopping:
-    """The teardown has begun (logged once)."""
+    """The teardown has begun (logged once); ``grace``: a requested stop's seconds before the groups' SIGTERM."""
 
     signum: int
+    grace: float | None = None
 
 
 @dataclass(frozen=True)
@@ -79,7 +92,9 @@ class Finish:
     code: int
 
 
-Action = Emit | Exited | Signal | Stopping | RequestStacks | AbandonStalledReaders | StopReading | Finish
+Action = (
+    Emit | Exited | Signal | StopRequested | Stopping | RequestStacks | AbandonStalledReaders | StopReading | Finish
+)
 
 
 class Pipes(Protocol):
@@ -206,30 +221,48 @@ class _RankStatus:
     """What the decisions keep of a started rank: who it is, when we signalled it, how it ended."""
 
     who: RankId
-    signalled_at: float | None = None  # wall time of our stop signal
+    signalled_at: float | None = None  # wall time of our stop signal (or a requested stop)
     returncode: int | None = None
+    group_signalled: bool = False  # its process group got the teardown's SIGTERM
 
 
 class NodeState:
     """One node's ranks and what to do next. ``now``: monotonic seconds; ``wall``: ``time.time()``."""
 
     def __init__(
-        self, node_rank: int, host: str, *, shutdown_timeout: float, slurm_signals_ranks: bool, now: float
+        self,
+        node_rank: int,
+        host: str,
+        *,
+        shutdown_timeout: float,
+        slurm_signals_ranks: bool,
+        now: float,
+        stop_grace: float = 0.0,
+        stop_on: int | None = None,
     ) -> None:
         self.node_rank = node_rank
         self.host = host
         self.shutdown_timeout = shutdown_timeout
         self.slurm_signals_ranks = slurm_signals_ranks  # Slurm already signals every rank: forward nothing
+        self.stop_grace = stop_grace
+        self.stop_on = stop_on  # --stop-on-signal's signal: a stop request, not forwarded
         self.ranks: dict[int, _RankStatus] = {}  # in start order
         self.root_cause: wire.RankExit | None = None
         self.stop_signal: int | None = None
-        self.stop_deadline: float | None = None  # monotonic
+        self.requested_at: float | None = None  # wall time of a requested stop (None: none, or fail-fast first)
+        self.grace_deadline: float | None = None  # monotonic: the groups' SIGTERM of a requested stop
+        self.stop_deadline: float | None = None  # monotonic: SIGKILL, once the groups have had SIGTERM
         self.ranks_done_at: float | None = None
         self.last_read = now
 
     @property
     def stopping(self) -> bool:
-        return self.stop_deadline is not None
+        return self.stop_deadline is not None or self.grace_deadline is not None
+
+    @property
+    def stopped_by(self) -> int | None:
+        """The signal of a requested stop that ended the node (None: none, or a rank failed first)."""
+        return self.stop_signal if self.requested_at is not None and self.root_cause is None else None
 
     @property
     def alive(self) -> tuple[int, ...]:
@@ -277,6 +310,9 @@ class NodeState:
             beats=beats,
         )
         if not result.failed or result.by_agent:
+            if self.requested_at is not None and not r.group_signalled:  # what it forked goes with it now
+                r.group_signalled = True
+                return (Exited(result), Signal((rank,), signal.SIGTERM))
             return (Exited(result),)
         earlier = self.root_cause
         if earlier is None or result.ts < earlier.ts:
@@ -291,18 +327,30 @@ class NodeState:
         """A signal to the agent."""
         if signum == wire.STACKS_SIGNAL:
             return self._stacks()
+        if signum == wire.TEARDOWN_SIGNAL:
+            return self.on_control(wire.STOP, now=now, wall=wall)
+        if signum == self.stop_on or signum in wire.STOP_SIGNALS:
+            return self._stop_by_signal(signum, now, wall)
         if signum in wire.FORWARDED_SIGNALS:
             return () if self.slurm_signals_ranks else self._to_alive(signum)
-        if signum in wire.STOP_SIGNALS:
-            if self.stop_signal is None:
-                self.stop_signal = signum
-            return self._teardown(signum, now, wall)
         return ()
 
-    def on_control(self, command: str | int, *, now: float, wall: float) -> tuple[Action, ...]:
-        """A control command: ``stop``, or a signal number to pass to every live rank (a remote launcher's)."""
+    def _stop_by_signal(self, signum: int, now: float, wall: float) -> tuple[Action, ...]:
+        """A second ends the grace; --stop-on-signal's: ranks hear SIGTERM; under Slurm, Slurm signalled each rank."""
+        if self.grace_deadline is not None:
+            return self.end_grace(now)
+        send = signal.SIGTERM if signum == self.stop_on else None if self.slurm_signals_ranks else signum
+        return self.request_stop(signum, now=now, wall=wall, send=send)
+
+    def on_control(self, command: wire.Command, *, now: float, wall: float) -> tuple[Action, ...]:
+        """A control command: ``stop`` (fail-fast), a stop request, or a signal number to pass to every live rank."""
         if command == wire.STOP:
-            return self.on_control_closed(now=now, wall=wall)
+            if self.stop_signal is None:
+                self.stop_signal = signal.SIGTERM
+            return self._teardown(signal.SIGTERM, now, wall)
+        if isinstance(command, wire.StopRequest):
+            asked = self.request_stop(command.signum, now=now, wall=wall, send=command.signum)
+            return (*asked, *self.end_grace(now)) if command.now else asked
         if command == wire.STACKS_SIGNAL:
             return self._stacks()
         if isinstance(command, int):
@@ -310,10 +358,31 @@ class NodeState:
         return ()
 
     def on_control_closed(self, *, now: float, wall: float) -> tuple[Action, ...]:
-        """``stop``, or the launcher (or its connection) is gone."""
-        if self.stop_signal is None:
-            self.stop_signal = signal.SIGTERM
-        return self._teardown(signal.SIGTERM, now, wall)
+        """The launcher (or its connection) is gone: a requested stop."""
+        return self.request_stop(signal.SIGTERM, now=now, wall=wall, send=signal.SIGTERM)
+
+    def request_stop(self, signum: int, *, now: float, wall: float, send: int | None) -> tuple[Action, ...]:
+        """A stop requested by ``signum``: ``send`` (None: nothing) goes to each live rank's main process, and
+        the groups get SIGTERM after the grace. Once stopping, another request changes nothing."""
+        if self.stopping:
+            return ()
+        self.stop_signal, self.requested_at = signum, wall
+        self.grace_deadline = now + self.stop_grace
+        alive = self.alive
+        for rank in alive:
+            self.ranks[rank].signalled_at = wall
+        told = Emit(wire.StopAsked(self.node_rank, signum, wall))
+        if self.stop_grace <= 0:  # no grace: the groups get the signal at once, as a teardown
+            teardown = self._teardown(send or signum, now, wall)
+            return (Stopping(signum, 0.0), told, StopRequested((), signum, wall), *teardown)
+        asked = alive if send is not None else ()
+        return (Stopping(signum, self.stop_grace), told, StopRequested(asked, send or signum, wall + self.stop_grace))
+
+    def end_grace(self, now: float) -> tuple[Action, ...]:
+        """A second request: the groups get SIGTERM now, not at the grace's end (nothing once they had it)."""
+        if self.stop_deadline is not None or self.grace_deadline is None:
+            return ()
+        return self._teardown(signal.SIGTERM, now, wall=None)
 
     def tick(self, now: float, pipes: Pipes) -> tuple[Action, ...]:
         """Before each wait: the SIGKILL at the deadline, and when the ranks are gone, their pipes and the end."""
@@ -322,6 +391,8 @@ class NodeState:
         if alive:
             if self.stop_deadline is not None and now >= self.stop_deadline:
                 actions.append(Signal(alive, signal.SIGKILL))
+            elif self.stop_deadline is None and self.grace_deadline is not None and now >= self.grace_deadline:
+                actions.extend(self._teardown(signal.SIGTERM, now, wall=None))
             return tuple(actions)
         if self.ranks_done_at is None:
             self.ranks_done_at = now
@@ -338,8 +409,9 @@ class NodeState:
         alive = self.alive
         if not alive:
             caps.append(DRAIN_POLL)  # waiting for pipes to close and output to drain
-        if self.stop_deadline is not None:
-            remaining = self.stop_deadline - now
+        deadline = self.stop_deadline if self.stop_deadline is not None else self.grace_deadline
+        if deadline is not None:
+            remaining = deadline - now
             if alive:
                 caps.append(remaining if remaining > 0 else KILL_REPEAT)
             caps.append(STALL / 2)
@@ -362,14 +434,19 @@ class NodeState:
             return True
         return now - self.last_read > HELD_OPEN and pipes.reading_all
 
-    def _teardown(self, signum: int, now: float, wall: float) -> tuple[Action, ...]:
+    def _teardown(self, signum: int, now: float, wall: float | None) -> tuple[Action, ...]:
+        """``signum`` to every live rank's group, once; SIGKILL ``shutdown_timeout`` later (``wall`` None: as asked)."""
         actions: list[Action] = []
         if self.stop_deadline is None:
-            actions.append(Stopping(signum))
+            if self.grace_deadline is None:
+                actions.append(Stopping(signum))
             self.stop_deadline = now + self.shutdown_timeout
-        targets = tuple(rank for rank, r in self.ranks.items() if r.returncode is None and r.signalled_at is None)
+        targets = tuple(rank for rank, r in self.ranks.items() if r.returncode is None and not r.group_signalled)
         for rank in targets:  # one signal per rank per teardown
-            self.ranks[rank].signalled_at = wall
+            r = self.ranks[rank]
+            r.group_signalled = True
+            if r.signalled_at is None:
+                r.signalled_at = wall if wall is not None else self.requested_at
         if targets:
             actions.append(Signal(targets, signum))
         return tuple(actions)

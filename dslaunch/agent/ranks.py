@@ -57,6 +57,7 @@ def rank_env(
         DSLAUNCH_HOST=node.host,
         PYTHONUNBUFFERED="1",
         DSLAUNCH_RESTART_COUNT=str(plan.restarts.count),
+        DSLAUNCH_STOP_GRACE=f"{plan.stop_grace:g}",  # a stop's SIGTERM to the rank + this: its group's SIGTERM
         # torchrun's contract (local_elastic_agent.py), with dslaunch's true values: rank 0 hosts the
         # TCPStore itself (no agent store), so torch's env:// init must not wait for one.
         TORCHELASTIC_RUN_ID=plan.run_id,

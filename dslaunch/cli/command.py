@@ -32,6 +32,7 @@ from dslaunch.cli import (
     pod_options,
     remote_options,
     restart_options,
+    stop_options,
 )
 from dslaunch.cli.report_option import PARAMS as REPORT_PARAMS
 from dslaunch.errors import DslaunchError
@@ -45,6 +46,7 @@ AREAS = (
     deepspeed_flags,
     core_options,
     restart_options,
+    stop_options,
     log_options,
     remote_options,
     pod_options,
@@ -101,6 +103,7 @@ def choices_of(values: dict[str, Any], environ: Mapping[str, str]) -> Choices:
         mesh=mesh_options.parse(values, core.config),
         restarts=restart_options.parse(values),
         no_restart_on=restart_options.no_restart_on(values),
+        stop=stop_options.parse(values),
         pods=pod_options.parse(values),
     )
 

@@ -22,6 +22,7 @@ from dslaunch.cli.parity_options import ParityChoices
 from dslaunch.cli.pod_options import PodChoices
 from dslaunch.cli.remote_options import RemoteChoices
 from dslaunch.cli.slurm_hosts import SlurmHosts
+from dslaunch.cli.stop_options import StopChoices
 from dslaunch.errors import DslaunchError
 from dslaunch.inputs import hostfile
 from dslaunch.inputs.config import unknown_key_warnings
@@ -55,6 +56,7 @@ class Choices:
     restarts: Restarts = field(default_factory=Restarts)
     pods: PodChoices | None = None
     no_restart_on: tuple[int, ...] = ()  # --no-restart-on
+    stop: StopChoices = field(default_factory=StopChoices)
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,9 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
         pods=pod_plan.pod_settings(c.pods, master_addr, master_port, pod_range)
         if launcher == "node" and core.pool is None
         else PodSettings(),
+        stop_grace=c.stop.grace,
+        stop_exit_code=c.stop.exit_code,
+        stop_signal=c.stop.signal,
     )
     return Decision(plan, frozenset(secrets), tuple(warnings))
 

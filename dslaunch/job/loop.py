@@ -30,6 +30,7 @@ from dslaunch.job.state import (
     KillAll,
     Outcome,
     RequestStacks,
+    RequestStop,
     Say,
     Signal,
     StopAll,
@@ -147,12 +148,8 @@ def _execute(
     outcome = None
     for action in actions:
         match action:
-            case StopAll(reason=reason):
-                from dslaunch.logs import get_logger
-
-                get_logger("launcher").info("teardown", reason=reason)
-                for h in handles:
-                    h.stop()
+            case StopAll() | RequestStop():
+                _stop(action, handles)
             case KillAll():
                 for h in handles:
                     h.kill()
@@ -171,6 +168,20 @@ def _execute(
     return outcome
 
 
+def _stop(action: StopAll | RequestStop, handles: Sequence[AgentHandle]) -> None:
+    from dslaunch.logs import get_logger
+
+    if isinstance(action, StopAll):
+        get_logger("launcher").info("teardown", reason=action.reason)
+        for h in handles:
+            h.stop()
+        return
+    name = signal.Signals(action.signum).name
+    get_logger("launcher").info("stop requested", signal=name, end_grace=action.now)
+    for h in handles:
+        h.request_stop(action.signum, now=action.now)
+
+
 def _signal_all(handles: Sequence[AgentHandle], signum: int) -> None:
     for h in handles:
         h.signal(signum)
@@ -186,15 +197,19 @@ def report(outcome: Outcome, plan: LaunchPlan) -> JobResult:
     if summary:
         from dslaunch.logs import file_record
 
-        file_record("launcher", "job failed", summary=summary, code=outcome.code)
+        file_record(
+            "launcher", "job stopped" if outcome.stopped_by else "job failed", summary=summary, code=outcome.code
+        )
         write_within(2, (summary + "\n").encode(), STALL)
+    requested = outcome.stopped_by is not None
     return JobResult(
         outcome.code,
         cause_line(outcome),
-        retry=outcome.signal is None,
+        retry=outcome.signal is None and not requested,
         blamed=blamed_hosts(outcome),
         failures=failures_of(outcome),
         stepped=stepped(outcome),
+        stopped_by=outcome.stopped_by,
     )
 
 

@@ -44,6 +44,10 @@ class AgentHandle(Protocol):
     def stop(self) -> None:
         """Ask the agent to tear its node down (idempotent)."""
 
+    def request_stop(self, signum: int, *, now: bool = False) -> None:
+        """A requested stop (dslaunch got ``signum``): the agent signals each rank's main process, their process
+        groups after --stop-grace; ``now``: end that grace at once (docs/stopping.md)."""
+
     def signal(self, signum: int) -> None:
         """Forward a signal (SIGUSR1/SIGUSR2; SIGQUIT: ask for the ranks' stacks) to the agent's ranks."""
 

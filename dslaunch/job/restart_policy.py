@@ -44,7 +44,7 @@ def may_restart(results: Sequence[JobResult], restarts: Restarts, no_restart_on:
     last = results[-1]
     if not last.failed:
         return Verdict(False)
-    if not last.retry:
+    if not last.retry or last.stopped_by is not None:  # a requested stop never restarts (docs/stopping.md)
         return Verdict(False, "this attempt must not be restarted")
     used = attempt_number(results) + 1
     if used > restarts.max_restarts:

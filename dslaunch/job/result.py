@@ -33,6 +33,8 @@ class JobResult:
     # stay out of it.
     failures: tuple[RankFailure, ...] = ()
     stepped: bool = False  # a rank of the attempt reached a step (a progress beat: docs/restarts.md)
+    # A requested stop by this signal ended the attempt (SIGTERM from Kubernetes or Slurm...): never restarted.
+    stopped_by: int | None = None
 
     @property
     def failed(self) -> bool:

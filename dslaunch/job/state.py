@@ -28,6 +28,15 @@ class StopAll:
 
 
 @dataclass(frozen=True)
+class RequestStop:
+    """Ask every agent for a requested stop by ``signum`` (each rank's main process now, the groups after
+    --stop-grace); ``now``: end that grace at once."""
+
+    signum: int
+    now: bool = False
+
+
+@dataclass(frozen=True)
 class KillAll:
     """Hard-stop every agent's transport."""
 
@@ -62,6 +71,8 @@ class Outcome:
     exits: tuple[RankExit, ...] = ()
     hang: hang.Hang | None = None  # --hang-timeout ended the job (exit hang.HANG_EXIT)
     lost_why: str = ""  # one job across pods: how the lost pod was lost (wire.NodeLost)
+    stopped_by: int | None = None  # a requested stop by this signal ended the job (no rank failed first)
+    stop_requested_at: float | None = None  # wall time of that request, as the earliest node saw it
 
 
 @dataclass(frozen=True)
@@ -71,7 +82,7 @@ class Finish:
     outcome: Outcome
 
 
-Action = StopAll | KillAll | Signal | RequestStacks | Say | Finish
+Action = StopAll | RequestStop | KillAll | Signal | RequestStacks | Say | Finish
 
 
 def lost_node_code(status: int | None) -> int:
@@ -99,6 +110,9 @@ class JobState:
         self.hang: hang.Hang | None = None
         self.stopping_since: float | None = None
         self.killed = False
+        self.stop_request: int | None = None  # a requested stop's signal (ours, or one a node reported)
+        self.in_grace = False  # a requested stop whose grace the agents still give
+        self.requested_at: float | None = None  # the earliest node's wall time of the request
 
     @property
     def stopping(self) -> bool:
@@ -110,12 +124,11 @@ class JobState:
 
     def on_event(self, index: int, event: wire.Event, now: float) -> tuple[Action, ...]:
         if isinstance(event, RankExit):
-            self.exits.append(event)
-            if not event.failed or event.by_agent:
-                return ()
-            if self.root_cause is None or event.ts < self.root_cause.ts:
-                self.root_cause = event
-            return self._stop_all(now)
+            return self._on_exit(event, now)
+        if isinstance(event, wire.StopAsked):  # a node was asked to stop: every node is (a pod's SIGTERM)
+            if self.requested_at is None or event.ts < self.requested_at:
+                self.requested_at = event.ts
+            return self._request(event.signum, now)
         if isinstance(event, (wire.Idle, wire.Stacks)):
             self.watch.on_event(event)
         elif isinstance(event, wire.NodeLost):  # one launcher per pod: the coordinator saw a pod go
@@ -127,9 +140,19 @@ class JobState:
         elif isinstance(event, wire.Done):
             self.finished.add(event.node_rank)
             self.done[index] = event.code
+            if event.stopped_by is not None:  # its StopAsked came first (a node that lost it: as if it had)
+                return self._request(event.stopped_by, now)
             if event.code != 0:
                 return self._stop_all(now)
         return ()
+
+    def _on_exit(self, event: RankExit, now: float) -> tuple[Action, ...]:
+        self.exits.append(event)
+        if not event.failed or event.by_agent:
+            return ()
+        if self.root_cause is None or event.ts < self.root_cause.ts:
+            self.root_cause = event
+        return self._stop_all(now)
 
     def on_stream_end(self, index: int, status: int | None, now: float) -> tuple[Action, ...]:
         """Handle ``index``'s stream closed; ``status``: its agent's exit status when ``wants_status``."""
@@ -146,17 +169,26 @@ class JobState:
         """A signal to dslaunch; once every stream has closed the job is over, and a signal changes nothing."""
         if not self.open_streams:
             return ()
-        if signum in wire.FORWARDED_SIGNALS:
+        if signum in wire.FORWARDED_SIGNALS and signum != self.plan.stop_signum:
             return (Signal(signum),)
         if signum == wire.STACKS_SIGNAL:
             return () if self.stopping else self._request_stacks()
-        kill: tuple[Action, ...] = ()
-        if self.signal is not None and not self.killed:
-            self.killed = True  # a second Ctrl-C: stop waiting for the grace period
-            kill = (KillAll(),)
+        return self._stop_signal(signum, now)
+
+    def _stop_signal(self, signum: int, now: float) -> tuple[Action, ...]:
+        """SIGINT/SIGTERM/SIGHUP (and --stop-on-signal's) request a stop; a second one ends its grace, a third kills
+        the agents (during a fail-fast teardown, the second does)."""
         if self.signal is None:
             self.signal = signum
-        return (*kill, *self._stop_all(now))
+            return self._request(signum, now)
+        if self.in_grace:
+            self.in_grace = False
+            self.stopping_since = now  # the kill deadline runs from the groups' SIGTERM
+            return (RequestStop(signum, now=True),)
+        if not self.killed:
+            self.killed = True
+            return (KillAll(),)
+        return ()
 
     def tick(self, now: float) -> tuple[Action, ...]:
         """What the passing of time decides: the end once every stream has closed, the kill deadline while
@@ -165,15 +197,25 @@ class JobState:
             return (Finish(self.outcome()),)
         if self.stopping_since is None:
             return self._watch_hang(now)
-        if not self.killed and now - self.stopping_since > self.plan.shutdown_timeout + KILL_GRACE:
+        grace = self.plan.stop_grace if self.in_grace else 0.0
+        if not self.killed and now - self.stopping_since > grace + self.plan.shutdown_timeout + KILL_GRACE:
             self.killed = True
             return (KillAll(),)
         return ()
 
     def outcome(self) -> Outcome:
         """How the job ends, as far as it is known now (``Finish`` carries it at the end)."""
+        stopped_by = self.stop_request if self.root_cause is None and self.hang is None else None
         return Outcome(
-            self._code(), self.root_cause, self.lost_node, self.signal, tuple(self.exits), self.hang, self.lost_why
+            self._code(),
+            self.root_cause,
+            self.lost_node,
+            self.signal,
+            tuple(self.exits),
+            self.hang,
+            self.lost_why,
+            stopped_by,
+            self.requested_at if stopped_by is not None else None,
         )
 
     def _watch_hang(self, now: float) -> tuple[Action, ...]:
@@ -191,6 +233,14 @@ class JobState:
     def _request_stacks(self) -> tuple[Action, ...]:
         refused = hang.stacks_line(self.plan)
         return (Say(refused),) if refused is not None else (RequestStacks(),)
+
+    def _request(self, signum: int, now: float) -> tuple[Action, ...]:
+        """A requested stop, unless the job is already stopping (a fail-fast teardown, or a request before)."""
+        if self.stopping_since is not None:
+            return ()
+        self.stopping_since = now
+        self.stop_request, self.in_grace = signum, self.plan.stop_grace > 0
+        return (RequestStop(signum),)
 
     def _stop_all(self, now: float) -> tuple[Action, ...]:
         if self.stopping_since is not None:
@@ -210,6 +260,9 @@ class JobState:
         return "a node agent failed"
 
     def _code(self) -> int:
+        if self.stop_request is not None and self.root_cause is None and self.hang is None:
+            stop_code = self.plan.stop_exit_code
+            return 128 + self.stop_request if stop_code is None else stop_code
         if self.signal is not None:
             return 128 + self.signal
         if self.hang is not None:

@@ -18,12 +18,19 @@ def _how(cause: RankExit) -> str:
     return f"was killed by {cause.signal}" if cause.signal else f"exited with code {cause.code}"
 
 
+def _stop_words(outcome: Outcome) -> str:
+    if outcome.stopped_by is not None:
+        return f"stopped by {signal.Signals(outcome.stopped_by).name} (requested)"
+    assert outcome.signal is not None
+    return f"dslaunch received {signal.Signals(outcome.signal).name}"
+
+
 def cause_line(outcome: Outcome) -> str:
     """What ended the attempt, in a few words ("" on success)."""
-    if outcome.code == 0:
+    if outcome.code == 0 and outcome.stopped_by is None:
         return ""
-    if outcome.signal is not None:
-        return f"dslaunch received {signal.Signals(outcome.signal).name}"
+    if outcome.signal is not None or outcome.stopped_by is not None:
+        return _stop_words(outcome)
     if outcome.hang is not None:
         culprits = [str(rank) for rank, _host in outcome.hang.culprits[:8]]
         named = f"rank{'s' if len(culprits) > 1 else ''} {', '.join(culprits)}" if culprits else "unknown"
@@ -63,7 +70,9 @@ def stepped(outcome: Outcome) -> bool:
 
 
 def format_summary(outcome: Outcome, plan: LaunchPlan) -> str | None:
-    """A short, human summary of a failed run for stderr; None on success."""
+    """A short, human summary of a failed or stopped run for stderr; None on success."""
+    if outcome.stopped_by is not None:
+        return stop_summary(outcome, plan)
     if outcome.code == 0:
         return None
     lines: list[str] = []
@@ -109,4 +118,29 @@ def format_summary(outcome: Outcome, plan: LaunchPlan) -> str | None:
         )
     elif outcome.signal is None:
         lines.append(f"dslaunch: job failed with exit code {outcome.code}")
+    return "\n".join(lines)
+
+
+def stop_summary(outcome: Outcome, plan: LaunchPlan) -> str:
+    """What a requested stop came to: ``dslaunch: stopped by SIGTERM (exit 143); 16 of 16 ranks exited 0 within
+    4.2 s of the request``, and the ranks that did not."""
+    assert outcome.stopped_by is not None
+    name = signal.Signals(outcome.stopped_by).name
+    last = {e.rank: e for e in outcome.exits}  # a rank's last word (one exit each, in practice)
+    clean = [e for e in last.values() if not e.failed]
+    within = ""
+    at = outcome.stop_requested_at
+    if at is not None and clean:
+        within = f" within {max(0.0, max(e.ts for e in clean) - at):.1f} s of the request"
+    lines = [
+        f"dslaunch: stopped by {name} (exit {outcome.code}); {len(clean)} of {plan.world_size} ranks exited 0{within}"
+    ]
+    others = sorted((e for e in last.values() if e.failed), key=lambda e: e.rank)
+    for e in others[:8]:
+        lines.append(f"  rank {e.rank} on {e.host} {_how(e)}")
+    if len(others) > 8:
+        lines.append(f"  ... and {len(others) - 8} more")
+    missing = plan.world_size - len(last)
+    if missing > 0:
+        lines.append(f"  {missing} rank(s) reported no exit")
     return "\n".join(lines)

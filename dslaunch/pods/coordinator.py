@@ -218,7 +218,7 @@ class PodLink:
                         yield wire.encode(left)
                     yield line
                     return
-                if isinstance(event, (wire.RankExit, wire.Idle, wire.Stacks)):
+                if isinstance(event, (wire.RankExit, wire.Idle, wire.Stacks, wire.StopAsked)):
                     yield wire.encode(event)
             why = lost_why(self.link.why, "its launcher", self.link.detail)
             lost = wire.NodeLost(self.node_rank, self.host, None, why)
@@ -231,6 +231,11 @@ class PodLink:
         if not self._asked_to_stop:
             self._asked_to_stop = True
             self.link.send({"t": "stop"})
+
+    def request_stop(self, signum: int, *, now: bool = False) -> None:
+        if not self._asked_to_stop or now:
+            self._asked_to_stop = True
+            self.link.send({"t": "stop", "signum": int(signum), "now": now})
 
     def signal(self, signum: int) -> None:
         if signum == wire.STACKS_SIGNAL:  # the hang watch's request; users' signals stay on the pod they reach
@@ -253,8 +258,9 @@ class PodLink:
 
 
 def left_by_signal(done: wire.Done, explained: bool, host: str) -> wire.NodeLost | None:
-    """A pod that ended with 128+N, no failed rank and no stop asked of it: its launcher got signal N."""
-    if explained or done.code <= 128:
+    """A pod that ended with 128+N, no failed rank and no stop asked of it: its launcher got signal N (a requested
+    stop is no loss: its ``StopAsked`` stopped every pod)."""
+    if explained or done.code <= 128 or done.stopped_by is not None:
         return None
     signum = done.code - 128
     name = wire.exit_code_of(-signum)[1] or f"signal {signum}"

@@ -221,7 +221,9 @@ class CoordinatorLink:
                 if isinstance(message, (wire.RankExit, wire.NodeLost)):
                     yield wire.encode(message)
                     continue
-                if message["t"] == "stop":
+                if message["t"] == "stop" and type(message.get("signum")) is int:  # a requested stop
+                    self.local.request_stop(message["signum"], now=bool(message.get("now")))
+                elif message["t"] == "stop":
                     self.local.stop()
                 elif message["t"] == "signal" and message["signum"] == int(wire.STACKS_SIGNAL):
                     self.local.signal(wire.STACKS_SIGNAL)
@@ -240,6 +242,10 @@ class CoordinatorLink:
 
     def stop(self) -> None:
         """Nothing to send: the coordinator learns why this pod stops from its agent's events."""
+
+    def request_stop(self, signum: int, *, now: bool = False) -> None:
+        """Nothing to send: the coordinator learns of it from this pod's agent (``wire.StopAsked``) and asks every
+        pod; a second signal's end of the grace stays on this pod."""
 
     def signal(self, signum: int) -> None:
         """A signal to this pod's launcher reaches this pod's ranks only (``Forwarding`` passes it on)."""
@@ -273,7 +279,7 @@ class Forwarding:
             if isinstance(event, wire.RankExit):
                 self.failed_rank |= event.failed and not event.by_agent
                 self.send(event)
-            elif isinstance(event, (wire.Idle, wire.Stacks)) and self.to_coordinator:
+            elif isinstance(event, (wire.Idle, wire.Stacks, wire.StopAsked)) and self.to_coordinator:
                 self.send(event)
             elif isinstance(event, wire.Done):
                 if self.to_coordinator:
@@ -287,6 +293,9 @@ class Forwarding:
     def stop(self) -> None:
         self.asked_to_stop = True
         self.agent.stop()
+
+    def request_stop(self, signum: int, *, now: bool = False) -> None:
+        self.agent.request_stop(signum, now=now)
 
     def signal(self, signum: int) -> None:
         self.agent.signal(signum)

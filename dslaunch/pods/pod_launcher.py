@@ -124,7 +124,7 @@ class PodLauncher:
             self._new_agent(plan, 0, None), lambda event: coordinator.relay(event, 0), to_coordinator=False
         )
         outcome = supervise(plan, [local, *pods])
-        if outcome.signal is not None:  # the pods stopped on our word: tell them why before the end
+        if outcome.signal is not None and outcome.stopped_by is None:  # the pods stopped on our word: say why
             name = wire.exit_code_of(-outcome.signal)[1]
             why = f"its launcher (the coordinator) received {name}"
             coordinator.relay(wire.NodeLost(0, plan.node(0).host, -outcome.signal, why), 0)
@@ -209,7 +209,7 @@ class PodLauncher:
 def _report_member(outcome: Outcome, plan: LaunchPlan, cause: str) -> JobResult:
     """A pod's summary: its own, unless it knows no more than the code (the coordinator decided, e.g. a hang):
     then the coordinator's words."""
-    known = outcome.root_cause or outcome.lost_node or outcome.signal is not None or outcome.hang
+    known = outcome.root_cause or outcome.lost_node or outcome.signal is not None or outcome.hang or outcome.stopped_by
     if outcome.code == 0 or known or not cause:
         return report(outcome, plan)
     _say(f"dslaunch: job failed on every pod (exit {outcome.code}): {cause}")

@@ -132,6 +132,15 @@ class LocalAgent:
         except (BrokenPipeError, OSError, ValueError):
             pass
 
+    def request_stop(self, signum: int, *, now: bool = False) -> None:
+        if self._stopped:
+            return
+        try:
+            self.proc.stdin.write(wire.control_request_stop(signum, now))
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+
     def signal(self, signum: int) -> None:
         try:
             self.proc.send_signal(signum)

@@ -175,6 +175,7 @@ class MpiJob:
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env, cwd=plan.cwd or None, preexec_fn=_preexec
         )
         self._stopped = False
+        self._asked = False  # a requested stop's SIGTERM went to mpirun
 
     def lines(self) -> Iterator[str]:
         """mpirun's stdout; the agents' ``done`` events become one, sent only if every node reported."""
@@ -195,6 +196,12 @@ class MpiJob:
         if not self._stopped:
             self._stopped = True
             self.signal(signal.SIGTERM)  # mpirun forwards it to every agent, which tears its node down
+
+    def request_stop(self, signum: int, *, now: bool = False) -> None:
+        """mpirun forwards SIGTERM to every agent: a requested stop there; a second ends the grace."""
+        if not self._stopped and (now or not self._asked):
+            self._asked = True
+            self.signal(signal.SIGTERM)
 
     def signal(self, signum: int) -> None:
         try:

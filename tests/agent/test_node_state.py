@@ -27,11 +27,12 @@ from dslaunch.agent.node_state import (
     Signal,
     Stopping,
     StopReading,
+    StopRequested,
     rank_exit,
 )
 from dslaunch.output.sink import STALL
 
-TERM, INT, HUP, KILL = signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL
+TERM, INT, HUP, KILL, USR1 = signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL, signal.SIGUSR1
 GRACE = 5.0  # the plan's shutdown_timeout in these tests
 WHO = RankId(rank=3, local_rank=1, node_rank=0, host="h", pid=42)
 NONE = ErrorRecord()
@@ -52,8 +53,10 @@ class Pipes:
 CLOSED = Pipes()
 
 
-def _node(ranks: int = 3, *, slurm_signals_ranks: bool = False) -> NodeState:
-    state = NodeState(0, "h", shutdown_timeout=GRACE, slurm_signals_ranks=slurm_signals_ranks, now=0.0)
+def _node(ranks: int = 3, *, slurm_signals_ranks: bool = False, grace: float = 0.0) -> NodeState:
+    state = NodeState(
+        0, "h", shutdown_timeout=GRACE, slurm_signals_ranks=slurm_signals_ranks, now=0.0, stop_grace=grace, stop_on=USR1
+    )
     for rank in range(ranks):
         state.on_spawned(rank, rank, 100 + rank)
     return state
@@ -159,27 +162,107 @@ def test_a_rank_reported_ended_by_the_same_wait_as_the_root_cause_is_not_the_tea
     assert stopped.by_agent and late.root_cause is not None and late.root_cause.rank == 0
 
 
+def test_a_launchers_stop_tears_down_at_once_fail_fast() -> None:
+    """``stop`` (a rank failed on another node): every group gets SIGTERM now, no grace."""
+    state = _node(grace=30.0)
+    assert state.on_control(wire.STOP, now=1.0, wall=1001.0) == (Stopping(TERM), Signal((0, 1, 2), TERM))
+    assert state.stop_deadline == 1.0 + GRACE
+    for rank in range(3):
+        (ended,) = _exits(_exit(state, rank, -TERM, t=2.0))
+        assert ended.by_agent
+    assert state.root_cause is None and state.exit_code() == 143 and state.stopped_by is None
+
+
 @pytest.mark.parametrize(
     ("stop", "sig"),
     [
-        pytest.param(lambda s: s.on_control(wire.STOP, now=1.0, wall=1001.0), TERM, id="control stop"),
         pytest.param(lambda s: s.on_control_closed(now=1.0, wall=1001.0), TERM, id="control EOF"),
+        pytest.param(lambda s: s.on_control(wire.StopRequest(INT), now=1.0, wall=1001.0), INT, id="stop SIGINT"),
         pytest.param(lambda s: s.on_signal(TERM, now=1.0, wall=1001.0), TERM, id="SIGTERM"),
         pytest.param(lambda s: s.on_signal(INT, now=1.0, wall=1001.0), INT, id="SIGINT"),
         pytest.param(lambda s: s.on_signal(HUP, now=1.0, wall=1001.0), HUP, id="SIGHUP"),
     ],
 )
-def test_a_stop_tears_down_with_its_signal_and_ends_with_128_plus_n(
+def test_without_a_grace_a_stop_tears_down_with_its_signal_and_ends_with_128_plus_n(
     stop: Callable[[NodeState], tuple[Action, ...]], sig: int
 ) -> None:
     state = _node()
-    assert stop(state) == (Stopping(sig), Signal((0, 1, 2), sig))
+    told = Emit(wire.StopAsked(0, sig, 1001.0))
+    assert stop(state) == (Stopping(sig, 0.0), told, StopRequested((), sig, 1001.0), Signal((0, 1, 2), sig))
     assert state.stop_deadline == 1.0 + GRACE
     for rank in range(3):
         (ended,) = _exits(_exit(state, rank, -sig, t=2.0))
         assert ended.by_agent
-    assert state.root_cause is None and state.exit_code() == 128 + sig
+    assert state.root_cause is None and state.exit_code() == 128 + sig and state.stopped_by == sig
     assert stop(state) == ()  # nobody left, already stopping
+
+
+@pytest.mark.parametrize(
+    ("stop", "sig", "sent"),
+    [
+        pytest.param(lambda s: s.on_control_closed(now=1.0, wall=1001.0), TERM, TERM, id="control EOF"),
+        pytest.param(lambda s: s.on_control(wire.StopRequest(TERM), now=1.0, wall=1001.0), TERM, TERM, id="stop"),
+        pytest.param(lambda s: s.on_signal(INT, now=1.0, wall=1001.0), INT, INT, id="SIGINT"),
+        pytest.param(lambda s: s.on_signal(USR1, now=1.0, wall=1001.0), USR1, TERM, id="--stop-on-signal USR1"),
+    ],
+)
+def test_a_requested_stop_signals_each_main_process_and_the_groups_only_when_the_grace_is_over(
+    stop: Callable[[NodeState], tuple[Action, ...]], sig: int, sent: int
+) -> None:
+    state = _node(grace=20.0)
+    told = Emit(wire.StopAsked(0, sig, 1001.0))
+    assert stop(state) == (Stopping(sig, 20.0), told, StopRequested((0, 1, 2), sent, 1021.0))
+    assert (
+        state.stop_deadline is None
+        and state.wait_cap(1.0) == STALL / 2
+        and state.wait_cap(20.95) == pytest.approx(0.05)
+    )
+    (ended,) = _exits(exited := _exit(state, 0, 0, t=2.0))  # saved and exited 0: what it forked goes now
+    assert not ended.failed and _signals(exited) == [Signal((0,), TERM)]
+    (ended,) = _exits(_exit(state, 1, 1, t=3.0))  # failed after the request: not a root cause
+    assert ended.by_agent and state.root_cause is None
+    assert state.tick(20.9, CLOSED) == (AbandonStalledReaders(),)
+    assert state.tick(21.0, CLOSED) == (AbandonStalledReaders(), Signal((2,), TERM))  # the grace is over
+    assert state.stop_deadline == 21.0 + GRACE
+    assert _signals(state.tick(21.0 + GRACE, CLOSED)) == [Signal((2,), KILL)]
+    _exit(state, 2, -KILL, t=27.0)
+    assert state.exit_code() == 128 + sig and state.stopped_by == sig and state.requested_at == 1001.0
+
+
+def test_a_second_signal_ends_the_grace_at_once_and_a_third_changes_nothing() -> None:
+    state = _node(2, grace=20.0)
+    state.on_signal(TERM, now=1.0, wall=1001.0)
+    assert state.on_signal(TERM, now=2.0, wall=1002.0) == (Signal((0, 1), TERM),)
+    assert state.stop_deadline == 2.0 + GRACE
+    assert state.on_signal(INT, now=3.0, wall=1003.0) == ()
+    assert state.exit_code() == 143
+
+
+def test_a_repeated_stop_line_changes_nothing_until_it_says_now() -> None:
+    """A pod hears its launcher's request and the coordinator's: only a second signal ends the grace."""
+    state = _node(2, grace=20.0)
+    state.on_control(wire.StopRequest(TERM), now=1.0, wall=1001.0)
+    assert state.on_control(wire.StopRequest(TERM), now=1.5, wall=1001.5) == ()
+    assert state.on_control(wire.StopRequest(TERM, now=True), now=2.0, wall=1002.0) == (Signal((0, 1), TERM),)
+    fresh = _node(1, grace=20.0)  # the first request lost: both at once
+    actions = fresh.on_control(wire.StopRequest(INT, now=True), now=2.0, wall=1002.0)
+    assert _signals(actions) == [Signal((0,), TERM)] and fresh.exit_code() == 130
+
+
+def test_under_slurm_a_stop_signal_goes_to_no_rank_again_but_the_stop_on_signal_does() -> None:
+    slurm = _node(2, slurm_signals_ranks=True, grace=20.0)
+    assert slurm.on_signal(TERM, now=1.0, wall=1001.0)[2] == StopRequested((), TERM, 1021.0)
+    slurm = _node(2, slurm_signals_ranks=True, grace=20.0)
+    assert slurm.on_signal(USR1, now=1.0, wall=1001.0)[2] == StopRequested((0, 1), TERM, 1021.0)
+
+
+def test_a_failure_before_the_request_still_tears_down_fail_fast_and_is_the_root_cause() -> None:
+    state = _node(2, grace=20.0)
+    state.on_signal(TERM, now=2.0, wall=1002.0)
+    actions = _exit(state, 0, 3, _honest("tb", 1001.0, 3), t=2.5)  # failed before the request
+    assert _signals(actions) == [Signal((1,), TERM)] and state.stop_deadline == 2.5 + GRACE
+    _exit(state, 1, -TERM, t=3.0)
+    assert state.exit_code() == 3 and state.stopped_by is None
 
 
 def test_a_stop_before_a_failure_keeps_its_code_and_a_later_stop_signal_changes_nothing() -> None:
@@ -290,11 +373,11 @@ def test_a_rank_that_cannot_start_is_the_root_cause_and_stops_the_started_ones()
 def test_forwarded_signals_reach_the_live_ranks_unless_slurm_signals_them() -> None:
     state = _node(3)
     _exit(state, 1, 0)
-    assert state.on_signal(signal.SIGUSR1, now=2.0, wall=1002.0) == (Signal((0, 2), signal.SIGUSR1),)
+    assert state.on_signal(signal.SIGUSR2, now=2.0, wall=1002.0) == (Signal((0, 2), signal.SIGUSR2),)
     assert state.on_control(int(signal.SIGUSR2), now=2.0, wall=1002.0) == (Signal((0, 2), signal.SIGUSR2),)
     slurm = _node(2, slurm_signals_ranks=True)
-    assert slurm.on_signal(signal.SIGUSR1, now=2.0, wall=1002.0) == ()
-    assert slurm.on_control(int(signal.SIGUSR1), now=2.0, wall=1002.0) == (Signal((0, 1), signal.SIGUSR1),)
+    assert slurm.on_signal(signal.SIGUSR2, now=2.0, wall=1002.0) == ()
+    assert slurm.on_control(int(signal.SIGUSR2), now=2.0, wall=1002.0) == (Signal((0, 1), signal.SIGUSR2),)
     assert state.on_signal(signal.SIGWINCH, now=2.0, wall=1002.0) == ()
 
 

@@ -11,3 +11,11 @@ def test_mesh_help_lists_the_real_dims() -> None:
 
 def test_restart_delay_default_is_the_plans() -> None:
     assert restart_options.DEFAULT_DELAY == Restarts().delay
+
+
+def test_the_stop_graces_default_is_the_plans() -> None:
+    from dslaunch.cli import stop_options
+    from dslaunch.plan import DEFAULT_STOP_GRACE, LaunchPlan
+
+    assert stop_options.DEFAULT_GRACE == DEFAULT_STOP_GRACE
+    assert LaunchPlan.__dataclass_fields__["stop_grace"].default == DEFAULT_STOP_GRACE

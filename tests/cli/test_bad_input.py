@@ -54,6 +54,12 @@ CASES: dict[str, tuple[list[str], str]] = {
     "port-underscore": (["--master-port", "1_000"], "not a whole number"),
     "port-arabic": (["--master-port", "\u0662\u0662"], "not a whole number"),
     "num-nodes-huge": (["--num-nodes", "99999999999999999999"], "not in the range"),
+    "stop-grace-negative": (["--stop-grace", "-1"], "not a number of seconds"),
+    "stop-grace-huge": (["--stop-grace", "1" + "0" * 9], "not in the range"),
+    "stop-grace-nan": (["--stop-grace", "nan"], "not a number of seconds"),
+    "stop-exit-code-256": (["--stop-exit-code", "256"], "not in the range"),
+    "stop-on-term": (["--stop-on-signal", "TERM"], "is not one of USR1, USR2"),
+    "stop-on-junk": (["--stop-on-signal", "USR1;rm"], "is not one of USR1, USR2"),
 }
 
 

@@ -18,6 +18,7 @@ from dslaunch.job.state import (
     KillAll,
     Outcome,
     RequestStacks,
+    RequestStop,
     Say,
     Signal,
     StopAll,
@@ -146,7 +147,7 @@ CASES = {
     ),
     "a signal is no lost node and sets 128+N": (
         [Sig(signal.SIGTERM), End(0, 1), End(1, None)],
-        [(StopAll("signal SIGTERM"),), (), ()],
+        [(RequestStop(signal.SIGTERM),), (), ()],
         143,
         None,
         None,
@@ -192,9 +193,66 @@ def test_the_job_finishes_once_every_stream_has_closed_and_a_later_signal_change
 
 
 def test_a_second_stop_signal_kills_once_and_the_first_names_the_code() -> None:
-    state, got = _run([Sig(signal.SIGINT), Sig(signal.SIGTERM), Sig(signal.SIGINT), Tick(100.0)])
-    assert got == [(StopAll("signal SIGINT"),), (KillAll(),), (), ()]  # the deadline does not kill again
+    state, got = _run([Sig(signal.SIGINT), Sig(signal.SIGTERM), Sig(signal.SIGINT), Sig(signal.SIGINT), Tick(100.0)])
+    assert got == [
+        (RequestStop(signal.SIGINT),),
+        (RequestStop(signal.SIGTERM, now=True),),  # the second ends the grace
+        (KillAll(),),
+        (),
+        (),  # the deadline does not kill again
+    ]
     assert state.outcome().code == 130 and state.outcome().signal == signal.SIGINT
+    assert state.outcome().stopped_by == signal.SIGINT
+
+
+def test_a_signal_during_a_fail_fast_teardown_names_the_code_and_a_second_kills() -> None:
+    state, got = _run([Ev(0, _exit(0, 1)), Sig(signal.SIGTERM), Sig(signal.SIGTERM)])
+    assert got == [(STOP_RANK,), (), (KillAll(),)]
+    assert state.outcome().code == 143 and state.outcome().stopped_by is None
+
+
+def test_a_requested_stop_gets_the_grace_before_the_kill_deadline() -> None:
+    deadline = 10.0 + PLAN.stop_grace + PLAN.shutdown_timeout + 3.0
+    _state, got = _run([Sig(signal.SIGTERM, now=10.0), Tick(deadline), Tick(deadline + 0.01)])
+    assert got == [(RequestStop(signal.SIGTERM),), (), (KillAll(),)]
+    _state, got = _run([Sig(signal.SIGTERM, now=10.0), Sig(signal.SIGTERM, now=11.0), Tick(deadline - 1)])
+    assert got[-1] == (KillAll(),)  # the grace ended at 11: the deadline is shutdown_timeout + 3 s after that
+
+
+def test_a_node_asked_to_stop_asks_every_node_and_its_done_is_no_failure() -> None:
+    """One pod's SIGTERM (or a Slurm node's): every node gets the request, the job ends 143, the request's time is
+    the earliest node's."""
+    asked = wire.StopAsked(1, signal.SIGTERM, 1000.5)
+    done = wire.Done(1, 143, signal.SIGTERM, 1000.5)
+    steps: list[Step] = [
+        Ev(1, asked),
+        Ev(0, wire.StopAsked(0, signal.SIGTERM, 1000.7)),
+        Ev(1, _exit(2, 0, 1001.0)),
+        Ev(1, _exit(3, 0, 1002.0)),
+        Ev(1, done),
+        Ev(0, _exit(0, 0, 1001.5)),
+        Ev(0, _exit(1, 1, 1001.5, by_agent=True)),
+        Ev(0, wire.Done(0, 143, signal.SIGTERM, 1000.7)),
+        End(0, 143),
+        End(1, 143),
+    ]
+    state, got = _run(steps)
+    assert got[0] == (RequestStop(signal.SIGTERM),) and all(a == () for a in got[1:-1])
+    outcome = state.outcome()
+    assert (outcome.code, outcome.stopped_by, outcome.signal, outcome.stop_requested_at) == (143, 15, None, 1000.5)
+    assert format_summary(outcome, PLAN) == (
+        "dslaunch: stopped by SIGTERM (exit 143); 3 of 4 ranks exited 0 within 1.5 s of the request\n"
+        "  rank 1 on a exited with code 1"
+    )
+    assert cause_line(outcome) == "stopped by SIGTERM (requested)"
+    assert _run(steps, replace(PLAN, stop_exit_code=99))[0].outcome().code == 99
+
+
+def test_stop_on_signal_requests_a_stop_instead_of_forwarding() -> None:
+    plan = replace(PLAN, stop_signal="SIGUSR1")
+    state, got = _run([Sig(signal.SIGUSR2), Sig(signal.SIGUSR1)], plan)
+    assert got == [(Signal(signal.SIGUSR2),), (RequestStop(signal.SIGUSR1),)]
+    assert state.outcome().code == 138
 
 
 def test_the_kill_deadline_comes_shutdown_timeout_plus_grace_after_the_stop() -> None:
@@ -289,8 +347,12 @@ def test_a_lost_nodes_status_becomes_the_exit_code(status: int | None, code: int
 
 def test_the_summary_of_outcomes_the_state_makes() -> None:
     outcome = _run([Sig(signal.SIGTERM)])[0].outcome()
-    assert format_summary(outcome, PLAN) == "dslaunch: received SIGTERM; stopped all 4 ranks (exit 143)"
-    assert cause_line(outcome) == "dslaunch received SIGTERM"
+    assert format_summary(outcome, PLAN) == (
+        "dslaunch: stopped by SIGTERM (exit 143); 0 of 4 ranks exited 0\n  4 rank(s) reported no exit"
+    )
+    assert cause_line(outcome) == "stopped by SIGTERM (requested)"
+    during = _run([Ev(0, _exit(0, 1)), Sig(signal.SIGTERM)])[0].outcome()
+    assert format_summary(during, PLAN).startswith("dslaunch: received SIGTERM; stopped all 4 ranks (exit 143)")
     lost = _run([End(1, -9)])[0].outcome()
     assert cause_line(lost) == "node 1 (b) disappeared"
     failed = _run([Ev(0, _exit(2, 3)), Ev(0, _exit(0, 143, by_agent=True))])[0].outcome()

@@ -200,12 +200,12 @@ def test_sigkill_to_launcher_leaves_no_process(tmp_path: Path) -> None:
 
 def test_ranks_ignoring_sigterm_get_sigkill_after_grace(tmp_path: Path) -> None:
     rid = run_id()
-    proc = _start(tmp_path, rid, "--shutdown-timeout", "1", env={"IGNORE_TERM": "1"})
+    proc = _start(tmp_path, rid, "--stop-grace", "0.5", "--shutdown-timeout", "1", env={"IGNORE_TERM": "1"})
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=20)
     assert proc.returncode == 143
-    assert time.monotonic() - started < 6
+    assert time.monotonic() - started < 6.5
     assert not wait_until_gone(rid, 5)
 
 

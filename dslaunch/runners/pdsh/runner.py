@@ -61,6 +61,7 @@ class PdshNode:
         self.key = pdsh_label(host)
         self.demux = demux
         self.tell = tell  # (node rank, host, signal name) -> whether the agent there was signalled
+        self.signalled_stop: int | None = None  # a requested stop's signal, sent
         self.stopping = False
 
     def lines(self) -> Iterator[str]:
@@ -86,11 +87,19 @@ class PdshNode:
         threading.Thread(target=self._stop, daemon=True).start()
 
     def _stop(self) -> None:
-        if not self.tell(self.node_rank, self.host, "TERM"):
+        if not self.tell(self.node_rank, self.host, wire.TEARDOWN_SIGNAL.name[3:]):
             # Ending the ssh client is EOF on the remote agent's stdin: it tears its node down,
             # but the reaper may then cut the grace period short.
             self.demux.stopped.add(self.key)
             self._signal_client(signal.SIGTERM)
+
+    def request_stop(self, signum: int, *, now: bool = False) -> None:
+        """The signal itself to the agent (a second one ends the grace there), so the node ends with its code."""
+        if self.stopping or self.key in self.demux.status:
+            return
+        if now or self.signalled_stop is None:
+            self.signalled_stop = signum
+            self.signal(signum)
 
     def signal(self, signum: int) -> None:
         name = signal.Signals(signum).name.removeprefix("SIG")

@@ -88,6 +88,10 @@ class Attempt:
             self._stopped = True
             self.agent.send(wire.control_stop())
 
+    def request_stop(self, signum: int, *, now: bool = False) -> None:
+        if not self._stopped:
+            self.agent.send(wire.control_request_stop(signum, now))
+
     def signal(self, signum: int) -> None:
         if not self._stopped:
             self.agent.send(wire.control_signal(signum))

@@ -127,6 +127,14 @@ class SshAgent:
         except (OSError, EOFError, Exception):  # noqa: BLE001 - a dead channel is already stopped
             pass
 
+    def request_stop(self, signum: int, *, now: bool = False) -> None:
+        if self._stopped:
+            return
+        try:
+            self.channel.sendall(wire.control_request_stop(signum, now))
+        except (OSError, EOFError, Exception):  # noqa: BLE001 - a dead channel is already stopped
+            pass
+
     def signal(self, signum: int) -> None:
         # sshd refuses the "signal" channel request for root sessions: ask the agent on its control channel.
         if self._stopped:
