@@ -108,3 +108,24 @@ def test_a_second_sigterm_ends_the_grace_at_once(tmp_path: Path) -> None:
     assert proc.returncode == 143, err
     assert time.monotonic() - started < 6
     assert not wait_until_gone(rid, 5)
+
+
+@pytest.mark.torch
+def test_ranks_with_a_real_dataloader_save_on_sigterm(tmp_path: Path) -> None:
+    """The issue's case: ``DataLoader(num_workers=2)`` and a handler that saves (``--preload torch``: one import)."""
+    rid = "t" + uuid.uuid4().hex[:10]
+    argv = [*DSLAUNCH, "--nproc-per-node", "2", "--run-id", rid, "--preload", "torch", "--stop-grace", "20"]
+    proc = subprocess.Popen(
+        [*argv, str(SCRIPTS / "stop_dataloader.py"), str(tmp_path)], stderr=subprocess.PIPE, text=True
+    )
+    for rank in range(2):
+        assert wait_for_file(str(tmp_path / f"rank{rank}.ready"), 90), "ranks did not start"
+    pids = [int(p) for rank in range(2) for p in (tmp_path / f"rank{rank}.ready").read_text().split()]
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert [(tmp_path / f"rank{rank}.saved").exists() for rank in range(2)] == [True, True], err
+    assert proc.returncode == 143, err
+    assert "2 of 2 ranks exited 0" in err, err
+    assert not wait_until_gone(rid, 5)
+    assert not [p for p in pids if alive(p)]
