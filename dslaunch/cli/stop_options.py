@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from dslaunch.cli.types import Seconds, Whole, pet
+from dslaunch.cli.types import Seconds, Whole
 
 # LaunchPlan's DEFAULT_STOP_GRACE, kept in step by a test (tests/cli/test_areas.py): importing dslaunch.plan here
 # would slow --help. 20 s + --shutdown-timeout's 5 s + the launcher's own end fit Kubernetes' and Slurm's 30 s.
@@ -48,7 +48,6 @@ PARAMS: list[click.Parameter] = [
     click.Option(
         ["--stop-on-signal"],
         type=SignalName(),
-        envvar=pet("stop_on_signal"),
         metavar="SIG",
         help=f"Take this signal ({' or '.join(STOP_ON)}, as sbatch --signal=B:USR1@120 sends it) as a stop "
         "request, as SIGTERM is; the ranks get SIGTERM [default: it is passed on to every rank].",

@@ -43,16 +43,16 @@ def test_a_rank_failing_on_one_pod_stops_both_with_its_code_and_cause(tmp_path: 
     ("victim", "sig", "codes", "said"),
     [
         (1, signal.SIGKILL, (1, None), "pod 1 (vm) was lost: its launcher's connection dropped"),
-        (1, signal.SIGTERM, (143, 143), "pod 1 (vm) was lost: its launcher received SIGTERM"),
+        (1, signal.SIGTERM, (143, 143), "dslaunch: stopped by SIGTERM (exit 143)"),
         (0, signal.SIGKILL, (None, 1), "pod 0 (vm) was lost: the coordinator's connection dropped"),
-        (0, signal.SIGTERM, (143, 143), "pod 0 (vm) was lost: its launcher (the coordinator) received SIGTERM"),
+        (0, signal.SIGTERM, (143, 143), "dslaunch: stopped by SIGTERM (exit 143)"),
     ],
 )
 def test_a_pod_taken_away_stops_the_other_within_3_s(
     tmp_path: Path, victim: int, sig: int, codes: tuple[int | None, int | None], said: str
 ) -> None:
     """SIGKILL: the pod deleted at once (its launcher and, by their parent-death signal, its ranks); SIGTERM:
-    ``kubectl delete``, the launcher stopping its ranks itself."""
+    ``kubectl delete``, a requested stop: every pod's ranks are asked to stop, every pod exits 143."""
     run_id = f"podgone{victim}{sig}{os.getpid()}"
     pods = _two_pods(tmp_path, run_id, [JOB, "sleep", str(tmp_path)])
     assert _ready(tmp_path), finish(pods, 5)
@@ -159,4 +159,25 @@ def test_a_hang_across_pods_is_declared_once_with_every_pods_stacks(tmp_path: Pa
     assert "job failed on every pod (exit 124): hang: no progress for 2 s" in err1, err1
     for rank, text in ((0, err0), (1, err0), (2, err1), (3, err1)):
         assert f"[{os.uname().nodename}:rank{rank}]:   File" in text and "in stuck_here" in text, text
+    assert nothing_left(run_id) == []
+
+
+@pytest.mark.parametrize("victim", [0, 1])
+def test_sigterm_to_one_pod_stops_every_pods_ranks_and_each_saves_and_every_pod_exits_143(
+    tmp_path: Path, victim: int
+) -> None:
+    """``kubectl delete`` of one pod (or its eviction): the request reaches every pod, each rank's own handler
+    finishes its step and saves while its DataLoader-like workers live, and every pod exits 143 for the
+    platform's restart policy."""
+    run_id = f"podstop{victim}{os.getpid()}"
+    pods = _two_pods(tmp_path, run_id, ["--stop-grace", "10", str(SCRIPTS / "stop_saver.py"), str(tmp_path)])
+    assert all(wait_for_file(str(tmp_path / f"rank{r}.ready"), 30) for r in range(4)), finish(pods, 5)
+    time.sleep(0.2)
+    pods[victim].send_signal(signal.SIGTERM)
+    results = finish(pods, 30)
+    saved = [(tmp_path / f"rank{r}.saved").exists() for r in range(4)]
+    assert saved == [True] * 4, results
+    assert [code for code, _out, _err in results] == [143, 143], results
+    for _code, _out, err in results:
+        assert "dslaunch: stopped by SIGTERM (exit 143); 4 of 4 ranks exited 0 within" in err, err
     assert nothing_left(run_id) == []
