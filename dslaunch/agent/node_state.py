@@ -349,7 +349,8 @@ class NodeState:
                 self.stop_signal = signal.SIGTERM
             return self._teardown(signal.SIGTERM, now, wall)
         if isinstance(command, wire.StopRequest):
-            asked = self.request_stop(command.signum, now=now, wall=wall, send=command.signum)
+            send = signal.SIGTERM if command.signum == self.stop_on else command.signum
+            asked = self.request_stop(command.signum, now=now, wall=wall, send=send)
             return (*asked, *self.end_grace(now)) if command.now else asked
         if command == wire.STACKS_SIGNAL:
             return self._stacks()

@@ -127,20 +127,21 @@ def stop_summary(outcome: Outcome, plan: LaunchPlan) -> str:
     assert outcome.stopped_by is not None
     name = signal.Signals(outcome.stopped_by).name
     last = {e.rank: e for e in outcome.exits}  # a rank's last word (one exit each, in practice)
+    ranks = plan.world_size
+    if plan.launcher == "slurm" and outcome.exits:  # a Slurm task supervises its own node alone
+        ranks = plan.node(outcome.exits[0].node_rank).nproc
     clean = [e for e in last.values() if not e.failed]
     within = ""
     at = outcome.stop_requested_at
     if at is not None and clean:
         within = f" within {max(0.0, max(e.ts for e in clean) - at):.1f} s of the request"
-    lines = [
-        f"dslaunch: stopped by {name} (exit {outcome.code}); {len(clean)} of {plan.world_size} ranks exited 0{within}"
-    ]
+    lines = [f"dslaunch: stopped by {name} (exit {outcome.code}); {len(clean)} of {ranks} ranks exited 0{within}"]
     others = sorted((e for e in last.values() if e.failed), key=lambda e: e.rank)
     for e in others[:8]:
         lines.append(f"  rank {e.rank} on {e.host} {_how(e)}")
     if len(others) > 8:
         lines.append(f"  ... and {len(others) - 8} more")
-    missing = plan.world_size - len(last)
+    missing = ranks - len(last)
     if missing > 0:
         lines.append(f"  {missing} rank(s) reported no exit")
     return "\n".join(lines)

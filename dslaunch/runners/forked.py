@@ -23,7 +23,15 @@ if TYPE_CHECKING:
 
 def _reset_signal_handlers() -> None:
     """Start the forked agent with a fresh interpreter's handlers, not the launcher's."""
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGURG, signal.SIGWINCH):
+    for sig in (
+        signal.SIGTERM,
+        signal.SIGHUP,
+        signal.SIGUSR1,
+        signal.SIGUSR2,
+        signal.SIGURG,
+        signal.SIGWINCH,
+        signal.SIGCONT,  # a --launcher slurm step's stop request is the task's, not its agent's (slurm/in_step.py)
+    ):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
 

@@ -3,7 +3,8 @@ killed" check (a SIGCHLD handler that fails the rank when a worker dies by a sig
 SIGTERM handler that lets the step finish, saves, shuts its workers down and exits 0.
 
 argv: OUT_DIR [STEP_SECONDS]. Writes OUT_DIR/rank<R>.ready (its pid and its workers'), then, when stopped,
-OUT_DIR/rank<R>.saved (the step). IGNORE_STOP=1: ignores SIGTERM and never saves (no worker check either).
+OUT_DIR/rank<R>.saved (the step) and OUT_DIR/rank<R>.stops (one line per SIGTERM it heard). IGNORE_STOP=1: ignores
+SIGTERM and never saves (no worker check either). WORKERS=N: N workers instead of 2.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def _worker() -> None:
 
 
 workers = []
-for _ in range(2):
+for _ in range(int(os.environ.get("WORKERS", "2"))):
     pid = os.fork()
     if pid == 0:
         _worker()
@@ -47,9 +48,11 @@ def _check_workers(_signum: int, _frame: object) -> None:
             raise RuntimeError(f"DataLoader worker (pid {pid}) is killed by signal: {name}")
 
 
-def _on_term(_signum: int, _frame: object) -> None:
+def _on_term(signum: int, _frame: object) -> None:
     global stop_requested
     stop_requested = True
+    with open(os.path.join(out, f"rank{rank}.stops"), "a") as f:
+        f.write(signal.Signals(signum).name + "\n")
 
 
 if ignore:

@@ -40,6 +40,12 @@ if TYPE_CHECKING:
 # --launcher slurm's launcher turns its SIGQUIT into this, for every process of the step: ignored by default
 # everywhere, so only the dslaunch tasks react (a SIGQUIT would kill the ranks' children, srun aborts on it).
 STACKS_REQUEST = signal.SIGWINCH
+# --launcher slurm's launcher turns a requested stop into this, for every process of the step: it does nothing to
+# a process that is not stopped, so only the dslaunch tasks react (a SIGTERM from Slurm would reach every rank's
+# DataLoader workers too); each task asks its agent, which signals each rank's main process (docs/stopping.md).
+# Only a task of --launcher slurm's own step listens: in a user's srun step, a SIGCONT comes from Slurm (before its
+# SIGTERM when it ends the step, or a resume).
+STOP_REQUEST = signal.SIGCONT
 PEER_STOPPED_CODE = 1
 
 
@@ -52,6 +58,7 @@ class _Peers:
 
     current: StepAgent | None = None
     told: bool = False  # this task told the others its node failed, in the current attempt
+    quiet_stop: bool = False  # the stop came as STOP_REQUEST: Slurm signalled no rank, the agent must
     warm: WarmZygotes | None = None  # --preload with restarts: this node's zygote, kept for every attempt
 
     def stop_current(self) -> None:
@@ -89,8 +96,9 @@ def attempt_in_step(plan: LaunchPlan, env: Mapping[str, str] | None = None, *, l
     _peers.warm.prepare(plan, node_rank)
     if peer_signal.heard_at() > since:  # a peer failed before this node could start its ranks
         return _stopped_by_peer(plan, node_rank, retry=True)
-    _peers.told = False
+    _peers.told = _peers.quiet_stop = False
     stacks = signal.signal(STACKS_REQUEST, _ask_for_stacks)
+    asked = signal.signal(STOP_REQUEST, _ask_to_stop if plan.slurm.mode == "srun" else signal.SIG_DFL)
     late = _LateTerm(signal.getsignal(signal.SIGTERM))  # a SIGTERM once supervise() has returned: see _after
     signal.signal(signal.SIGTERM, late)
     try:
@@ -100,10 +108,11 @@ def attempt_in_step(plan: LaunchPlan, env: Mapping[str, str] | None = None, *, l
         outcome = supervise(plan, [_peers.current])
     finally:
         signal.signal(STACKS_REQUEST, stacks)
+        signal.signal(STOP_REQUEST, asked)
         _peers.current = None
     late.ended = True
     try:
-        result = _after(outcome, plan, env, since)
+        result = _quiet_stop_ends_at_zero(_after(outcome, plan, env, since))
     finally:
         if not last:
             signal.signal(signal.SIGTERM, late.previous)
@@ -147,6 +156,14 @@ def _after(outcome: Outcome, plan: LaunchPlan, env: Mapping[str, str], since: fl
     return report(_without_kill_on_bad_exit(outcome), plan)
 
 
+def _quiet_stop_ends_at_zero(result: JobResult) -> JobResult:
+    """A stop --launcher slurm's launcher asked for (STOP_REQUEST): this task exits 0, and that launcher 128+N. A
+    task's 143 would make srun --kill-on-bad-exit end the step, other nodes' ranks in the middle of their save."""
+    if result.stopped_by is None or not _peers.quiet_stop:
+        return result
+    return replace(result, code=0)
+
+
 def _stopped_by_peer(plan: LaunchPlan, node_rank: int, *, retry: bool) -> JobResult:
     print(
         f"dslaunch: node {node_rank} ({plan.node(node_rank).host}) stopped: another node of the "
@@ -181,6 +198,12 @@ def _ask_for_stacks(_signum: int, _frame: object) -> None:
         os.kill(os.getpid(), wire.STACKS_SIGNAL)
 
 
+def _ask_to_stop(_signum: int, _frame: object) -> None:
+    if signal.getsignal(wire.STACKS_SIGNAL) not in (signal.SIG_DFL, signal.SIG_IGN, None):  # supervise() is running
+        _peers.quiet_stop = True
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def _tell_once(plan: LaunchPlan, env: Mapping[str, str]) -> None:
     if not _peers.told and len(plan.nodes) > 1:
         _peers.told = True
@@ -211,6 +234,7 @@ class StepAgent(LocalAgent):
     ) -> None:
         super().__init__(plan, node_rank, warm)
         self.relay_user_signals = not plan.slurm.signals_ranks
+        self.stop_signum = plan.stop_signum
         self._on_failure = on_failure
 
     def lines(self) -> Iterator[str]:
@@ -224,6 +248,12 @@ class StepAgent(LocalAgent):
     def signal(self, signum: int) -> None:
         if self.relay_user_signals or signum not in wire.FORWARDED_SIGNALS:
             super().signal(signum)
+
+    def request_stop(self, signum: int, *, now: bool = False) -> None:
+        """Not when Slurm signalled every process of the step (scancel, a time limit): the agent heard it too,
+        and its ranks, which must not hear it twice."""
+        if self.relay_user_signals or _peers.quiet_stop or signum == self.stop_signum:
+            super().request_stop(signum, now=now)
 
 
 def _tell_peers(env: Mapping[str, str]) -> None:

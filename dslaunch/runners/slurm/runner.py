@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from dslaunch import wire
 from dslaunch.job.protocols import Runner
-from dslaunch.job.result import START_FAILED, JobResult, stopped
+from dslaunch.job.result import START_FAILED, JobResult
 from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.slurm import in_step
@@ -119,7 +119,10 @@ def _run_srun(argv: list[str], plan: LaunchPlan, env: dict[str, str]) -> JobResu
             signal.signal(s, h)
     lost = lost_nodes.lost_nodes(errors.lines(_STDERR_WAIT))
     if stop.signal is not None:
-        return stopped(128 + stop.signal, f"dslaunch received {signal.Signals(stop.signal).name}")
+        name = signal.Signals(stop.signal).name
+        code = 128 + stop.signal if plan.stop_exit_code is None else plan.stop_exit_code
+        print(f"dslaunch: stopped by {name} (exit {code}); each node's summary is above", file=sys.stderr, flush=True)
+        return JobResult(code, f"stopped by {name} (requested)", retry=False, stopped_by=stop.signal)
     code = 128 - code if code < 0 else code
     if not code:
         return JobResult(0, "")
@@ -133,16 +136,22 @@ def _run_srun(argv: list[str], plan: LaunchPlan, env: dict[str, str]) -> JobResu
 class _Stop:
     signal: int | None = None  # the first stop signal dslaunch received
     deadline: float | None = None  # when srun itself is told, if the step has not ended by then
+    graceless: bool = False  # the step had its SIGTERM (a second signal): the grace is over
 
 
 def _relay(signum: int, proc: subprocess.Popen[bytes], plan: LaunchPlan, stop: _Stop) -> None:
-    """What a signal to dslaunch becomes for the srun step."""
-    if signum in wire.FORWARDED_SIGNALS:
+    """What a signal to dslaunch becomes for the srun step: a first stop signal a quiet request to each task
+    (``in_step.STOP_REQUEST``: each task's agent signals its ranks' main processes), a second SIGTERM to every
+    process of the step, which ends the grace; a third, or a step still running at the deadline, goes to srun."""
+    if signum in wire.FORWARDED_SIGNALS and signum != plan.stop_signum:
         proc.send_signal(signum)  # srun hands it to every process of the step
     elif signum == wire.STACKS_SIGNAL:  # srun would abort the step: ask each task for its node's stacks
         _signal_step(plan, str(int(in_step.STACKS_REQUEST)))  # scancel knows no WINCH by name
-    elif stop.signal is None and _signal_step(plan, "TERM"):
+    elif stop.signal is None and _signal_step(plan, str(int(in_step.STOP_REQUEST))):
         stop.signal = signum
+        stop.deadline = time.monotonic() + plan.stop_grace + plan.shutdown_timeout + 5.0
+    elif not stop.graceless and _signal_step(plan, "TERM"):
+        stop.signal, stop.graceless = stop.signal or signum, True
         stop.deadline = time.monotonic() + plan.shutdown_timeout + 5.0
     else:
         stop.signal = stop.signal or signum
