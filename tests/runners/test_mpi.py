@@ -237,6 +237,36 @@ def test_sigterm_to_launcher_tears_everything_down() -> None:
 
 
 @pytest.mark.launch
+@pytest.mark.cluster
+@pytest.mark.parametrize("flavour", [mpi.OPENMPI, mpi.MPICH], ids=lambda f: f.name)
+def test_sigterm_to_launcher_every_rank_saves(flavour: mpi.Flavour, tmp_path: Path) -> None:
+    """A requested stop under mpirun: the agents it started signal their ranks' main processes only, so ranks with
+    DataLoader-like workers save (docs/stopping.md)."""
+    _need(flavour)
+    run_id = f"mpistop{os.getpid()}"
+    argv = [*DSLAUNCH, "--launcher", flavour.name, "--master-port", "0", "--run-id", run_id, "--nproc-per-node", "2"]
+    proc = subprocess.Popen(
+        [*argv, "--stop-grace", "10", str(SCRIPTS / "stop_saver.py"), str(tmp_path)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **ENV},
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not all((tmp_path / f"rank{r}.ready").exists() for r in range(2)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert [(tmp_path / f"rank{r}.saved").exists() for r in range(2)] == [True, True], err
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert wait_until_gone(run_id, 10) == []
+
+
+@pytest.mark.launch
 def test_missing_mpi_program_is_a_clear_error(tmp_path: Path) -> None:
     result = subprocess.run(
         [*DSLAUNCH, "--launcher", "mpich", SCRIPT],
