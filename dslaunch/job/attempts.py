@@ -130,7 +130,7 @@ def _run_attempts(runner: Runner, plan: LaunchPlan, pool: HostPool | None) -> in
             if verdict.say:
                 _say(f"dslaunch: not restarting: {verdict.why}")
             break
-        with stop_signals_caught() as caught:  # before the notice: a Ctrl-C right after it must be ours
+        with stop_signals_caught(plan.stop_signum) as caught:  # before the notice: a Ctrl-C right after it is ours
             _say(
                 f"dslaunch: attempt {_number(result, count)} of {limit + 1} failed "
                 f"({result.cause or f'exit {result.code}'}); "
@@ -139,7 +139,7 @@ def _run_attempts(runner: Runner, plan: LaunchPlan, pool: HostPool | None) -> in
             signum = _sleep_unless_signalled(plan.restarts.delay, caught)
         if signum is not None:
             _say(f"dslaunch: received {signal.Signals(signum).name} while waiting to restart; not restarting")
-            return 128 + signum
+            return 128 + signum if plan.stop_exit_code is None else plan.stop_exit_code
     if len(results) > 1:
         _say(attempts_summary(results, limit, used if plan.elastic.candidates else None))
     return results[-1].code
@@ -169,10 +169,12 @@ def _number(result: JobResult, count: int) -> int:
 
 
 @contextmanager
-def stop_signals_caught() -> Iterator[list[int]]:
-    """SIGINT/SIGTERM/SIGHUP are recorded (in the list given) instead of acted on, while in the block."""
+def stop_signals_caught(also: int | None = None) -> Iterator[list[int]]:
+    """SIGINT/SIGTERM/SIGHUP (and ``also``: --stop-on-signal's) are recorded (in the list given) instead of acted
+    on, while in the block."""
     caught: list[int] = []
-    previous = {s: signal.signal(s, lambda signum, _f: caught.append(signum)) for s in wire.STOP_SIGNALS}
+    stops = (*wire.STOP_SIGNALS, *((also,) if also is not None else ()))
+    previous = {s: signal.signal(s, lambda signum, _f: caught.append(signum)) for s in stops}
     try:
         yield caught
     finally:

@@ -152,13 +152,21 @@ def _agent_of_node(launcher: int, node_rank: int):  # type: ignore[no-untyped-de
 
 
 @pytest.mark.launch
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_signal_during_the_restart_delay_ends_at_once(tmp_path: Path, sig: int, code: int) -> None:
+@pytest.mark.parametrize(
+    ("sig", "code", "extra"),
+    [
+        (signal.SIGTERM, 143, []),
+        (signal.SIGINT, 130, []),
+        (signal.SIGUSR1, 138, ["--stop-on-signal", "USR1"]),
+        (signal.SIGTERM, 75, ["--stop-exit-code", "75"]),
+    ],
+)
+def test_a_signal_during_the_restart_delay_ends_at_once(tmp_path: Path, sig: int, code: int, extra: list[str]) -> None:
     log = tmp_path / "stderr.txt"
     with log.open("w") as err_file:
         proc = subprocess.Popen(
             [*DSLAUNCH, "--nproc-per-node", "1", "--master-port", "0", "--max-restarts", "3", "--restart-delay",
-             "60", FLAKY, str(tmp_path), "0", "9", "3"],
+             "60", *extra, FLAKY, str(tmp_path), "0", "9", "3"],
             stdout=subprocess.DEVNULL, stderr=err_file, text=True,
         )  # fmt: skip
     try:
