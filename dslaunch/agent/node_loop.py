@@ -1,15 +1,12 @@
 """Spawn one node's ranks and run them in a single selector loop: the I/O around ``agent/node_state.py``.
 
-Every rank is its own session (so a signal reaches the rank's children too)
-and carries a parent-death signal, so nothing survives a SIGKILLed agent. The
-agent is a child subreaper: what a rank double-forks (a ``setsid`` daemon)
-becomes the agent's child, and is killed when the ranks are done, as is
-anything of the job's that is still left on this node (docs/teardown.md).
-The loop wakes on rank output, rank exit (pidfd), the control channel,
-signals and the output sinks, tells :class:`NodeState` what happened and
-executes what it answers; it decides nothing itself. Rank output is
-``output/pump.py``'s: the loop never blocks on a reader, and stops reading a
-rank while its sink is full (docs/output.md).
+Every rank is its own session (a teardown's signal reaches its children too; a requested stop's, its main process
+alone) and carries a parent-death signal, so nothing survives a SIGKILLed agent. The agent is a child subreaper:
+what a rank double-forks (a ``setsid`` daemon) becomes the agent's child, and is killed when the ranks are done, as
+is anything of the job's still left on this node (docs/teardown.md). The loop wakes on rank output, rank exit
+(pidfd), the control channel, signals and the output sinks, tells :class:`NodeState` what happened and executes
+what it answers; it decides nothing itself. Rank output is ``output/pump.py``'s: the loop never blocks on a reader,
+and stops reading a rank while its sink is full (docs/output.md).
 """
 
 from __future__ import annotations
@@ -37,6 +34,7 @@ from dslaunch.agent.node_io import (
     signal_pid,
     write_all,
 )
+from dslaunch.agent.rank_exits import DeathWindow
 from dslaunch.agent.stop_pages import StopPages
 from dslaunch.agent.watch import ProgressWatch
 from dslaunch.errors import assert_never
@@ -100,7 +98,7 @@ class NodeLoop:
         self.ranks: list[_RankProcess] = []
         self.by_rank: dict[int, _RankProcess] = {}
         self.sel = selectors.DefaultSelector()
-        self._round: ns.DeathWindow | None = None  # while the ranks the last wait found ended are reaped
+        self._round: DeathWindow | None = None  # while the ranks the last wait found ended are reaped
         self.state = ns.NodeState(
             node_rank,
             self.node.host,
@@ -231,7 +229,7 @@ class NodeLoop:
                 return code
             alive_at = time.time()
             ready = self.sel.select(self._timeout(now))
-            self._round = ns.DeathWindow(alive_at, time.time())  # for a rank whose exit is in `ready`
+            self._round = DeathWindow(alive_at, time.time())  # for a rank whose exit is in `ready`
             for key, _ in ready:
                 self._dispatch(key)
             self._round = None
@@ -311,8 +309,7 @@ class NodeLoop:
         return code
 
     def _signal(self, action: ns.Signal | ns.StopRequested) -> None:
-        """A teardown's signal goes to each rank's group; a stop request's to its main process only (its DataLoader
-        workers must outlive its save), none to a should_stop() participant (agent/stop_pages.py)."""
+        """A teardown's signal to each rank's group; a stop's to its main process, not should_stop()'s (stop_pages)."""
         if isinstance(action, ns.Signal):
             for rank in action.ranks:
                 killpg(self.by_rank[rank].pid, action.signum)

@@ -122,9 +122,7 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
         pods=pod_plan.pod_settings(c.pods, master_addr, master_port, pod_range)
         if launcher == "node" and core.pool is None
         else PodSettings(),
-        stop_grace=c.stop.grace,
-        stop_exit_code=c.stop.exit_code,
-        stop_signal=c.stop.signal,
+        **c.stop.plan_fields(),
     )
     return Decision(plan, frozenset(secrets), tuple(warnings))
 

@@ -36,7 +36,8 @@ INTRO = {
     PODS: "Kubernetes and other set-ups that run one launcher a node: each option also reads torchrun's PET_<NAME> "
     "variable, and the pods act as one job (docs/kubernetes.md).",
     RESTARTS: "One failing rank or lost node stops every rank on every node; the job exits with its code "
-    "(docs/restarts.md, docs/elastic.md).",
+    "(docs/restarts.md, docs/elastic.md). SIGTERM/SIGINT to dslaunch is a requested stop: each rank's main process "
+    "gets it, its process group after --stop-grace; the job exits 143/130 (docs/stopping.md).",
     DEEPSPEED: "The deepspeed launcher's flags, each taken with one warning naming the dslaunch option; "
     "-H, -i, -e, --launcher and --module are spelled alike (docs/migration.md).",
 }

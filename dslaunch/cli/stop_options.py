@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from dslaunch.cli.help_sections import RESTARTS, Option
 from dslaunch.cli.types import Seconds, Whole
 
 # LaunchPlan's DEFAULT_STOP_GRACE, kept in step by a test (tests/cli/test_areas.py): importing dslaunch.plan here
@@ -29,26 +30,29 @@ class SignalName(click.ParamType):  # type: ignore[type-arg]
 
 
 PARAMS: list[click.Parameter] = [
-    click.Option(
+    Option(
         ["--stop-grace"],
         type=Seconds(0, 86400),
         default=DEFAULT_GRACE,
         show_default=True,
         metavar="SECONDS",
+        section=RESTARTS,
         help="On a stop (SIGTERM, SIGINT, a pod's SIGTERM, a lost launcher) each rank's main process gets the "
         "signal; its process group (DataLoader workers...) gets SIGTERM SECONDS later, SIGKILL after "
         "--shutdown-timeout. Ranks read it as DSLAUNCH_STOP_GRACE. A second signal ends it at once.",
     ),
-    click.Option(
+    Option(
         ["--stop-exit-code"],
         type=Whole(0, 255),
         metavar="N",
+        section=RESTARTS,
         help="Exit N after a requested stop [default: 128+N of the signal: 143 for SIGTERM, 130 for SIGINT].",
     ),
-    click.Option(
+    Option(
         ["--stop-on-signal"],
         type=SignalName(),
         metavar="SIG",
+        section=RESTARTS,
         help=f"Take this signal ({' or '.join(STOP_ON)}, as sbatch --signal=B:USR1@120 sends it) as a stop "
         "request, as SIGTERM is; the ranks get SIGTERM [default: it is passed on to every rank].",
     ),
@@ -60,6 +64,10 @@ class StopChoices:
     grace: float = DEFAULT_GRACE
     exit_code: int | None = None
     signal: str | None = None  # SIGUSR1
+
+    def plan_fields(self) -> dict[str, Any]:
+        """The plan's fields for them (``LaunchPlan.stop_*``)."""
+        return {"stop_grace": self.grace, "stop_exit_code": self.exit_code, "stop_signal": self.signal}
 
 
 def parse(values: Mapping[str, Any]) -> StopChoices:

@@ -18,7 +18,7 @@ import pytest
 
 from dslaunch.agent.failures import ErrorRecord, parse_error_record, read_error_file
 from dslaunch.agent.node_io import fs_clock_offset
-from dslaunch.agent.node_state import CLOCK_SLACK, WRITE_SLACK, RankId, claimed_failure_time, rank_exit
+from dslaunch.agent.rank_exits import CLOCK_SLACK, WRITE_SLACK, RankId, claimed_failure_time, rank_exit
 from dslaunch.bootstrap.failure_file import error_record, write_error_file
 from dslaunch.failure_bounds import MESSAGE_CHARS, READ_BYTES, TRACEBACK_CHARS, bounded
 from tests.helpers import SCRIPTS, run_cli

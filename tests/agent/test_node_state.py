@@ -17,19 +17,17 @@ from dslaunch.agent.node_state import (
     KILL_REPEAT,
     AbandonStalledReaders,
     Action,
-    DeathWindow,
     Emit,
     Exited,
     Finish,
     NodeState,
-    RankId,
     RequestStacks,
     Signal,
     Stopping,
     StopReading,
     StopRequested,
-    rank_exit,
 )
+from dslaunch.agent.rank_exits import DeathWindow, RankId, rank_exit
 from dslaunch.output.sink import STALL
 
 TERM, INT, HUP, KILL, USR1 = signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL, signal.SIGUSR1

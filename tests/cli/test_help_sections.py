@@ -52,11 +52,11 @@ def test_every_option_has_a_section() -> None:
 
 def test_an_option_without_a_section_is_named_and_still_listed_last() -> None:
     command = build_command()
-    command.params.append(click.Option(["--stop-grace"], help="A newcomer without a section."))
-    assert unsectioned(command) == ["--stop-grace"]
+    command.params.append(click.Option(["--newcomer-option"], help="A newcomer without a section."))
+    assert unsectioned(command) == ["--newcomer-option"]
     text = CliRunner().invoke(command, ["--help"], terminal_width=110).output
     assert list(section_slices(text))[-1] == help_sections.OTHER
-    assert "--stop-grace" in section_slices(text)[help_sections.OTHER]
+    assert "--newcomer-option" in section_slices(text)[help_sections.OTHER]
 
 
 @pytest.mark.parametrize("width", WIDTHS)
