@@ -20,6 +20,7 @@ import base64
 import binascii
 import json
 import os
+import re
 import signal
 from collections.abc import Iterable, Iterator, MutableMapping
 from dataclasses import asdict, dataclass, field
@@ -143,8 +144,7 @@ class RankExit:
 
 @dataclass(frozen=True)
 class Done:
-    """The node agent is finishing with this exit code; ``stopped_by``: a stop was requested of it by this signal
-    (and no rank failed first), at ``stop_requested_at`` (its wall clock)."""
+    """The node agent is finishing with this exit code; ``stopped_by``: a requested stop's signal, at this time."""
 
     node_rank: int
     code: int
@@ -335,6 +335,9 @@ def control_request_stop(signum: int, now: bool = False) -> bytes:
 
 
 Command = str | int | StopRequest  # what a control line carries (ControlReader.feed)
+_STOP_LINE = re.compile(
+    rf"{STOP} (SIG(?:INT|TERM|HUP|USR1|USR2))( now)?"
+)  # a requested stop: its signal, the grace's end
 
 
 # The ssh runner's heartbeat on each agent's control channel (runners/ssh/runner.py::Keepalive): an agent that hears
@@ -383,29 +386,13 @@ class ControlReader:
             line = raw.strip().decode("ascii", "replace")
             if line == STOP:
                 commands.append(STOP)
-            elif (request := _stop_request(line)) is not None:
-                commands.append(request)
+            elif (asked := _STOP_LINE.fullmatch(line)) is not None:
+                commands.append(StopRequest(int(signal.Signals[asked[1]]), asked[2] is not None))
             elif line.startswith("signal ") and line[7:] in _CONTROL_SIGNALS:
                 commands.append(int(_CONTROL_SIGNALS[line[7:]]))
             elif line not in (HEARTBEAT, ""):
                 self.rejects.note(f"control line {line[:40]!r}{'...' if len(line) > 40 else ''} is no command")
         return commands
-
-
-_STOP_REQUESTERS = {s.name: s for s in (*STOP_SIGNALS, *FORWARDED_SIGNALS)}  # what may ask for a stop
-
-
-def _stop_request(line: str) -> StopRequest | None:
-    """``stop SIGNAME`` or ``stop SIGNAME now``; None for any other line."""
-    words = line.split(" ")
-    if (
-        len(words) not in (2, 3)
-        or words[0] != STOP
-        or words[1] not in _STOP_REQUESTERS
-        or words[2:] not in ([], ["now"])
-    ):
-        return None
-    return StopRequest(int(_STOP_REQUESTERS[words[1]]), len(words) == 3)
 
 
 # ---- a node agent that lives for the job (``--for-job``, agent/job_agent.py) ----------------------------------

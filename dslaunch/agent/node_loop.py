@@ -99,15 +99,7 @@ class NodeLoop:
         self.by_rank: dict[int, _RankProcess] = {}
         self.sel = selectors.DefaultSelector()
         self._round: DeathWindow | None = None  # while the ranks the last wait found ended are reaped
-        self.state = ns.NodeState(
-            node_rank,
-            self.node.host,
-            shutdown_timeout=plan.shutdown_timeout,
-            slurm_signals_ranks=plan.slurm.signals_ranks,
-            now=time.monotonic(),
-            stop_grace=plan.stop_grace,
-            stop_on=plan.stop_signum,
-        )
+        self.state = ns.NodeState.for_plan(plan, node_rank, now=time.monotonic())
         self.pages = StopPages()
         self._control = wire.ControlReader()
         self.output = OutputPump(

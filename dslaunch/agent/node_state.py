@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from dslaunch import wire
 from dslaunch.agent.failures import ErrorRecord
 from dslaunch.agent.rank_exits import DeathWindow, RankId, cannot_start, rank_exit
 from dslaunch.output.sink import STALL
+
+if TYPE_CHECKING:
+    from dslaunch.plan import LaunchPlan
 
 HELD_OPEN = 0.5  # ranks gone, pipes silent this long (a grandchild holds them): stop reading
 DRAIN_POLL = 0.1  # ranks gone: how often to look at the pipes and sinks at the least
@@ -151,6 +154,19 @@ class NodeState:
         self.stop_deadline: float | None = None  # monotonic: SIGKILL, once the groups have had SIGTERM
         self.ranks_done_at: float | None = None
         self.last_read = now
+
+    @classmethod
+    def for_plan(cls, plan: LaunchPlan, node_rank: int, *, now: float) -> NodeState:
+        """Node ``node_rank`` of ``plan``."""
+        return cls(
+            node_rank,
+            plan.node(node_rank).host,
+            shutdown_timeout=plan.shutdown_timeout,
+            slurm_signals_ranks=plan.slurm.signals_ranks,
+            now=now,
+            stop_grace=plan.stop_grace,
+            stop_on=plan.stop_signum,
+        )
 
     @property
     def stopping(self) -> bool:

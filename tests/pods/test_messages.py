@@ -39,11 +39,14 @@ ACCEPTED_FROM_POD = [
     _event(wire.Done(1, 7)),
     _event(wire.Idle(1, True, 2)),
     _event(wire.Stacks(1, "pod-1", ((2, "running", 1, 0.5),))),
+    _event(wire.StopAsked(1, 15, 1.7e9)),  # a stop requested of this pod (its SIGTERM): the coordinator asks every pod
+    _event(wire.Done(1, 143, 15, 1.7e9)),
 ]
 REFUSED_FROM_POD = {
     "another pod's rank, the coordinator's rank 0": (_exit(rank=0), "rank 0 is not one of node 1's"),
     "another node's rank exit": (_exit(rank=0, node_rank=0), "RankExit for node 0 on node 1's link"),
     "another node's end": (_event(wire.Done(2, 0)), "Done for node 2 on node 1's link"),
+    "another node's stop": (_event(wire.StopAsked(0, 15, 1.0)), "StopAsked for node 0 on node 1's link"),
     "another pod's ranks in its stacks": (_event(wire.Stacks(1, "pod-1", ((0, "running", 1, 0.5),))), "rank 0"),
     "a loss, which only the coordinator tells": (_event(wire.NodeLost(1, "pod-1")), "does not send NodeLost"),
     "a done with a string code": (_event(wire.Done(1, 0)).replace('"code":0', '"code":"0"'), "field 'code'"),
@@ -71,6 +74,8 @@ def test_the_coordinator_relays_other_nodes_only_and_its_controls_are_checked() 
     with pytest.raises(Malformed, match="this pod's own node 1"):
         messages.from_coordinator(_exit(), 1)
     assert messages.from_coordinator('{"t":"end","code":3,"last":true}', 1) == {"t": "end", "code": 3, "last": True}
+    asked = {"t": "stop", "signum": 15, "now": True}  # a requested stop, its grace ended
+    assert messages.from_coordinator(json.dumps(asked), 1) == asked
     for bad in ('{"t":"end","code":"3","last":true}', '{"t":"start","attempt":0,"node_rank":1,"hosts":[1]}',
                 '{"t":"signal","signum":"SIGQUIT"}', '{"t":"reboot"}', '{"t":"stop","now":1}', "[]"):  # fmt: skip
         with pytest.raises(Malformed):

@@ -47,6 +47,8 @@ def test_plan_from_env_removes_it() -> None:
     [
         wire.Spawned(rank=1, local_rank=1, pid=42, host="h"),
         wire.Done(node_rank=3, code=7),
+        wire.Done(node_rank=3, code=143, stopped_by=15, stop_requested_at=1000.5),
+        wire.StopAsked(node_rank=1, signum=15, ts=1000.5),
         wire.RankExit(1, 1, 0, "h", 42, 134, "SIGABRT", 1.5, False, "Traceback...", ("a", "b")),
         wire.Idle(node_rank=1, idle=True, live=2),
         wire.Stacks(node_rank=1, host="h", ranks=((2, "collective", 3, 5.5), (3, "no-python", 0, 6.0))),
@@ -109,6 +111,16 @@ def test_control_lines_are_parsed_whole_never_by_substring() -> None:
     with pytest.raises(wire.WireError):
         wire.control_signal(signal.SIGKILL)
     assert reader.feed(wire.control_signal(signal.SIGQUIT)) == [int(signal.SIGQUIT)]  # stacks (docs/hangs.md)
+
+
+def test_a_stop_request_line_names_a_stop_signal_and_may_end_the_grace() -> None:
+    reader = wire.ControlReader()
+    lines = b"stop SIGTERM\nstop SIGINT now\nstop SIGKILL\nstop SIGTERM later\nstop  SIGTERM\nstop sigterm\n"
+    assert reader.feed(lines) == [wire.StopRequest(signal.SIGTERM), wire.StopRequest(signal.SIGINT, now=True)]
+    assert reader.rejects.count == 4
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        for now in (False, True):
+            assert reader.feed(wire.control_request_stop(signum, now)) == [wire.StopRequest(signum, now)]
 
 
 def test_staged_plan_paths_are_per_node_and_quoted() -> None:
