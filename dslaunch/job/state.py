@@ -73,6 +73,7 @@ class Outcome:
     lost_why: str = ""  # one job across pods: how the lost pod was lost (wire.NodeLost)
     stopped_by: int | None = None  # a requested stop by this signal ended the job (no rank failed first)
     stop_requested_at: float | None = None  # wall time of that request, as the earliest node saw it
+    stop_signals: int = 0  # how many stop signals dslaunch itself received
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ class JobState:
         self.stop_request: int | None = None  # a requested stop's signal (ours, or one a node reported)
         self.in_grace = False  # a requested stop whose grace the agents still give
         self.requested_at: float | None = None  # the earliest node's wall time of the request
+        self.stop_signals = 0
 
     @property
     def stopping(self) -> bool:
@@ -178,6 +180,7 @@ class JobState:
     def _stop_signal(self, signum: int, now: float) -> tuple[Action, ...]:
         """SIGINT/SIGTERM/SIGHUP (and --stop-on-signal's) request a stop; a second one ends its grace, a third kills
         the agents (during a fail-fast teardown, the second does)."""
+        self.stop_signals += 1
         if self.signal is None:
             self.signal = signum
             return self._request(signum, now)
@@ -216,6 +219,7 @@ class JobState:
             self.lost_why,
             stopped_by,
             self.requested_at if stopped_by is not None else None,
+            self.stop_signals,
         )
 
     def _watch_hang(self, now: float) -> tuple[Action, ...]:

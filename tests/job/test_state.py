@@ -203,6 +203,7 @@ def test_a_second_stop_signal_kills_once_and_the_first_names_the_code() -> None:
     ]
     assert state.outcome().code == 130 and state.outcome().signal == signal.SIGINT
     assert state.outcome().stopped_by == signal.SIGINT
+    assert state.outcome().stop_signals == 4
 
 
 def test_a_signal_during_a_fail_fast_teardown_names_the_code_and_a_second_kills() -> None:

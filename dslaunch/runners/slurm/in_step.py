@@ -112,7 +112,7 @@ def attempt_in_step(plan: LaunchPlan, env: Mapping[str, str] | None = None, *, l
         _peers.current = None
     late.ended = True
     try:
-        result = _quiet_stop_ends_at_zero(_after(outcome, plan, env, since))
+        result = _quiet_stop_ends_at_zero(_after(outcome, plan, env, since), outcome)
     finally:
         if not last:
             signal.signal(signal.SIGTERM, late.previous)
@@ -156,10 +156,11 @@ def _after(outcome: Outcome, plan: LaunchPlan, env: Mapping[str, str], since: fl
     return report(_without_kill_on_bad_exit(outcome), plan)
 
 
-def _quiet_stop_ends_at_zero(result: JobResult) -> JobResult:
-    """A stop --launcher slurm's launcher asked for (STOP_REQUEST): this task exits 0, and that launcher 128+N. A
-    task's 143 would make srun --kill-on-bad-exit end the step, other nodes' ranks in the middle of their save."""
-    if result.stopped_by is None or not _peers.quiet_stop:
+def _quiet_stop_ends_at_zero(result: JobResult, outcome: Outcome) -> JobResult:
+    """A stop --launcher slurm's launcher asked for (STOP_REQUEST alone): this task exits 0, and that launcher
+    128+N. A task's 143 would make srun --kill-on-bad-exit end the step, other nodes' ranks in the middle of their
+    save. Not when Slurm sent its own SIGTERM too (a cancelled job: SIGCONT, then SIGTERM): 128+N then."""
+    if result.stopped_by is None or not _peers.quiet_stop or outcome.stop_signals != 1:
         return result
     return replace(result, code=0)
 

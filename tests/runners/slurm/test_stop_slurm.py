@@ -139,3 +139,20 @@ def test_scancel_sigterm_in_node_mode_every_rank_saves_hearing_it_once(
         assert (tmp_path / f"rank{rank}.stops").read_text().split() == ["SIGTERM"]
     assert err.count("stopped by SIGTERM (exit 143); 2 of 2 ranks exited 0 within") == 2, err
     assert wait_until_gone(run_id, 15) == []
+
+
+def test_scancel_of_the_job_under_launcher_slurm_is_no_success(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    """``scancel JOB`` sends SIGCONT then SIGTERM to every process of the step: the tasks must not take the SIGCONT
+    for dslaunch's own quiet request and exit 0 (salloc's command would then exit 0)."""
+    run_id = "slurmcancel-" + uuid.uuid4().hex[:8]
+    name = "dsl-" + uuid.uuid4().hex[:6]
+    argv = [*DSLAUNCH, "--run-id", run_id, "--launcher", "slurm", "--nproc-per-node", "2", "--stop-grace", "4"]
+    salloc = _start(["salloc", f"--job-name={name}", "-N2", *argv, SAVER, str(tmp_path)], slurm_env)
+    _ready(tmp_path)
+    job = subprocess.run(
+        ["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True, env=slurm_env, timeout=10
+    ).stdout.strip()
+    subprocess.run(["scancel", job], env=slurm_env, timeout=10, check=True)
+    err = _finish(salloc)
+    assert salloc.returncode != 0, err
+    assert wait_until_gone(run_id, 15) == []
