@@ -195,7 +195,22 @@ class NodeLost:
     why: str = ""  # for the summary: "its launcher received SIGTERM", "nothing heard from it for 4 s", ...
 
 
-Event = Spawned | RankExit | Done | Idle | Stacks | NodeLost | StopAsked
+@dataclass(frozen=True)
+class TimerWindow:
+    """One rank's ``engine.timers`` regions summed over a window of steps (``dslaunch/observe/record.py``), relayed
+    by its node agent: ``regions`` as (name, seconds in all, seconds in its fastest step)."""
+
+    node_rank: int
+    rank: int
+    index: int
+    step: int
+    steps: int
+    wall: float
+    regions: tuple[tuple[str, float, float], ...]
+    first_step_at: float = 0.0
+
+
+Event = Spawned | RankExit | Done | Idle | Stacks | NodeLost | StopAsked | TimerWindow
 _KINDS: dict[str, type[Event]] = {
     "spawned": Spawned,
     "stop": StopAsked,
@@ -204,6 +219,7 @@ _KINDS: dict[str, type[Event]] = {
     "idle": Idle,
     "stacks": Stacks,
     "lost": NodeLost,
+    "window": TimerWindow,
 }
 _NAMES = {cls: name for name, cls in _KINDS.items()}
 
@@ -259,6 +275,14 @@ _SCHEMAS: dict[type, tuple[dict[str, Spec], dict[str, Spec]]] = {
         {"traces": ListOf(Text(4096), 1 << 16)},
     ),
     NodeLost: ({"node_rank": _NODE, "host": _HOST}, {"status": Maybe(Int(-127, 255)), "why": Text(4096)}),
+    TimerWindow: (
+        {
+            **{"node_rank": _NODE, "rank": _RANK, "index": Int(0, INT_MAX), "step": Int(0, INT_MAX)},
+            **{"steps": Int(1, INT_MAX), "wall": Real(0, 1e12)},
+            "regions": ListOf(Row((Text(64), Real(0, 1e12), Real(0, 1e12))), 64),
+        },
+        {"first_step_at": Real(0, 1e12)},
+    ),
 }
 
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # System packages the test suite uses for real hosts: sshd, pdsh, Slurm with munge, Open MPI, MPICH, numactl;
-# and a headless browser (chromium, with a font) for the launch timeline page (tests/report).
+# a headless browser (chromium, with a font) for the launch timeline page (tests/report); Prometheus itself, which
+# scrapes a running job in tests/observe.
 # Idempotent and quiet when everything is already there.
 set -euo pipefail
 PKGS=(openssh-server openssh-client pdsh munge slurmctld slurmd slurm-client openmpi-bin mpich numactl iproute2 procps
-      chromium fonts-dejavu-core)
+      chromium fonts-dejavu-core prometheus)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

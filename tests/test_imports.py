@@ -300,18 +300,22 @@ PACKAGE_RULES: dict[str, tuple[str, ...]] = {
     "auth": (),  # the handshake of the job's control channels: a pdsh job agent's dial-back and the pods'
     "logs": (*BASE, "mesh", "oslib"),
     "report": (*BASE, "inputs", "logs"),
+    # seeing a running job: each rank's timer windows (rank side), their relay (agent side), the breakdown,
+    # stragglers and metrics (launcher side); prometheus-client only in observe.metrics, imported on demand
+    "observe": (*BASE, "logs", "output", "plan", "wire"),
     # the rank side: never the launcher's code
-    "bootstrap": (*BASE, "failure_bounds", "inputs", "logs", "mesh", "oslib", "slurmlib"),
+    "bootstrap": (*BASE, "failure_bounds", "inputs", "logs", "mesh", "observe", "oslib", "slurmlib"),
     "compat": (*BASE, "bootstrap", "mesh"),
     "dslaunch": ("bootstrap", "logs"),  # the public facade: engine(), get_logger(), heartbeat()
     # the node agent: runs ranks (its zygote runs the bootstrap), never the launcher's code; a pdsh job agent dials
     # back with the handshake of auth/ (agent/dialback_client.py)
     "agent": (
         *BASE,
-        *("auth", "bootstrap", "failure_bounds", "logs", "masking", "nesting", "oslib", "output", "plan", "wire"),
+        *("auth", "bootstrap", "failure_bounds", "logs", "masking", "nesting", "observe", "oslib", "output", "plan"),
+        "wire",
     ),
     # the launcher side
-    "job": (*BASE, "logs", "mesh", "output", "plan", "wire"),  # the job core: no transport
+    "job": (*BASE, "logs", "mesh", "observe", "output", "plan", "wire"),  # the job core: no transport
     # the control channel between one job's pods, and each pod's side of an attempt (no agent code)
     "pods": (*BASE, "auth", "job", "logs", "mesh", "output", "plan", "wire", "wire_check"),
     "runners": (
@@ -321,7 +325,7 @@ PACKAGE_RULES: dict[str, tuple[str, ...]] = {
     ),
     "cli": (
         *BASE,
-        *("dslaunch", "inputs", "job", "logs", "masking", "mesh", "nesting", "oslib", "plan", "report"),
+        *("dslaunch", "inputs", "job", "logs", "masking", "mesh", "nesting", "observe", "oslib", "plan", "report"),
         *("runners", "slurmlib", "wire"),
     ),
 }

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from dslaunch import wire
 from dslaunch.bootstrap import progress as rankside
+from dslaunch.observe.window_relay import WindowRelay, window_steps
 from dslaunch.plan import LaunchPlan
 
 STACKS_WINDOW = 1.0  # after a stacks request: how long the stacks' output is read before the report
@@ -64,6 +65,7 @@ class ProgressWatch:
         self.next_poll = 0.0
         self.report_at: float | None = None
         self.last_request = float("-inf")
+        self.windows = WindowRelay(node_rank) if window_steps(plan) else None  # docs/observability.md
 
     def add(self, rank: int, env: dict[str, str]) -> None:
         """Create rank ``rank``'s progress file and put its variables in the rank's ``env``."""
@@ -75,6 +77,8 @@ class ProgressWatch:
             return  # no stacks or heartbeats for this rank; its output still counts
         self.ranks[rank] = _RankProgress(rank, fd, self.plan.program.no_python, last=time.monotonic())
         env[rankside.ENV] = path
+        if self.windows is not None:
+            self.windows.add(rank, env, self.run_dir)
         if self.timeout is not None:
             where = self.plan.log_dir or tempfile.gettempdir()
             env[rankside.TRACE_ENV] = self.ranks[rank].trace = os.path.join(
@@ -143,11 +147,13 @@ class ProgressWatch:
     def due(self, now: float) -> float | None:
         """Seconds until ``tick`` has work, None for never."""
         waits = [t - now for t in (self.report_at, self.next_poll if self.poll else None) if t is not None]
+        if self.windows is not None and (due := self.windows.due(now)) is not None:
+            waits.append(due)
         return max(0.0, min(waits)) if waits else None
 
     def tick(self, now: float) -> list[wire.Event]:
         """Poll the beat counters; the events to send (an idle change, a stacks report)."""
-        events: list[wire.Event] = []
+        events: list[wire.Event] = [] if self.windows is None else self.windows.tick(now)
         if self.report_at is not None and now >= self.report_at:
             self.report_at = None
             events.append(self._report(now))
@@ -183,6 +189,8 @@ class ProgressWatch:
         return wire.Stacks(node_rank=self.node_rank, host=self.host, ranks=tuple(ranks), traces=tuple(traces))
 
     def close(self) -> None:
+        if self.windows is not None:
+            self.windows.close()
         for st in self.ranks.values():
             try:
                 os.close(st.fd)

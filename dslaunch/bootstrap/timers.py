@@ -19,6 +19,7 @@ from typing import Any
 from dslaunch import logs
 from dslaunch.bootstrap import progress
 from dslaunch.logs import phases
+from dslaunch.observe import rank_windows
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -90,6 +91,7 @@ class Timers:
         progress.beat()  # a step is progress for --hang-timeout
         data, self._totals = self._totals, {}
         step = self._steps if step is None else step
+        rank_windows.add(step, data)  # the job-wide breakdown's window (docs/observability.md)
         if self.enabled and data and reports_at(step, self.steps_per_print):
             logs.timers_report(step, data)
         return data

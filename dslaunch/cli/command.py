@@ -28,6 +28,7 @@ from dslaunch.cli import (
     help_sections,
     log_options,
     mesh_options,
+    observe_options,
     parity_options,
     pod_options,
     remote_options,
@@ -52,6 +53,7 @@ AREAS = (
     pod_options,
     parity_options,
     mesh_options,
+    observe_options,
 )
 
 
@@ -105,6 +107,7 @@ def choices_of(values: dict[str, Any], environ: Mapping[str, str]) -> Choices:
         no_restart_on=restart_options.no_restart_on(values),
         stop=stop_options.parse(values),
         pods=pod_options.parse(values),
+        observe=observe_options.parse(values, core.log_dir, core.config),
     )
 
 
@@ -149,7 +152,26 @@ def _act(choices: Choices, decision: Decision) -> int:
     log_options.log_launch(plan.launcher, runner.describe(plan), plan.env, decision.secrets)
     from dslaunch.job.attempts import run_attempts
 
-    return run_attempts(runner, plan, host_pool(runner, plan))
+    with _observed(choices, plan):
+        return run_attempts(runner, plan, host_pool(runner, plan))
+
+
+@contextmanager
+def _observed(choices: Choices, plan: LaunchPlan) -> Iterator[None]:
+    """The job's observer (docs/observability.md), for the job's attempts."""
+    if not choices.observe.collect:
+        yield
+        return
+    from dslaunch.observe import session
+
+    try:
+        session.start(choices.observe, plan)
+    except OSError as exc:
+        raise DslaunchError(f"cannot serve metrics: {exc.strerror or exc}", option="--metrics-port") from None
+    try:
+        yield
+    finally:
+        session.stop()
 
 
 def _dry_run(plan: LaunchPlan, commands: list[str], secrets: frozenset[str], *, as_json: bool) -> None:

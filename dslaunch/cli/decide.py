@@ -27,6 +27,7 @@ from dslaunch.errors import DslaunchError
 from dslaunch.inputs import hostfile
 from dslaunch.inputs.config import unknown_key_warnings
 from dslaunch.masking import is_secret_name
+from dslaunch.observe.settings import ObserveSettings
 from dslaunch.plan import (
     Candidate,
     Elastic,
@@ -57,6 +58,7 @@ class Choices:
     pods: PodChoices | None = None
     no_restart_on: tuple[int, ...] = ()  # --no-restart-on
     stop: StopChoices = field(default_factory=StopChoices)
+    observe: ObserveSettings = field(default_factory=ObserveSettings)  # breakdown, stragglers, metrics
 
 
 @dataclass(frozen=True)
@@ -304,6 +306,7 @@ def _rank_env(c: Choices, remote: bool, environ: Mapping[str, str]) -> tuple[dic
     if c.core.config_path:
         env["DSLAUNCH_CONFIG"] = c.core.config_path
     env.update(c.logs.rank_env(c.core.log_dir))
+    env.update(c.observe.rank_env())
     implicit = remote_options.implicit_env(environ) if remote else {}
     for name, value in implicit.items():
         env.setdefault(name, value)

@@ -23,6 +23,7 @@ from dslaunch.job import elastic
 from dslaunch.job.restart_policy import may_restart
 from dslaunch.job.result import START_FAILED, JobResult, stopped
 from dslaunch.mesh import MeshConfigError
+from dslaunch.observe import session as observe
 from dslaunch.plan import LaunchPlan
 
 if TYPE_CHECKING:
@@ -126,6 +127,9 @@ def _run_attempts(runner: Runner, plan: LaunchPlan, pool: HostPool | None) -> in
         results.append(result)
         used.append(hosts)
         verdict = may_restart(results, plan.restarts, plan.no_restart_on)
+        if (observer := observe.current()) is not None:
+            cause = observe.restart_cause(result.code, lost=bool(result.blamed), ranks=bool(result.failures))
+            observer.attempt_ended(result.code, cause, verdict.restart)
         if not verdict.restart:
             if verdict.say:
                 _say(f"dslaunch: not restarting: {verdict.why}")

@@ -36,6 +36,7 @@ from dslaunch.job.state import (
     StopAll,
 )
 from dslaunch.job.summary import blamed_hosts, cause_line, failures_of, format_summary, stepped
+from dslaunch.observe import session as observe
 from dslaunch.output import lanes
 from dslaunch.output.remote_console import RemoteConsole
 from dslaunch.output.sink import STALL, Sink, write_within
@@ -115,6 +116,7 @@ def _drive(
     console: RemoteConsole | None,
 ) -> Outcome:
     state = JobState(plan, [(h.node_rank, h.host) for h in handles])
+    observer = observe.for_attempt(plan)  # the job-wide breakdown, stragglers, metrics (docs/observability.md)
     while True:
         while caught:
             _execute(state.on_signal(caught.pop(0), time.monotonic()), handles, console)
@@ -123,6 +125,7 @@ def _drive(
             break
         if console is not None:
             console.tick(time.monotonic())
+        observer.tick(time.monotonic())
         if state.stopping and out.stalled(STALL):
             out.abandon()  # let the reader threads drain the agents' streams
         try:
@@ -133,6 +136,7 @@ def _drive(
             status = handles[index].wait(1.0) if state.wants_status(index) else None
             _execute(state.on_stream_end(index, status, time.monotonic()), handles, console)
         else:
+            observer.on_event(event, time.monotonic())
             _execute(state.on_event(index, event, time.monotonic()), handles, console)
     for h in handles:
         if h.wait(plan.shutdown_timeout + KILL_GRACE) is None:

@@ -1,0 +1,233 @@
+"""The launcher's side of seeing a running job: the one seam where windows become prints, warnings, a log file
+and metrics.
+
+The CLI starts one :class:`Observer` for the job (:func:`start`); ``job/loop.py`` hands it every agent event of
+an attempt and ticks it, ``job/attempts.py`` tells it how each attempt ended. It groups the ranks' windows
+(``wire.TimerWindow``) by window number; a window is complete once every rank of the attempt that is still
+running sent it, or two later ones came from some rank (a rank whose window was not read is left out). Each
+complete window feeds the straggler watch and the breakdown's running period; the period prints every
+``--breakdown-every`` steps or seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import TYPE_CHECKING
+
+from dslaunch import wire
+from dslaunch.observe import breakdown as bd
+from dslaunch.observe.figures import JobFigures
+from dslaunch.observe.settings import ObserveSettings
+from dslaunch.observe.stragglers import StragglerWatch, Where
+from dslaunch.plan import LaunchPlan
+
+if TYPE_CHECKING:
+    from dslaunch.observe.metrics import Exporter
+
+_STALE = 2  # a window still incomplete once some rank sent this many later ones is taken as it is
+_METRICS_FILE_EVERY = 1.0
+
+
+class Observer:
+    def __init__(self, settings: ObserveSettings, plan: LaunchPlan) -> None:
+        self.settings = settings
+        self.figures = JobFigures(ranks=plan.world_size, nodes=len(plan.nodes))
+        self.metrics: Exporter | None = None
+        self.next_file = 0.0
+        self._attempt(plan)
+
+    def _attempt(self, plan: LaunchPlan) -> None:
+        self.where = {r: Where(n.node_rank, n.host) for n in plan.nodes for r in n.ranks}
+        self.pending: dict[int, dict[int, wire.TimerWindow]] = {}
+        self.done_index = 0
+        self.ended: set[int] = set()
+        self.period: dict[int, bd.RankTotals] = {}
+        self.period_first = 0
+        self.printed_at = time.monotonic()
+        s = self.settings
+        self.watch = StragglerWatch(s.straggler_factor, 1, s.window, self.where) if s.straggler_factor else None
+        f = self.figures
+        f.ranks, f.nodes, f.ranks_alive, f.nodes_done = plan.world_size, len(plan.nodes), 0, 0
+
+    def begin(self, plan: LaunchPlan) -> None:
+        """An attempt of ``plan`` starts."""
+        self._attempt(plan)
+        self.figures.attempt = plan.restarts.count
+        self.figures.state = "running"
+
+    # ---- events ---------------------------------------------------------------------------------------------
+    def on_event(self, event: wire.Event, now: float) -> None:
+        f = self.figures
+        if isinstance(event, wire.Spawned):
+            f.ranks_alive += 1
+        elif isinstance(event, wire.RankExit):
+            f.ranks_alive = max(0, f.ranks_alive - 1)
+            self.ended.add(event.rank)
+        elif isinstance(event, wire.Done):
+            f.nodes_done += 1
+        elif isinstance(event, wire.NodeLost):
+            f.nodes_lost += 1
+        elif isinstance(event, wire.TimerWindow) and event.rank in self.where and event.index > self.done_index:
+            self.pending.setdefault(event.index, {})[event.rank] = event
+            if event.first_step_at and not f.first_step_at:
+                f.first_step_at = event.first_step_at
+            self._complete(now)
+
+    def _complete(self, now: float) -> None:
+        newest = max(self.pending, default=0)
+        while self.pending:
+            index = min(self.pending)
+            got = self.pending[index]
+            waiting = set(self.where) - self.ended - set(got)
+            if waiting and newest - index < _STALE:
+                return
+            del self.pending[index]
+            self.done_index = index
+            self._window(got, now)
+
+    def _window(self, got: dict[int, wire.TimerWindow], now: float) -> None:
+        f = self.figures
+        current = {}
+        for rank, w in got.items():
+            where = self.where[rank]
+            one = bd.RankTotals(rank, where.node_rank, where.host)
+            one.add(w.steps, w.wall, w.regions)
+            current[rank] = one
+            total = self.period.setdefault(rank, bd.RankTotals(rank, where.node_rank, where.host))
+            total.add(w.steps, w.wall, w.regions)
+        last = max(w.step for w in got.values())
+        first = min(w.step - w.steps + 1 for w in got.values())
+        self.period_first = self.period_first or first
+        walls = [w.wall for w in got.values()]
+        f.stepping += bd.median(walls)
+        f.step, f.step_rate = max(f.step, last), bd.median(w.steps / w.wall for w in got.values() if w.wall)
+        f.regions = bd.summarize(list(current.values()))
+        if self.watch is not None:
+            per_rank = {r: {k: (v, t.fastest.get(k, v)) for k, v in t.per_step().items()} for r, t in current.items()}
+            for line in self.watch.feed(per_rank):
+                _warn(line)
+            f.stragglers = sum(1 for t in self.watch.tracks.values() if t.flagged)
+        every = self.settings.every_steps
+        if every and last - self.period_first + 1 >= every:
+            self._print_period(last, now)
+
+    # ---- the breakdown's period ------------------------------------------------------------------------------
+    def _print_period(self, last: int, now: float) -> None:
+        if not self.period:
+            return
+        stats = bd.summarize(list(self.period.values()))
+        first = self.period_first
+        self.period, self.period_first, self.printed_at = {}, 0, now
+        if self.settings.breakdown:
+            _say(bd.format_table(stats, first, last, self.figures.ranks))
+            if self.settings.log_dir:
+                _append(os.path.join(self.settings.log_dir, "breakdown.jsonl"), bd.as_record(stats, first, last))
+
+    def tick(self, now: float) -> None:
+        """Time-driven work: a breakdown every N seconds, the metrics file."""
+        every = self.settings.every_seconds
+        if every and self.period and now - self.printed_at >= every:
+            self._print_period(self.figures.step, now)
+        if self.metrics is not None and now >= self.next_file:
+            self.next_file = now + _METRICS_FILE_EVERY
+            self.publish()
+
+    # ---- the job ---------------------------------------------------------------------------------------------
+    def attempt_ended(self, code: int, cause: str, restarting: bool) -> None:
+        """An attempt is over: its last windows and period print, the restart counts by ``cause``."""
+        now = time.monotonic()
+        while self.pending:
+            index = min(self.pending)
+            self.done_index = index
+            self._window(self.pending.pop(index), now)
+        self._print_period(self.figures.step, now)
+        f = self.figures
+        if restarting:
+            f.restarts[cause] = f.restarts.get(cause, 0) + 1
+            f.state = "restarting"
+        else:
+            f.state = "succeeded" if code == 0 else "failed"
+        self.publish()
+
+    def publish(self) -> None:
+        if self.metrics is not None:
+            self.metrics.write_file()
+
+
+def restart_cause(code: int, *, lost: bool, ranks: bool) -> str:
+    """The ``cause`` label of an attempt that ended with ``code``: a node lost (a host blamed), a rank's own
+    failure, a hang (--hang-timeout's 124), else "other"."""
+    if lost:
+        return "node_lost"
+    if ranks:
+        return "rank_failure"
+    return "hang" if code == 124 else "other"
+
+
+def _say(text: str) -> None:
+    from dslaunch.output.sink import STALL, write_within
+
+    write_within(2, (text + "\n").encode(), STALL)
+
+
+def _warn(text: str) -> None:
+    from dslaunch.logs import get_logger
+
+    get_logger("launcher").warning(text)
+
+
+def _append(path: str, data: dict[str, object]) -> None:
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(data, separators=(",", ":")) + "\n")
+    except OSError:
+        pass
+
+
+# ---- the job's one observer ------------------------------------------------------------------------------------
+_current: Observer | None = None
+
+
+def start(settings: ObserveSettings, plan: LaunchPlan) -> Observer | None:
+    """The job's observer (None when nothing is to be seen); with metrics asked for, their exporter starts."""
+    global _current
+    if not settings.collect:
+        return None
+    _current = Observer(settings, plan)
+    if settings.metrics:
+        from dslaunch.observe import metrics
+
+        _current.metrics = metrics.Exporter(settings, _current.figures)
+    return _current
+
+
+def current() -> Observer | None:
+    return _current
+
+
+class _Unobserved:
+    """An attempt nobody watches: the loop calls it all the same."""
+
+    def on_event(self, event: wire.Event, now: float) -> None:
+        pass
+
+    def tick(self, now: float) -> None:
+        pass
+
+
+def for_attempt(plan: LaunchPlan) -> Observer | _Unobserved:
+    """The job's observer, told that an attempt of ``plan`` starts; a no-op one when there is none."""
+    if _current is None:
+        return _Unobserved()
+    _current.begin(plan)
+    return _current
+
+
+def stop() -> None:
+    global _current
+    observer, _current = _current, None
+    if observer is not None and observer.metrics is not None:
+        observer.publish()
+        observer.metrics.close()

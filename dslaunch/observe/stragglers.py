@@ -1,0 +1,122 @@
+"""Stragglers named (pure): a rank whose time in a region stays above the job's median by a factor.
+
+Fed one window of every rank at a time (``observe/session.py``): per rank and region, its seconds per step on
+average and in its fastest step. A rank is slow in a window when even its fastest step there took longer than
+``factor`` times the median rank's average (and at least :data:`FLOOR` seconds more: a 0.1 ms region's noise is
+no straggler); slow for ``windows`` windows in a row, it is named once. It has recovered once its average is
+back under ``factor`` times the median for as many windows in a row, and is named once more. A node whose ranks
+(two or more) are all slow in a region is named as the node instead of rank by rank.
+
+:data:`STEP` (each rank's step wall time) is left out: in synchronous training every rank waits for the slowest,
+so all step times match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from dslaunch.observe.breakdown import STEP, medians
+
+FLOOR = 0.001
+
+
+@dataclass
+class _Track:
+    slow_for: int = 0  # windows in a row it was slow
+    fine_for: int = 0  # windows in a row it was fine, while flagged
+    flagged: bool = False
+    named: bool = False  # its own line was printed (not folded into its node's)
+
+
+@dataclass(frozen=True)
+class Where:
+    node_rank: int
+    host: str
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+@dataclass
+class StragglerWatch:
+    factor: float
+    windows: int  # how many windows in a row make a straggler (and a recovery)
+    steps: int  # what they come to in steps, for the message
+    where: Mapping[int, Where]  # rank -> its node and host
+    tracks: dict[tuple[int, str], _Track] = field(default_factory=dict)
+    nodes_flagged: set[tuple[int, str]] = field(default_factory=set)
+
+    def feed(self, window: Mapping[int, Mapping[str, tuple[float, float]]]) -> list[str]:
+        """One window: rank -> region -> (average, fastest) seconds per step. The lines to print."""
+        averages = {rank: {k: v[0] for k, v in times.items() if k != STEP} for rank, times in window.items()}
+        median = medians(averages)
+        changed: list[tuple[int, str, bool]] = []  # (rank, region, now flagged)
+        for rank, times in sorted(window.items()):
+            for region, (average, fastest) in times.items():
+                if region == STEP or region not in median:
+                    continue
+                limit = max(self.factor * median[region], median[region] + FLOOR)
+                track = self.tracks.setdefault((rank, region), _Track())
+                if self._update(track, slow=fastest > limit, fine=average <= limit):
+                    changed.append((rank, region, track.flagged))
+        return self._lines(changed, window, median)
+
+    def _update(self, track: _Track, *, slow: bool, fine: bool) -> bool:
+        """Whether the rank's state flipped."""
+        track.slow_for = track.slow_for + 1 if slow else 0
+        track.fine_for = track.fine_for + 1 if fine and track.flagged else 0
+        if not track.flagged and track.slow_for >= self.windows:
+            track.flagged = True
+            return True
+        if track.flagged and track.fine_for >= self.windows:
+            track.flagged, track.fine_for = False, 0
+            return True
+        return False
+
+    def _node_ranks(self, node_rank: int) -> list[int]:
+        return [r for r, w in self.where.items() if w.node_rank == node_rank]
+
+    def _lines(
+        self,
+        changed: Sequence[tuple[int, str, bool]],
+        window: Mapping[int, Mapping[str, tuple[float, float]]],
+        median: Mapping[str, float],
+    ) -> list[str]:
+        lines = []
+        for node_rank, region in sorted({(self.where[r].node_rank, reg) for r, reg, _ in changed if r in self.where}):
+            ranks = self._node_ranks(node_rank)
+            all_slow = len(ranks) > 1 and all(self.tracks.get((r, region), _Track()).flagged for r in ranks)
+            key = (node_rank, region)
+            if all_slow and key not in self.nodes_flagged:
+                self.nodes_flagged.add(key)
+                times = [window[r][region][0] for r in ranks if region in window.get(r, {})]
+                lines.append(
+                    f"straggler node: node {node_rank} ({self.where[ranks[0]].host}): all its {len(ranks)} "
+                    f"ranks spend {_ms(min(times))}-{_ms(max(times))} per step in '{region}', the job's median "
+                    f"{_ms(median[region])} (over {self.factor:g}x for {self.steps} steps)"
+                )
+            elif not all_slow and key in self.nodes_flagged:
+                self.nodes_flagged.discard(key)
+                lines.append(f"straggler node recovered: node {node_rank} in '{region}'")
+        for rank, region, flagged in changed:
+            track = self.tracks[(rank, region)]
+            where = self.where.get(rank, Where(-1, "?"))
+            if (where.node_rank, region) in self.nodes_flagged:
+                continue  # its node's line says it
+            average = window[rank][region][0]
+            name = f"rank {rank} (node {where.node_rank}, host {where.host})"
+            if flagged and not track.named:
+                track.named = True
+                lines.append(
+                    f"straggler: {name} spends {_ms(average)} per step in '{region}', the job's median "
+                    f"{_ms(median[region])} (over {self.factor:g}x for {self.steps} steps)"
+                )
+            elif not flagged and track.named:
+                track.named = False
+                lines.append(
+                    f"straggler recovered: {name} spends {_ms(average)} per step in '{region}', "
+                    f"the job's median {_ms(median[region])}"
+                )
+        return lines
