@@ -27,21 +27,26 @@ class _Windows:
         self.first_at = 0.0
 
     def add(self, step: int, data: Mapping[str, float]) -> None:
+        """Windows follow the step numbers (steps 1-5, 6-10, ... for 5), so every rank's window N holds the same
+        steps: it is sent after its last step, or, when the numbers skip past its end, before the next one's."""
         now = time.perf_counter()
         if self.started is None:  # the first step: its own time has no start to measure from
             self.started, self.first_at = now, time.time()
             return
+        index = (step - 1) // self.size + 1
+        if self.steps and index != self.index:
+            self._send(now)
+        self.index = index
         for name, seconds in data.items():
             self.totals[name] = self.totals.get(name, 0.0) + seconds
             best = self.fastest.get(name)
             self.fastest[name] = seconds if best is None or seconds < best else best
         self.steps += 1
         self.step = step
-        if self.steps >= self.size:
+        if step % self.size == 0:
             self._send(now)
 
     def _send(self, now: float) -> None:
-        self.index += 1
         started = self.started if self.started is not None else now
         regions = tuple(
             record.Region(name[: record.MAX_NAME], total, self.fastest[name])

@@ -1,6 +1,7 @@
 """One rank's timer window, as it crosses rank -> node agent (stdlib only, pure but for two small file helpers).
 
-A rank sums its ``engine.timers`` regions over a window of ``steps`` steps and writes one record per window into
+A rank sums its ``engine.timers`` regions over each window of ``steps`` step numbers (window N: steps
+(N-1)*steps+1 to N*steps) and writes one record per window into
 a ring of :data:`SLOTS` fixed-size slots in a file of its own (``DSLAUNCH_WINDOW_FILE``, made by its node agent);
 the agent polls the file and relays each new record as a ``wire.Window`` event. A slot is
 ``seq (8) | length (4) | JSON payload | seq (8)``, written with one ``pwrite``: a reader that finds the two

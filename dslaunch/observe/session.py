@@ -46,16 +46,18 @@ class Observer:
         self.period: dict[int, bd.RankTotals] = {}
         self.period_first = 0
         self.printed_at = time.monotonic()
+        self.printed_step = 0
         s = self.settings
         self.watch = StragglerWatch(s.straggler_factor, 1, s.window, self.where) if s.straggler_factor else None
         f = self.figures
         f.ranks, f.nodes, f.ranks_alive, f.nodes_done = plan.world_size, len(plan.nodes), 0, 0
 
     def begin(self, plan: LaunchPlan) -> None:
-        """An attempt of ``plan`` starts."""
+        """An attempt of ``plan`` starts: its steps count from its own first (a restart resumes at the user's
+        checkpoint, which dslaunch does not know)."""
         self._attempt(plan)
-        self.figures.attempt = plan.restarts.count
-        self.figures.state = "running"
+        f = self.figures
+        f.attempt, f.state, f.step, f.step_rate, f.regions = plan.restarts.count, "running", 0, 0.0, ()
 
     # ---- events ---------------------------------------------------------------------------------------------
     def on_event(self, event: wire.Event, now: float) -> None:
@@ -110,7 +112,7 @@ class Observer:
                 _warn(line)
             f.stragglers = sum(1 for t in self.watch.tracks.values() if t.flagged)
         every = self.settings.every_steps
-        if every and last - self.period_first + 1 >= every:
+        if every and last // every > self.printed_step // every:  # at steps N, 2N, ... (or the first past them)
             self._print_period(last, now)
 
     # ---- the breakdown's period ------------------------------------------------------------------------------
@@ -119,7 +121,7 @@ class Observer:
             return
         stats = bd.summarize(list(self.period.values()))
         first = self.period_first
-        self.period, self.period_first, self.printed_at = {}, 0, now
+        self.period, self.period_first, self.printed_at, self.printed_step = {}, 0, now, last
         if self.settings.breakdown:
             _say(bd.format_table(stats, first, last, self.figures.ranks))
             if self.settings.log_dir:

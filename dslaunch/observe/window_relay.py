@@ -1,9 +1,9 @@
 """The node agent's side of the job-wide breakdown: each rank's window file, polled, relayed as events.
 
 On when the launcher asked for windows (``DSLAUNCH_WINDOW_STEPS`` in the plan's environment). Each rank gets a
-file of ``record.FILE_SIZE`` bytes; every :data:`POLL` seconds the agent reads the slots written since its last
-look and sends one ``wire.TimerWindow`` per new window: a few reads a second per rank, one small event per rank
-and window.
+file of ``record.FILE_SIZE`` bytes; every :data:`POLL` seconds (a quarter second: a straggler is named within a
+few steps of its window) the agent reads the slots written since its last look and sends one
+``wire.TimerWindow`` per new window: a few reads a second per rank, one small event per rank and window.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dslaunch import wire
 from dslaunch.observe import record
 from dslaunch.plan import LaunchPlan
 
-POLL = 0.5
+POLL = 0.25
 
 
 @dataclass

@@ -33,9 +33,7 @@ def test_round_trip() -> None:
         b'{"r":1,"i":1,"s":5,"n":5,"w":0.5,"t":[["x",1]]}',
         b'{"r":1,"i":1,"s":5,"n":5,"w":0.5,"t":[[1,1,1]]}',
         b'{"r":1,"i":1,"s":5,"n":5,"w":0.5,"t":[["' + b"x" * 49 + b'",1,1]]}',
-        b'{"r":1,"i":1,"s":5,"n":5,"w":0.5,"t":'
-        + json.dumps([[f"r{i}", 1, 1] for i in range(25)]).encode()
-        + b"}",
+        b'{"r":1,"i":1,"s":5,"n":5,"w":0.5,"t":' + json.dumps([[f"r{i}", 1, 1] for i in range(25)]).encode() + b"}",
     ],
 )
 def test_malformed_payloads_are_refused(payload: bytes) -> None:

@@ -3,8 +3,10 @@
 argv: T0 PERIOD STEPS [SLOW_RANK SLOW_FROM SLOW_TO [FAIL_RANK FAIL_STEP]]. Step k ends at T0 + k*PERIOD on every
 rank (the 'allreduce' region waits for it, as a collective waits for the slowest rank); 'forward' takes 20 ms, twice
 that on SLOW_RANK for steps SLOW_FROM..SLOW_TO-1; 'backward' 10 ms. FAIL_RANK exits 1 at FAIL_STEP of attempt 0.
+With TIMINGS_DIR set, each rank writes its own timings there, a JSON line per step (what timers.step() returned).
 """
 
+import json
 import os
 import sys
 import time
@@ -17,6 +19,8 @@ rank = int(os.environ["RANK"])
 attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 timers = Timers(enabled=False)
 start = max(time.time(), t0)
+where = os.environ.get("TIMINGS_DIR")
+out = open(os.path.join(where, f"rank{rank}.jsonl"), "w") if where else None
 for step in range(1, steps + 1):
     if rank == fail_rank and step == fail_step and attempt == 0:
         sys.exit(1)
@@ -26,4 +30,7 @@ for step in range(1, steps + 1):
         time.sleep(0.01)
     with timers("allreduce"):
         time.sleep(max(0.0, start + step * period - time.time()))
-    timers.step()
+    timings = timers.step()
+    if out is not None:
+        out.write(json.dumps({"step": step, "t": timings}) + "\n")
+        out.flush()
