@@ -22,7 +22,7 @@ CHAIN_VAR = "DSLAUNCH_RUN_ID_CHAIN"
 RECORDED_PREFIXES = ("DSLAUNCH_", "PET_")
 # Set by the agent for each rank after the rank environment is built (agent/watch.py, bootstrap/progress.py):
 # never a setting of the launcher, always the enclosing rank's own file.
-RANK_FILES = ("DSLAUNCH_PROGRESS_FILE", "DSLAUNCH_NCCL_TRACE_FILE")
+RANK_FILES = ("DSLAUNCH_PROGRESS_FILE", "DSLAUNCH_NCCL_TRACE_FILE", "DSLAUNCH_WINDOW_FILE")
 
 
 def digest(value: str) -> str:

@@ -140,8 +140,9 @@ def test_the_chain_grows_by_one_job_per_level() -> None:
 
 def test_rank_files_names_match_the_bootstrap() -> None:
     from dslaunch.bootstrap import progress
+    from dslaunch.observe import record
 
-    assert set(nesting.RANK_FILES) == {progress.ENV, progress.TRACE_ENV}
+    assert set(nesting.RANK_FILES) == {progress.ENV, progress.TRACE_ENV, record.ENV_FILE}
 
 
 def test_the_record_names_only_launcher_namespaces() -> None:

@@ -40,3 +40,10 @@ def test_on_only_when_the_launcher_asks() -> None:
 
     assert window_steps(replace(PLAN, env=((record.ENV_STEPS, "5"),))) == 5
     assert window_steps(replace(PLAN, env=((record.ENV_STEPS, "x"),))) is None
+
+
+def test_a_malformed_window_event_is_no_event() -> None:
+    good = wire.encode(wire.TimerWindow(0, 1, 1, 5, 5, 0.5, (("forward", 0.1, 0.02),)))
+    assert wire.decode(good) is not None
+    assert wire.decode(good.replace('[["forward",0.1,0.02]]', '[["forward",0.1]]')) is None
+    assert wire.decode(good.replace('[["forward",0.1,0.02]]', '[["forward","x",0.02]]')) is None
