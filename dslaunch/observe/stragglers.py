@@ -5,7 +5,8 @@ average and in its fastest step. A rank is slow in a window when even its fastes
 ``factor`` times the median rank's average (and at least :data:`FLOOR` seconds more: a 0.1 ms region's noise is
 no straggler); slow for ``windows`` windows in a row, it is named once. It has recovered once its average is
 back under ``factor`` times the median for as many windows in a row, and is named once more. A node whose ranks
-(two or more) are all slow in a region is named as the node instead of rank by rank.
+(two or more) are all slow in a region is named as the node instead of rank by rank. A window is judged only when
+at least :data:`MIN_RANKS` ranks and half the job's sent it.
 
 :data:`STEP` (each rank's step wall time) is left out: in synchronous training every rank waits for the slowest,
 so all step times match.
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from dslaunch.observe.breakdown import STEP, medians
 
 FLOOR = 0.001
+MIN_RANKS = 3  # a median of two ranks is halfway between a straggler and the rest
 
 
 @dataclass
@@ -49,7 +51,10 @@ class StragglerWatch:
     nodes_flagged: set[tuple[int, str]] = field(default_factory=set)
 
     def feed(self, window: Mapping[int, Mapping[str, tuple[float, float]]]) -> list[str]:
-        """One window: rank -> region -> (average, fastest) seconds per step. The lines to print."""
+        """One window: rank -> region -> (average, fastest) seconds per step. The lines to print. A window that
+        fewer than :data:`MIN_RANKS` or half the job's ranks sent (the job is ending) is no measure: skipped."""
+        if len(window) < MIN_RANKS or 2 * len(window) < len(self.where):
+            return []
         averages = {rank: {k: v[0] for k, v in times.items() if k != STEP} for rank, times in window.items()}
         median = medians(averages)
         changed: list[tuple[int, str, bool]] = []  # (rank, region, now flagged)

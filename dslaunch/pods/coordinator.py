@@ -218,7 +218,7 @@ class PodLink:
                         yield wire.encode(left)
                     yield line
                     return
-                if isinstance(event, (wire.RankExit, wire.Idle, wire.Stacks, wire.StopAsked)):
+                if isinstance(event, (wire.RankExit, wire.Idle, wire.Stacks, wire.StopAsked, wire.TimerWindow)):
                     yield wire.encode(event)
             why = lost_why(self.link.why, "its launcher", self.link.detail)
             lost = wire.NodeLost(self.node_rank, self.host, None, why)

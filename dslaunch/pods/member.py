@@ -281,6 +281,9 @@ class Forwarding:
                 self.send(event)
             elif isinstance(event, (wire.Idle, wire.Stacks, wire.StopAsked)) and self.to_coordinator:
                 self.send(event)
+            elif isinstance(event, wire.TimerWindow) and self.to_coordinator:
+                self.send(event)
+                continue  # the coordinator sees the job's windows, not each pod alone (docs/observability.md)
             elif isinstance(event, wire.Done):
                 if self.to_coordinator:
                     self.send(event)

@@ -215,3 +215,24 @@ def test_prometheus_scrapes_a_running_two_node_job(prometheus: tuple[int, int], 
         assert steps == sorted(steps) and steps[-1] > steps[0], samples  # steps advance
     assert {s[3] for s in first + second} == {3.0}, samples  # the rank the test slowed down
     assert {s[4] for s in samples if s[4] is not None} == {2.0}
+
+
+def test_in_pods_the_coordinator_names_a_straggler_of_another_pod() -> None:
+    from tests.runners.pods import free_port_pair
+
+    port, t0 = free_port_pair(), time.time() + 3.0
+    pods = []
+    for node_rank in (0, 1):
+        env = {
+            **os.environ,
+            **{"PET_NNODES": "2", "PET_NODE_RANK": str(node_rank), "PET_NPROC_PER_NODE": "2"},
+            **{"PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": str(port), "CUDA_VISIBLE_DEVICES": ""},
+        }
+        # rank 3 (the second pod's) twice as slow in 'forward' from step 10 on
+        command = [*DSLAUNCH_CMD, SCRIPT, f"{t0}", f"{PERIOD}", "40", "3", "10", "999"]
+        pods.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env))
+    errs = [p.communicate(timeout=60)[1] for p in pods]
+    assert [p.returncode for p in pods] == [0, 0], errs
+    named = [line for line in errs[0].splitlines() if "straggler" in line]
+    assert len(named) == 1 and "straggler: rank 3 (node 1, host " in named[0], errs[0]
+    assert "straggler" not in errs[1]  # the member leaves it to the coordinator: one line for the job

@@ -80,3 +80,13 @@ def test_an_interrupted_slow_streak_starts_over() -> None:
         == [[]] * 5
     )
     assert watch.feed(_window({1: 0.04})) != []
+
+
+def test_a_window_of_few_ranks_is_no_measure() -> None:
+    watch = StragglerWatch(1.5, 1, 5, WHERE)
+    assert watch.feed(_window({5: 0.040})) != []
+    ending = {r: t for r, t in _window({5: 0.020}).items() if r in (4, 5)}  # the job ends: two ranks' last window
+    assert watch.feed(ending) == []
+    assert watch.tracks[(5, "forward")].flagged  # no recovery from it
+    few = StragglerWatch(1.5, 1, 5, {r: WHERE[r] for r in (0, 1)})
+    assert few.feed({r: t for r, t in _window({1: 0.040}).items() if r in (0, 1)}) == []
