@@ -34,7 +34,7 @@ FROM_COORDINATOR: dict[str, tuple[dict[str, Spec], dict[str, Spec]]] = {
     "signal": ({"signum": Int(1, 64)}, {}),
 }
 # What a pod's launcher sends after the handshake: events only (heartbeats are taken off by the link).
-POD_EVENTS = (wire.RankExit, wire.Idle, wire.Stacks, wire.Done, wire.StopAsked)
+POD_EVENTS = (wire.RankExit, wire.Idle, wire.Stacks, wire.Done, wire.StopAsked, wire.TimerWindow)
 
 rejected = Rejects()  # every malformed message this launcher has read on a pods' link
 
@@ -61,7 +61,10 @@ def from_pod(line: str, node_rank: int, ranks: Collection[int] | None) -> wire.E
         raise Malformed(f"a pod does not send {type(event).__name__}")
     if event.node_rank != node_rank:
         raise Malformed(f"{type(event).__name__} for node {event.node_rank} on node {node_rank}'s link")
-    told = [event.rank] if isinstance(event, wire.RankExit) else [r[0] for r in getattr(event, "ranks", ())]
+    if isinstance(event, (wire.RankExit, wire.TimerWindow)):
+        told = [event.rank]
+    else:
+        told = [r[0] for r in getattr(event, "ranks", ())]
     strangers = [r for r in told if ranks is not None and r not in ranks]
     if strangers:
         raise Malformed(f"rank {strangers[0]} is not one of node {node_rank}'s")

@@ -41,6 +41,7 @@ ACCEPTED_FROM_POD = [
     _event(wire.Stacks(1, "pod-1", ((2, "running", 1, 0.5),))),
     _event(wire.StopAsked(1, 15, 1.7e9)),  # a stop requested of this pod (its SIGTERM): the coordinator asks every pod
     _event(wire.Done(1, 143, 15, 1.7e9)),
+    _event(wire.TimerWindow(1, 2, 3, 15, 5, 0.5, (("forward", 0.1, 0.02),))),  # its timers, for the coordinator
 ]
 REFUSED_FROM_POD = {
     "another pod's rank, the coordinator's rank 0": (_exit(rank=0), "rank 0 is not one of node 1's"),
@@ -52,6 +53,11 @@ REFUSED_FROM_POD = {
     "a done with a string code": (_event(wire.Done(1, 0)).replace('"code":0', '"code":"0"'), "field 'code'"),
     "an idle with a list node rank": (_event(wire.Idle(1, True)).replace('"node_rank":1', '"node_rank":[1]'), "node"),
     "a rank exit with a string time": (_exit(ts="1700000000.0"), "field 'ts'"),
+    "another pod's rank's timers": (_event(wire.TimerWindow(1, 0, 1, 5, 5, 0.5, ())), "rank 0 is not one of"),
+    "timers with a negative time": (
+        _event(wire.TimerWindow(1, 2, 1, 5, 5, 0.5, (("forward", 0.1, 0.02),))).replace("0.02", "-1"),
+        "regions",
+    ),
     "a control message": ('{"t":"stop"}\n', "not an event"),
     "output": ("hello\n", "not an event"),
 }
