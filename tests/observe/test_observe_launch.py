@@ -25,7 +25,7 @@ PERIOD = 0.08
 
 
 def _launch(args: list[str], *rank_args: object, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    t0 = time.time() + 1.5  # every rank starts its steps together
+    t0 = time.time() + 3.0  # every rank starts its steps together
     return subprocess.Popen(
         [*DSLAUNCH_CMD, "--master-port", "0", *args, SCRIPT, f"{t0}", f"{PERIOD}", *map(str, rank_args)],
         stdout=subprocess.PIPE,
@@ -37,7 +37,7 @@ def _launch(args: list[str], *rank_args: object, env: dict[str, str] | None = No
 
 def test_rank_5_named_once_as_a_straggler_and_once_recovered() -> None:
     # 8 ranks, 60 steps; rank 5's 'forward' takes 40 ms instead of 20 from step 20 to 39
-    t0 = time.time() + 1.5
+    t0 = time.time() + 3.0
     job = subprocess.Popen(
         [
             *DSLAUNCH_CMD,
@@ -185,7 +185,7 @@ def test_prometheus_scrapes_a_running_two_node_job(prometheus: tuple[int, int], 
         f"127.0.0.1:{metrics}",
     ]
     job = subprocess.Popen(
-        [*DSLAUNCH_CMD, *args, SCRIPT, f"{time.time() + 1.5}", "0.1", "70", "3", "1", "999", "1", "40"],
+        [*DSLAUNCH_CMD, *args, SCRIPT, f"{time.time() + 3.0}", "0.1", "70", "3", "1", "999", "1", "40"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

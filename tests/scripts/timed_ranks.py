@@ -18,7 +18,7 @@ slow_rank, slow_from, slow_to, fail_rank, fail_step = (int(a) for a in [*sys.arg
 rank = int(os.environ["RANK"])
 attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 timers = Timers(enabled=False)
-start = max(time.time(), t0)
+start = t0 if attempt == 0 else time.time()  # attempt 0: a rank that started late catches up
 where = os.environ.get("TIMINGS_DIR")
 out = open(os.path.join(where, f"rank{rank}.jsonl"), "w") if where else None
 for step in range(1, steps + 1):
