@@ -125,3 +125,17 @@ def test_the_metrics_file_is_written(tmp_path: Path) -> None:
         session.stop()
     assert session.current() is None
     assert not [n for n in os.listdir(tmp_path) if n != "job.prom"]  # written aside, renamed
+
+
+def test_a_breakdown_every_n_seconds(capfd: pytest.CaptureFixture[str]) -> None:
+    observer = session.Observer(ObserveSettings(breakdown=True, every_steps=None, every_seconds=30.0), PLAN)
+    observer.begin(PLAN)
+    start = observer.printed_at
+    for rank in range(3):
+        observer.on_event(_w(rank, 1, 0.01), start)
+    observer.tick(start + 29.0)
+    assert "wall-clock breakdown" not in capfd.readouterr().err
+    observer.tick(start + 30.0)
+    assert "dslaunch: wall-clock breakdown, steps 2-6, 3 of 3 ranks" in capfd.readouterr().err
+    observer.tick(start + 61.0)
+    assert capfd.readouterr().err == ""  # nothing new since
