@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from dslaunch.limits import MAX_WORLD_SIZE
 from dslaunch.wire_check import (
     INT_MAX,
+    TIMER_WINDOW_FIELDS,
     Bool,
     Int,
     ListOf,
@@ -42,6 +43,7 @@ from dslaunch.wire_check import (
     fields,
     load_object,
 )
+from dslaunch.wire_check import TimerWindow as TimerWindow  # noqa: PLC0414 - an Event kind, exported from here
 
 if TYPE_CHECKING:
     from dslaunch.plan import LaunchPlan
@@ -195,21 +197,6 @@ class NodeLost:
     why: str = ""  # for the summary: "its launcher received SIGTERM", "nothing heard from it for 4 s", ...
 
 
-@dataclass(frozen=True)
-class TimerWindow:
-    """One rank's ``engine.timers`` regions summed over a window of steps (``dslaunch/observe/record.py``), relayed
-    by its node agent: ``regions`` as (name, seconds in all, seconds in its fastest step)."""
-
-    node_rank: int
-    rank: int
-    index: int
-    step: int
-    steps: int
-    wall: float
-    regions: tuple[tuple[str, float, float], ...]
-    first_step_at: float = 0.0
-
-
 Event = Spawned | RankExit | Done | Idle | Stacks | NodeLost | StopAsked | TimerWindow
 _KINDS: dict[str, type[Event]] = {
     "spawned": Spawned,
@@ -275,14 +262,7 @@ _SCHEMAS: dict[type, tuple[dict[str, Spec], dict[str, Spec]]] = {
         {"traces": ListOf(Text(4096), 1 << 16)},
     ),
     NodeLost: ({"node_rank": _NODE, "host": _HOST}, {"status": Maybe(Int(-127, 255)), "why": Text(4096)}),
-    TimerWindow: (
-        {
-            **{"node_rank": _NODE, "rank": _RANK, "index": Int(0, INT_MAX), "step": Int(0, INT_MAX)},
-            **{"steps": Int(1, INT_MAX), "wall": Real(0, 1e12)},
-            "regions": ListOf(Row((Text(64), Real(0, 1e12), Real(0, 1e12))), 64),
-        },
-        {"first_step_at": Real(0, 1e12)},
-    ),
+    TimerWindow: TIMER_WINDOW_FIELDS,
 }
 
 
