@@ -176,9 +176,8 @@ class Idle:
 
 @dataclass(frozen=True)
 class Stacks:
-    """After a stacks request: each rank of the node as (rank, state, progress count, seconds since its last
-    progress). state: "collective" (its stack is in torch.distributed), "running", "not started", "no-python",
-    "exited"."""
+    """After a stacks request: each rank as (rank, state, progress count, seconds since its last progress); state:
+    "collective" (its stack is in torch.distributed), "running", "not started", "no-python", "exited"."""
 
     node_rank: int
     host: str
@@ -197,7 +196,16 @@ class NodeLost:
     why: str = ""  # for the summary: "its launcher received SIGTERM", "nothing heard from it for 4 s", ...
 
 
-Event = Spawned | RankExit | Done | Idle | Stacks | NodeLost | StopAsked | TimerWindow
+@dataclass(frozen=True)
+class StopStep:
+    """After a requested stop, this node's proposed ``should_stop()`` step: its ranks' largest count + 1 (None: no
+    rank calls it); the launcher answers every agent with the largest proposal (``StopAt``)."""
+
+    node_rank: int
+    step: int | None
+
+
+Event = Spawned | RankExit | Done | Idle | Stacks | NodeLost | StopAsked | StopStep | TimerWindow
 _KINDS: dict[str, type[Event]] = {
     "spawned": Spawned,
     "stop": StopAsked,
@@ -207,6 +215,7 @@ _KINDS: dict[str, type[Event]] = {
     "stacks": Stacks,
     "lost": NodeLost,
     "window": TimerWindow,
+    "stopstep": StopStep,
 }
 _NAMES = {cls: name for name, cls in _KINDS.items()}
 
@@ -263,6 +272,7 @@ _SCHEMAS: dict[type, tuple[dict[str, Spec], dict[str, Spec]]] = {
     ),
     NodeLost: ({"node_rank": _NODE, "host": _HOST}, {"status": Maybe(Int(-127, 255)), "why": Text(4096)}),
     TimerWindow: TIMER_WINDOW_FIELDS,
+    StopStep: ({"node_rank": _NODE, "step": Maybe(Int(1, 1 << 62))}, {}),
 }
 
 
@@ -308,13 +318,12 @@ def _runs(block: bytes) -> Iterator[str]:
 
 def exit_code_of(returncode: int) -> tuple[int, str | None]:
     """Map a Popen returncode (negative for signals) to (shell code, signal name)."""
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return 128 - returncode, name
-    return returncode, None
+    if returncode >= 0:
+        return returncode, None
+    try:
+        return 128 - returncode, signal.Signals(-returncode).name
+    except ValueError:
+        return 128 - returncode, f"signal {-returncode}"
 
 
 # ---- control: launcher -> agent -------------------------------------------------------------------
@@ -338,10 +347,18 @@ def control_request_stop(signum: int, now: bool = False) -> bytes:
     return f"{STOP} {signal.Signals(signum).name}{' now' if now else ''}\n".encode()
 
 
-Command = str | int | StopRequest  # what a control line carries (ControlReader.feed)
 _STOP_LINE = re.compile(
     rf"{STOP} (SIG(?:INT|TERM|HUP|USR1|USR2))( now)?"
 )  # a requested stop: its signal, the grace's end
+
+
+@dataclass(frozen=True)
+class StopAt:
+    step: int  # the job's stop step: the launcher's answer to the agents' StopStep (docs/stopping.md)
+
+
+def control_stop_at(step: int) -> bytes:
+    return f"stop-at {int(step)}\n".encode()
 
 
 # The ssh runner's heartbeat on each agent's control channel (runners/ssh/runner.py::Keepalive): an agent that hears
@@ -367,6 +384,13 @@ def control_signal(signum: int) -> bytes:
 
 
 MAX_CONTROL_LINE = 1024  # control lines are words; a longer one is malformed, and memory stays bounded
+Command = str | int | StopRequest | StopAt  # what a control line asks (ControlReader.feed)
+
+
+def parse_stop_at(line: str) -> int | None:
+    """The step of a ``stop-at N`` line (N: 1 to 18 digits, not 0); None for any other line."""
+    found = re.fullmatch(r"stop-at ([0-9]{1,18})", line)
+    return (int(found[1]) or None) if found else None
 
 
 @dataclass
@@ -377,9 +401,9 @@ class ControlReader:
     rejects: Rejects = field(default_factory=Rejects)  # lines that are no command (the caller logs the first)
 
     def feed(self, data: bytes) -> list[Command]:
-        """``"stop"``, a :class:`StopRequest` or a signal number per complete line; a heartbeat is nothing; any other
-        line is malformed: counted in ``rejects`` and ignored (the launcher's channel is trusted: a bad line ends
-        nothing)."""
+        """``"stop"``, a :class:`StopRequest`, a :class:`StopAt` or a signal number per complete line; a heartbeat is
+        nothing; any other line is malformed: counted in ``rejects`` and ignored (the launcher's channel is trusted:
+        a bad line ends nothing)."""
         self._partial += data
         *lines, self._partial = self._partial.split(b"\n")
         if len(self._partial) > MAX_CONTROL_LINE:
@@ -392,6 +416,8 @@ class ControlReader:
                 commands.append(STOP)
             elif (asked := _STOP_LINE.fullmatch(line)) is not None:
                 commands.append(StopRequest(int(signal.Signals[asked[1]]), asked[2] is not None))
+            elif (step := parse_stop_at(line)) is not None:
+                commands.append(StopAt(step))
             elif line.startswith("signal ") and line[7:] in _CONTROL_SIGNALS:
                 commands.append(int(_CONTROL_SIGNALS[line[7:]]))
             elif line not in (HEARTBEAT, ""):
@@ -399,11 +425,10 @@ class ControlReader:
         return commands
 
 
-# ---- a node agent that lives for the job (``--for-job``, agent/job_agent.py) ----------------------------------
-# Launcher -> agent, whole lines on its stdin: ``run N PLAN`` starts an attempt as node rank N of PLAN (base64);
-# ``standby PLAN``: a spare host gets ready (with --preload, its zygote imports now) and waits; EOF ends the job.
-# Agent -> launcher: after each attempt, once its output is out, ``ATTEMPT_END`` on its stderr, then its stdout.
-# A one-attempt pdsh agent (``--plan-file``) also ends its stderr with it: pdsh's one pipe carries every host's.
+# ---- a job agent (``--for-job``, agent/job_agent.py). Launcher -> agent, lines on its stdin: ``run N PLAN`` starts
+# an attempt as node rank N of PLAN (base64); ``standby PLAN``: a spare gets ready (with --preload, its zygote imports
+# now) and waits; EOF ends the job. Agent -> launcher: after each attempt, once its output is out, ``ATTEMPT_END`` on
+# its stderr, then its stdout; a one-attempt pdsh agent (``--plan-file``) also ends its stderr with it.
 ATTEMPT_END = "@dslaunch-attempt-end"
 
 
@@ -416,35 +441,10 @@ def job_standby(plan: LaunchPlan) -> bytes:
 
 
 def parse_job_line(line: bytes) -> tuple[int | None, LaunchPlan] | None:
-    """A ``run`` line's (node rank, plan), a ``standby`` line's (None, plan); None for any other line (a stop or a
-    signal that came after its attempt ended). Raises ``WireError`` for a plan that does not decode."""
+    """A ``run`` line's (node rank, plan), a ``standby``'s (None, plan), else None; ``WireError``: a bad plan."""
     words = line.decode("ascii", "replace").split()
     if len(words) == 3 and words[0] == "run" and words[1].isascii() and words[1].isdigit():
         return int(words[1]), plan_from_b64(words[2])
     if len(words) == 2 and words[0] == "standby":
         return None, plan_from_b64(words[1])
     return None
-
-
-# ---- a pdsh agent's dial-back to its launcher (``--dial-file``, agent/dialback_client.py) ---------------------
-# One line in a staged 0600 file: the launcher's port, the job's dial-back secret (hex) and the host's name in the
-# plan, by which the launcher knows the agent; the address is the one the host's sshd saw the launcher come from.
-DIALBACK_WORD = "dslaunch-dial"
-
-
-def dialback_text(port: int, secret: bytes, host: str) -> str:
-    return f"{DIALBACK_WORD} {port} {secret.hex()} {host}\n"
-
-
-def parse_dialback(text: str) -> tuple[int, bytes, str]:
-    """(port, secret, host) from ``dialback_text``; raises ``WireError`` for anything else."""
-    words = text.split()
-    if len(words) == 4 and words[0] == DIALBACK_WORD and words[1].isascii() and words[1].isdigit():
-        port = int(words[1])
-        try:
-            secret = bytes.fromhex(words[2])
-        except ValueError:
-            secret = b""
-        if 0 < port < 65536 and 16 <= len(secret) <= 1024 and len(words[3]) <= 253:
-            return port, secret, words[3]
-    raise WireError("the dial-back file does not hold a port, a secret and a host name")

@@ -56,14 +56,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dslaunch agent: node rank {args.node_rank} is not in 0..{len(plan.nodes) - 1}", file=sys.stderr)
         return 2
     control = None if args.no_control else sys.stdin.buffer
-    if dial is not None:  # pdsh: no stdin to carry a partition's news; a dial-back connection does
+    side = None
+    if dial is not None:  # pdsh: no stdin to carry a partition's news or the stop step; a dial-back connection does
         from dslaunch.agent.dialback_client import watch_launcher
 
-        watch_launcher(dial, plan.run_id, os.environ)
+        side, forward = os.pipe()
+        watch_launcher(dial, plan.run_id, os.environ, forward)
     pid_file = _write_pid(args.plan_file)
     removed = (lambda: _remove(pid_file)) if pid_file is not None else None  # before Done: pdsh may end us then
     try:
-        code = run_node(plan, args.node_rank, control, pending, before_done=removed)
+        code = run_node(plan, args.node_rank, control, pending, before_done=removed, side_control=side)
     finally:
         if removed is not None:
             removed()

@@ -28,6 +28,29 @@ DIALBACK_TIMEOUT = 10.0
 WATCH_TIMEOUT = 5.0  # a one-attempt agent's liveness line: its ranks run meanwhile
 
 
+# One line in a staged 0600 file: the launcher's port, the job's dial-back secret (hex) and the host's name in the
+# plan, by which the launcher knows the agent; the address is the one the host's sshd saw the launcher come from.
+DIALBACK_WORD = "dslaunch-dial"
+
+
+def dialback_text(port: int, secret: bytes, host: str) -> str:
+    return f"{DIALBACK_WORD} {port} {secret.hex()} {host}\n"
+
+
+def parse_dialback(text: str) -> tuple[int, bytes, str]:
+    """(port, secret, host) from ``dialback_text``; raises ``WireError`` for anything else."""
+    words = text.split()
+    if len(words) == 4 and words[0] == DIALBACK_WORD and words[1].isascii() and words[1].isdigit():
+        port = int(words[1])
+        try:
+            secret = bytes.fromhex(words[2])
+        except ValueError:
+            secret = b""
+        if 0 < port < 65536 and 16 <= len(secret) <= 1024 and len(words[3]) <= 253:
+            return port, secret, words[3]
+    raise wire.WireError("the dial-back file does not hold a port, a secret and a host name")
+
+
 class DialBackError(Exception):
     pass
 
@@ -61,8 +84,8 @@ def dial_back(path: str, run_id: str, environ: Mapping[str, str]) -> tuple[socke
 def connect_back(
     text: str, run_id: str, environ: Mapping[str, str], timeout: float
 ) -> tuple[socket.socket, bytes, str]:
-    """``dial``'s connection, from the ``wire.dialback_text`` line itself."""
-    port, secret, host = wire.parse_dialback(text)
+    """``dial``'s connection, from the ``dialback_text`` line itself."""
+    port, secret, host = parse_dialback(text)
     address = launcher_address(environ)
     deadline = time.monotonic() + timeout
     try:
@@ -92,11 +115,13 @@ def _handshake(sock: socket.socket, key: bytes, run_id: str, host: str, deadline
     return got[1]
 
 
-def watch_launcher(text: str, run_id: str, environ: Mapping[str, str]) -> None:
+def watch_launcher(text: str, run_id: str, environ: Mapping[str, str], forward: int | None = None) -> None:
     """A one-attempt pdsh agent's liveness line to its launcher, in the background: once it is up, its end (the
     launcher's death, a partition found by keepalive) is SIGHUP to this agent, which tears its node down as for any
-    stop signal. Its stops and output still go through pdsh; a launcher it cannot reach is said once, and then only
-    the host's sshd can tell this agent of a partition (docs/teardown.md)."""
+    stop signal. What the launcher sends on it (``stop``, the job's stop step) is written to ``forward`` (the agent's
+    side control pipe, ``NodeLoop.watch_side``). Its stops' signals and output still go through pdsh; a launcher it
+    cannot reach is said once, and then only the host's sshd can tell this agent of a partition
+    (docs/teardown.md)."""
 
     def watch() -> None:
         try:
@@ -106,8 +131,9 @@ def watch_launcher(text: str, run_id: str, environ: Mapping[str, str]) -> None:
             return
         with sock:
             try:
-                while sock.recv(4096):
-                    pass
+                while data := sock.recv(4096):
+                    if forward is not None:
+                        os.write(forward, data)
             except OSError:
                 pass
         os.kill(os.getpid(), signal.SIGHUP)

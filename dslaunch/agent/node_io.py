@@ -15,6 +15,8 @@ from dslaunch.oslib import prctl, procs
 if TYPE_CHECKING:
     import subprocess
 
+    from dslaunch import wire
+
 _SAME_CLOCK = 0.05  # a file time this close to time.time() is this node's clock (the coarse one: a tick behind)
 
 
@@ -128,3 +130,34 @@ def fs_clock_offset(directory: str) -> float:
     if before - _SAME_CLOCK <= changed <= after + _SAME_CLOCK:
         return 0.0  # this node's clock, give or take a tick: a single sample would only add its noise
     return changed - (before + after) / 2
+
+
+def log_debug(event: str, argv: list[str], **kw: object) -> None:
+    from dslaunch.logs import get_logger
+
+    log = get_logger("agent")
+    if log.is_enabled_for(10):
+        import shlex
+
+        from dslaunch.masking import mask
+
+        log.debug(event, command=mask(shlex.join(argv)), **kw)
+
+
+def record_exit(result: wire.RankExit) -> None:
+    """A rank's end in the launch timeline."""
+    from dslaunch.logs import phases
+
+    phases.record(
+        "exit", rank=result.rank, local_rank=result.local_rank, pid=result.pid, code=result.code, signal=result.signal
+    )
+
+
+def read_ready(fd: int, size: int = 4096) -> bytes | None:
+    """What a non-blocking fd holds: None when nothing yet; b"" at its end (a reset connection too)."""
+    try:
+        return os.read(fd, size)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""

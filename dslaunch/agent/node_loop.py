@@ -29,13 +29,16 @@ from dslaunch.agent.node_io import (
     fs_clock_offset,
     kill_descendants,
     killpg,
+    log_debug,
     pidfd_of,
     popen_rank,
+    read_ready,
+    record_exit,
     signal_pid,
     write_all,
 )
 from dslaunch.agent.rank_exits import DeathWindow
-from dslaunch.agent.stop_pages import StopPages
+from dslaunch.agent.stop_pages import StopPages, carry_out
 from dslaunch.agent.watch import ProgressWatch
 from dslaunch.errors import assert_never
 from dslaunch.logs import get_logger, phases
@@ -50,16 +53,6 @@ if TYPE_CHECKING:
     from dslaunch.agent.preload.client import Zygote
 
 _PID_POLL = 0.05  # a rank without a pidfd is polled this often
-
-
-def _log_debug(event: str, argv: list[str], **kw: object) -> None:
-    log = get_logger("agent")
-    if log.is_enabled_for(10):
-        import shlex
-
-        from dslaunch.masking import mask
-
-        log.debug(event, command=mask(shlex.join(argv)), **kw)
 
 
 @dataclass
@@ -100,8 +93,10 @@ class NodeLoop:
         self.sel = selectors.DefaultSelector()
         self._round: DeathWindow | None = None  # while the ranks the last wait found ended are reaped
         self.state = ns.NodeState.for_plan(plan, node_rank, now=time.monotonic())
-        self.pages = StopPages()
+        self.state.launcher_answers = control is not None
+        self.pages = StopPages()  # each rank's stop page, made at the start: should_stop() (agent/stop_pages.py)
         self._control = wire.ControlReader()
+        self._side = wire.ControlReader()
         self.output = OutputPump(
             plan, node_rank, self.sel, out=out, err=err, forked=events is not None, on_read=self._on_read
         )
@@ -121,6 +116,7 @@ class NodeLoop:
             private_dir(log_dir)
         self.progress = progress = ProgressWatch(self.plan, self.node.node_rank, error_dir)
         self.fs_clock_offset = fs_clock_offset(log_dir or error_dir)
+        self.pages = StopPages(error_dir, self.node.ranks)
         zygote = None
         if self.plan.preload:  # --preload: fork the ranks from one process that imported the modules (preload/)
             from dslaunch.agent.preload.client import for_node
@@ -149,7 +145,7 @@ class NodeLoop:
             self._add_rank(rank, local_rank, proc, error_file, log_dir)
             progress.started(rank, proc.pid)
             self._apply(self.state.on_spawned(rank, local_rank, proc.pid))
-            _log_debug("rank started", rank=rank, local_rank=local_rank, pid=proc.pid, argv=argv)
+            log_debug("rank started", rank=rank, local_rank=local_rank, pid=proc.pid, argv=argv)
             phases.record("spawned", env=env, rank=rank, local_rank=local_rank, pid=proc.pid)
 
     def _add_rank(self, rank: int, local_rank: int, proc: Any, error_file: str, log_dir: str | None) -> None:
@@ -270,6 +266,8 @@ class NodeLoop:
             self._read_signals(key.fd)
         elif kind == "sink":
             self.output.woken()
+        elif kind == "side":
+            self._read_side(key.fd)
 
     def _apply(self, actions: Iterable[ns.Action]) -> int | None:
         """Carry out the state's actions, in order; the node's exit code once one says the node is done."""
@@ -279,14 +277,13 @@ class NodeLoop:
                 case ns.Emit(event=event):
                     self._emit(wire.encode(event))
                 case ns.Exited(result=result):
-                    if result.failed:
-                        self.output.rank_failed()
-                    self._emit(wire.encode(result))
-                    _record_exit(result)
+                    self._exited(result)
                 case ns.Signal() | ns.StopRequested():
                     self._signal(action)
                 case ns.Stopping(signum=signum, grace=grace):
                     get_logger("agent").info("stopping ranks", signal=signal.Signals(signum).name, grace=grace)
+                case ns.ProposeStep() | ns.SetStopStep():
+                    self._stop_step(action)
                 case ns.RequestStacks():
                     self._print_stacks()
                 case ns.AbandonStalledReaders():
@@ -311,6 +308,16 @@ class NodeLoop:
         for rank in action.ranks:
             if rank not in taking_part:
                 signal_pid(self.by_rank[rank].pid, action.signum)
+
+    def _exited(self, result: wire.RankExit) -> None:
+        if result.failed:
+            self.output.rank_failed()
+        self._emit(wire.encode(result))
+        record_exit(result)
+
+    def _stop_step(self, action: ns.StopStepAction) -> None:
+        if (proposal := carry_out(self.pages, action, self.node.node_rank)) is not None:
+            self._emit(wire.encode(proposal))
 
     def _give_up_stalled_readers(self) -> None:
         for fd in self.output.abandon_stalled(STALL):
@@ -353,19 +360,14 @@ class NodeLoop:
     # ---- control and signals ---------------------------------------------
     def _read_control(self) -> None:
         assert self.control is not None
-        try:
-            data = os.read(self.control.fileno(), 4096)
-        except BlockingIOError:
-            return
-        except OSError:  # a dialled-back connection reset, or silent past its keepalive (agent/dialback_client.py)
-            data = b""
-        if not data:  # the launcher or its connection is gone
+        data = read_ready(self.control.fileno())  # b"": also a dial-back reset or silence
+        if data:
+            self._heard = time.monotonic()
+            self.feed_control(data)
+        elif data == b"":  # the launcher or its connection is gone
             self.sel.unregister(self.control.fileno())
             self.silent_after = None
             self.stop()
-            return
-        self._heard = time.monotonic()
-        self.feed_control(data)
 
     def _check_silence(self, now: float) -> None:
         """No heartbeat from the launcher for ``silent_after`` seconds (a partition): as if it were gone."""
@@ -380,6 +382,18 @@ class NodeLoop:
         self.silent_after = None
         self.stop()
 
+    def watch_side(self, fd: int) -> None:
+        """A second control channel, for ``stop`` and the stop step (a one-attempt pdsh agent's dial-back)."""
+        os.set_blocking(fd, False)
+        self.sel.register(fd, selectors.EVENT_READ, ("side", None))
+
+    def _read_side(self, fd: int) -> None:
+        data = read_ready(fd)
+        if data == b"":
+            self.sel.unregister(fd)  # its end is the agent's SIGHUP (dialback_client.py)
+        elif data:
+            self.obey([c for c in self._side.feed(data) if c == wire.STOP or isinstance(c, wire.StopAt)])
+
     def feed_control(self, data: bytes) -> None:
         """Bytes from the control channel: whole lines are obeyed, a partial one waits for the rest; the first line
         that is no command is logged at debug (wire.ControlReader counts them all)."""
@@ -389,7 +403,7 @@ class NodeLoop:
             get_logger("agent").debug("malformed control line", why=self._control.rejects.first)
 
     def obey(self, commands: list[wire.Command]) -> None:
-        """Act on control commands: ``stop``, or a signal number to pass to every live rank."""
+        """Act on control commands (``NodeState.on_control``)."""
         for command in commands:
             self._apply(self.state.on_control(command, now=time.monotonic(), wall=time.time()))
 
@@ -397,11 +411,7 @@ class NodeLoop:
         self._apply(self.state.on_control_closed(now=time.monotonic(), wall=time.time()))
 
     def _read_signals(self, fd: int) -> None:
-        try:
-            data = os.read(fd, 512)
-        except BlockingIOError:
-            return
-        for signum in data:
+        for signum in read_ready(fd, 512) or b"":
             self._apply(self.state.on_signal(signum, now=time.monotonic(), wall=time.time()))
 
     def _print_stacks(self) -> None:
@@ -438,9 +448,3 @@ class NodeLoop:
     def console(self) -> SinkWriter:
         """A stand-in for ``sys.stderr``: the agent's own log lines queue with the ranks' stderr."""
         return self.output.console()
-
-
-def _record_exit(result: wire.RankExit) -> None:
-    phases.record(
-        "exit", rank=result.rank, local_rank=result.local_rank, pid=result.pid, code=result.code, signal=result.signal
-    )

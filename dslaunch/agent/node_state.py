@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 HELD_OPEN = 0.5  # ranks gone, pipes silent this long (a grandchild holds them): stop reading
 DRAIN_POLL = 0.1  # ranks gone: how often to look at the pipes and sinks at the least
 KILL_REPEAT = 0.05  # past the deadline: SIGKILL again this often until every rank is reaped
+SETTLE = 0.002  # from a stop page's pending mark to the node's proposal: a count written before a rank saw the mark
+# is visible by then (agent/stop_pages.py)
 
 
 # ---- actions: what the shell is to do, in the order given ----------------------------------------------------
@@ -65,6 +67,21 @@ class StopRequested:
 
 
 @dataclass(frozen=True)
+class ProposeStep:
+    """``SETTLE`` after a requested stop: send this node's stop step to the launcher (``wire.StopStep``); ``alone``:
+    no launcher will answer (none, or gone): write it as the job's step too."""
+
+    alone: bool
+
+
+@dataclass(frozen=True)
+class SetStopStep:
+    """The launcher's answer: the job's stop step, for every rank's page."""
+
+    step: int
+
+
+@dataclass(frozen=True)
 class Stopping:
     """The teardown has begun (logged once); ``grace``: a requested stop's seconds before the groups' SIGTERM."""
 
@@ -94,8 +111,18 @@ class Finish:
     code: int
 
 
+StopStepAction = ProposeStep | SetStopStep
 Action = (
-    Emit | Exited | Signal | StopRequested | Stopping | RequestStacks | AbandonStalledReaders | StopReading | Finish
+    Emit
+    | Exited
+    | Signal
+    | StopRequested
+    | StopStepAction
+    | Stopping
+    | RequestStacks
+    | AbandonStalledReaders
+    | StopReading
+    | Finish
 )
 
 
@@ -154,6 +181,9 @@ class NodeState:
         self.stop_deadline: float | None = None  # monotonic: SIGKILL, once the groups have had SIGTERM
         self.ranks_done_at: float | None = None
         self.last_read = now
+        self.launcher_answers = True  # a launcher can answer this node's stop step (False: none, or it is gone)
+        self.propose_at: float | None = None  # monotonic: when to propose this node's stop step (docs/stopping.md)
+        self.proposed = False
 
     @classmethod
     def for_plan(cls, plan: LaunchPlan, node_rank: int, *, now: float) -> NodeState:
@@ -261,6 +291,8 @@ class NodeState:
             if self.stop_signal is None:
                 self.stop_signal = signal.SIGTERM
             return self._teardown(signal.SIGTERM, now, wall)
+        if isinstance(command, wire.StopAt):
+            return (SetStopStep(command.step),)
         if isinstance(command, wire.StopRequest):
             send = signal.SIGTERM if command.signum == self.stop_on else command.signum
             asked = self.request_stop(command.signum, now=now, wall=wall, send=send)
@@ -272,7 +304,10 @@ class NodeState:
         return ()
 
     def on_control_closed(self, *, now: float, wall: float) -> tuple[Action, ...]:
-        """The launcher (or its connection) is gone: a requested stop."""
+        """The launcher (or its connection) is gone: a requested stop, whose step this node decides alone."""
+        self.launcher_answers = False
+        if self.proposed:  # it will not answer the proposal made
+            return (ProposeStep(alone=True),)
         return self.request_stop(signal.SIGTERM, now=now, wall=wall, send=signal.SIGTERM)
 
     def request_stop(self, signum: int, *, now: float, wall: float, send: int | None) -> tuple[Action, ...]:
@@ -282,6 +317,7 @@ class NodeState:
             return ()
         self.stop_signal, self.requested_at = signum, wall
         self.grace_deadline = now + self.stop_grace
+        self.propose_at = now + SETTLE  # should_stop()'s ranks: the stop pages are marked pending (StopRequested)
         alive = self.alive
         for rank in alive:
             self.ranks[rank].signalled_at = wall
@@ -301,6 +337,9 @@ class NodeState:
     def tick(self, now: float, pipes: Pipes) -> tuple[Action, ...]:
         """Before each wait: the SIGKILL at the deadline, and when the ranks are gone, their pipes and the end."""
         actions: list[Action] = [AbandonStalledReaders()] if self.stopping else []
+        if self.propose_at is not None and now >= self.propose_at:
+            self.propose_at, self.proposed = None, True
+            actions.append(ProposeStep(alone=not self.launcher_answers))
         alive = self.alive
         if alive:
             if self.stop_deadline is not None and now >= self.stop_deadline:
@@ -319,7 +358,7 @@ class NodeState:
 
     def wait_cap(self, now: float) -> float | None:
         """The longest the next wait may be, as far as the decisions go (None: no limit)."""
-        caps: list[float] = []
+        caps: list[float] = [] if self.propose_at is None else [max(0.0, self.propose_at - now)]
         alive = self.alive
         if not alive:
             caps.append(DRAIN_POLL)  # waiting for pipes to close and output to drain

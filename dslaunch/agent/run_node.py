@@ -38,6 +38,7 @@ def run_node(
     *,
     warm: Mapping[int, Zygote | None] | None = None,
     before_done: Callable[[], None] | None = None,
+    side_control: int | None = None,
 ) -> int:
     """Supervise this node's ranks until they end; return the node's exit code.
 
@@ -45,6 +46,7 @@ def run_node(
     else on fd 1 as marked lines (a remote agent: one stream over the transport). ``warm``: the zygotes a local
     launcher keeps for the whole job, by node rank (preload/warm.py), handed to its forked agent. ``before_done``:
     called once the ranks are gone, just before the Done event (after it the launcher may end this process).
+    ``side_control``: a pipe with a second control channel's bytes (``NodeLoop.watch_side``).
     """
     from dslaunch.logs import configure_agent
 
@@ -53,6 +55,8 @@ def run_node(
     sys.stderr.flush()
     loop = NodeLoop(plan, node_rank, control=control, out=1, err=2, events=events)
     loop.before_done = before_done
+    if side_control is not None:
+        loop.watch_side(side_control)
     error_dir = tempfile.mkdtemp(prefix=f"dslaunch-{plan.run_id}-")
     console, sys.stderr = sys.stderr, cast(TextIO, loop.console())
     try:

@@ -98,6 +98,12 @@ class Engine:
         """This rank's index along every dim and view."""
         return dict(self._built().coordinate())
 
+    def should_stop(self) -> bool:
+        """``dslaunch.should_stop()``: True on every rank at the same call once a stop was requested."""
+        from dslaunch.bootstrap.stop_step import should_stop
+
+        return should_stop()
+
     def close(self) -> None:
         """Destroy the process groups this engine made and drop its references to them."""
         shutdown.shutdown_distributed(current(), release, destroy_adopted=False)

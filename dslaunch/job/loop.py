@@ -34,6 +34,7 @@ from dslaunch.job.state import (
     Say,
     Signal,
     StopAll,
+    StopAt,
 )
 from dslaunch.job.summary import blamed_hosts, cause_line, failures_of, format_summary, stepped
 from dslaunch.observe import session as observe
@@ -47,8 +48,15 @@ POLL = 0.05  # how often the loop looks at signals and the time while no event c
 Inbox = queue.Queue[tuple[int, wire.Event | None]]  # events only (a few per rank); None: that stream ended
 
 
-def supervise(plan: LaunchPlan, handles: Sequence[AgentHandle], err: lanes.ErrLane | None = None) -> Outcome:
-    """One attempt over ``handles``, to its outcome; ``err``: a remote runner's stderr lane (flushed at the end)."""
+def supervise(
+    plan: LaunchPlan,
+    handles: Sequence[AgentHandle],
+    err: lanes.ErrLane | None = None,
+    *,
+    decides_stop_step: bool = True,
+) -> Outcome:
+    """One attempt over ``handles``, to its outcome; ``err``: a remote runner's stderr lane (flushed at the end);
+    ``decides_stop_step``: False on a pod that is not the coordinator (which answers the stop steps of every pod)."""
     inbox: Inbox = queue.Queue()
     caught: list[int] = []
     sys.stdout.flush()
@@ -66,7 +74,7 @@ def supervise(plan: LaunchPlan, handles: Sequence[AgentHandle], err: lanes.ErrLa
         out.start()
         for t in threads:
             t.start()
-        outcome = _drive(plan, handles, inbox, caught, out, console=console)
+        outcome = _drive(plan, handles, inbox, caught, out, console=console, decides_stop_step=decides_stop_step)
         if console is not None:
             held.append(console.close())
         lanes.flush(held, out, STALL if outcome.code else None)
@@ -114,8 +122,9 @@ def _drive(
     out: Sink,
     *,
     console: RemoteConsole | None,
+    decides_stop_step: bool,
 ) -> Outcome:
-    state = JobState(plan, [(h.node_rank, h.host) for h in handles])
+    state = JobState(plan, [(h.node_rank, h.host) for h in handles], decides_stop_step=decides_stop_step)
     observer = observe.for_attempt(plan)  # the job-wide breakdown, stragglers, metrics (docs/observability.md)
     while True:
         while caught:
@@ -152,7 +161,7 @@ def _execute(
     outcome = None
     for action in actions:
         match action:
-            case StopAll() | RequestStop():
+            case StopAll() | RequestStop() | StopAt():
                 _stop(action, handles)
             case KillAll():
                 for h in handles:
@@ -172,7 +181,11 @@ def _execute(
     return outcome
 
 
-def _stop(action: StopAll | RequestStop, handles: Sequence[AgentHandle]) -> None:
+def _stop(action: StopAll | RequestStop | StopAt, handles: Sequence[AgentHandle]) -> None:
+    if isinstance(action, StopAt):
+        for h in handles:
+            h.stop_at(action.step)
+        return
     from dslaunch.logs import get_logger
 
     if isinstance(action, StopAll):

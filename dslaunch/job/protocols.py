@@ -46,7 +46,11 @@ class AgentHandle(Protocol):
 
     def request_stop(self, signum: int, *, now: bool = False) -> None:
         """A requested stop (dslaunch got ``signum``): the agent signals each rank's main process, their process
-        groups after --stop-grace; ``now``: end that grace at once (docs/stopping.md)."""
+        groups after --stop-grace; ``now``: end that grace at once (docs/stopping.md). The ranks that call
+        ``should_stop()`` are not signalled: the agent proposes their stop step (``wire.StopStep``)."""
+
+    def stop_at(self, step: int) -> None:
+        """Tell the agent the job's stop step (``wire.control_stop_at``)."""
 
     def signal(self, signum: int) -> None:
         """Forward a signal (SIGUSR1/SIGUSR2; SIGQUIT: ask for the ranks' stacks) to the agent's ranks."""

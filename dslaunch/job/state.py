@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from dslaunch import wire
 from dslaunch.job import hang
+from dslaunch.job.stop_gather import StopStepGather
 from dslaunch.plan import LaunchPlan
 from dslaunch.wire import RankExit
 
@@ -25,6 +26,13 @@ class StopAll:
     """Ask every agent to tear its node down; ``reason`` is for the launcher's log."""
 
     reason: str
+
+
+@dataclass(frozen=True)
+class StopAt:
+    """Tell every agent the job's stop step (job/stop_gather.py)."""
+
+    step: int
 
 
 @dataclass(frozen=True)
@@ -83,7 +91,7 @@ class Finish:
     outcome: Outcome
 
 
-Action = StopAll | RequestStop | KillAll | Signal | RequestStacks | Say | Finish
+Action = StopAll | RequestStop | StopAt | KillAll | Signal | RequestStacks | Say | Finish
 
 
 def lost_node_code(status: int | None) -> int:
@@ -96,7 +104,9 @@ def lost_node_code(status: int | None) -> int:
 class JobState:
     """Everything the launcher decides while it supervises one attempt; handles are known by their index."""
 
-    def __init__(self, plan: LaunchPlan, nodes: Sequence[tuple[int, str]]) -> None:
+    def __init__(self, plan: LaunchPlan, nodes: Sequence[tuple[int, str]], *, decides_stop_step: bool = True) -> None:
+        """``decides_stop_step``: this launcher answers the agents' stop steps (not a pod that is not the
+        coordinator: the coordinator answers for every pod)."""
         self.plan = plan
         self.nodes = tuple(nodes)  # (node_rank, host) of each handle
         self.watch = hang.HangWatch(plan, [node_rank for node_rank, _host in self.nodes])
@@ -114,6 +124,9 @@ class JobState:
         self.stop_request: int | None = None  # a requested stop's signal (ours, or one a node reported)
         self.in_grace = False  # a requested stop whose grace the agents still give
         self.requested_at: float | None = None  # the earliest node's wall time of the request
+        # the nodes of its own handles: a Slurm task supervises its node alone (each decides its step alone)
+        expected = frozenset(node_rank for node_rank, _host in self.nodes)
+        self.stop_step = StopStepGather(expected) if decides_stop_step else None
         self.stop_signals = 0
 
     @property
@@ -127,10 +140,8 @@ class JobState:
     def on_event(self, index: int, event: wire.Event, now: float) -> tuple[Action, ...]:
         if isinstance(event, RankExit):
             return self._on_exit(event, now)
-        if isinstance(event, wire.StopAsked):  # a node was asked to stop: every node is (a pod's SIGTERM)
-            if self.requested_at is None or event.ts < self.requested_at:
-                self.requested_at = event.ts
-            return self._request(event.signum, now)
+        if isinstance(event, (wire.StopAsked, wire.StopStep)):
+            return self._on_stop(event, now)
         if isinstance(event, (wire.Idle, wire.Stacks)):
             self.watch.on_event(event)
         elif isinstance(event, wire.NodeLost):  # one launcher per pod: the coordinator saw a pod go
@@ -162,7 +173,7 @@ class JobState:
         node_rank, host = self.nodes[index]
         self.finished.add(node_rank)
         if index in self.done:
-            return ()
+            return self._decide_stop_step(now)
         if self.root_cause is None and self.lost_node is None and self.signal is None:
             self.lost_node = (node_rank, host, status)
         return self._stop_all(now)
@@ -200,6 +211,9 @@ class JobState:
             return (Finish(self.outcome()),)
         if self.stopping_since is None:
             return self._watch_hang(now)
+        decided = self._decide_stop_step(now)
+        if decided:
+            return decided
         grace = self.plan.stop_grace if self.in_grace else 0.0
         if not self.killed and now - self.stopping_since > grace + self.plan.shutdown_timeout + KILL_GRACE:
             self.killed = True
@@ -244,6 +258,8 @@ class JobState:
             return ()
         self.stopping_since = now
         self.stop_request, self.in_grace = signum, self.plan.stop_grace > 0
+        if self.stop_step is not None:
+            self.stop_step.begin(now)
         return (RequestStop(signum),)
 
     def _stop_all(self, now: float) -> tuple[Action, ...]:
@@ -251,6 +267,23 @@ class JobState:
             return ()
         self.stopping_since = now
         return (StopAll(self._reason()),)
+
+    def _on_stop(self, event: wire.StopAsked | wire.StopStep, now: float) -> tuple[Action, ...]:
+        """A node was asked to stop: every node is (a pod's SIGTERM); or a node's stop step proposal (its
+        ``StopAsked`` came first and asked every node)."""
+        if isinstance(event, wire.StopAsked):
+            if self.requested_at is None or event.ts < self.requested_at:
+                self.requested_at = event.ts
+            return self._request(event.signum, now)
+        if self.stop_step is None:
+            return ()
+        self.stop_step.begin(now)  # also after a failure's teardown began: that agent waits for an answer
+        self.stop_step.propose(event.node_rank, event.step)
+        return self._decide_stop_step(now)
+
+    def _decide_stop_step(self, now: float) -> tuple[Action, ...]:
+        step = self.stop_step.decide(self.finished, now) if self.stop_step is not None else None
+        return () if step is None else (StopAt(step),)
 
     def _reason(self) -> str:
         if self.hang is not None:

@@ -218,7 +218,9 @@ class PodLink:
                         yield wire.encode(left)
                     yield line
                     return
-                if isinstance(event, (wire.RankExit, wire.Idle, wire.Stacks, wire.StopAsked, wire.TimerWindow)):
+                if isinstance(
+                    event, (wire.RankExit, wire.Idle, wire.Stacks, wire.StopAsked, wire.StopStep, wire.TimerWindow)
+                ):
                     yield wire.encode(event)
             why = lost_why(self.link.why, "its launcher", self.link.detail)
             lost = wire.NodeLost(self.node_rank, self.host, None, why)
@@ -236,6 +238,9 @@ class PodLink:
         if not self._asked_to_stop or now:
             self._asked_to_stop = True
             self.link.send({"t": "stop", "signum": int(signum), "now": now})
+
+    def stop_at(self, step: int) -> None:
+        self.link.send({"t": "stop_at", "step": int(step)})
 
     def signal(self, signum: int) -> None:
         if signum == wire.STACKS_SIGNAL:  # the hang watch's request; users' signals stay on the pod they reach

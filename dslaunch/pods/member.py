@@ -225,6 +225,8 @@ class CoordinatorLink:
                     self.local.request_stop(message["signum"], now=bool(message.get("now")))
                 elif message["t"] == "stop":
                     self.local.stop()
+                elif message["t"] == "stop_at":
+                    self.local.stop_at(message["step"])
                 elif message["t"] == "signal" and message["signum"] == int(wire.STACKS_SIGNAL):
                     self.local.signal(wire.STACKS_SIGNAL)
                 elif message["t"] == "end":
@@ -246,6 +248,9 @@ class CoordinatorLink:
     def request_stop(self, signum: int, *, now: bool = False) -> None:
         """Nothing to send: the coordinator learns of it from this pod's agent (``wire.StopAsked``) and asks every
         pod; a second signal's end of the grace stays on this pod."""
+
+    def stop_at(self, step: int) -> None:
+        """Only the coordinator decides the job's stop step (its ``stop_at`` message)."""
 
     def signal(self, signum: int) -> None:
         """A signal to this pod's launcher reaches this pod's ranks only (``Forwarding`` passes it on)."""
@@ -279,7 +284,7 @@ class Forwarding:
             if isinstance(event, wire.RankExit):
                 self.failed_rank |= event.failed and not event.by_agent
                 self.send(event)
-            elif isinstance(event, (wire.Idle, wire.Stacks, wire.StopAsked)) and self.to_coordinator:
+            elif isinstance(event, (wire.Idle, wire.Stacks, wire.StopAsked, wire.StopStep)) and self.to_coordinator:
                 self.send(event)
             elif isinstance(event, wire.TimerWindow) and self.to_coordinator:
                 self.send(event)
@@ -299,6 +304,9 @@ class Forwarding:
 
     def request_stop(self, signum: int, *, now: bool = False) -> None:
         self.agent.request_stop(signum, now=now)
+
+    def stop_at(self, step: int) -> None:
+        self.agent.stop_at(step)
 
     def signal(self, signum: int) -> None:
         self.agent.signal(signum)

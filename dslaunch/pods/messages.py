@@ -31,10 +31,11 @@ FROM_COORDINATOR: dict[str, tuple[dict[str, Spec], dict[str, Spec]]] = {
     "end": ({"code": _CODE, "last": Bool()}, {"cause": Text(1000)}),
     "refused": ({"why": Text(4096)}, {}),
     "stop": ({}, {"signum": Int(1, 64), "now": Bool()}),  # with signum: a requested stop (docs/stopping.md)
+    "stop_at": ({"step": Int(1, 1 << 62)}, {}),  # the job's stop step (docs/stopping.md)
     "signal": ({"signum": Int(1, 64)}, {}),
 }
 # What a pod's launcher sends after the handshake: events only (heartbeats are taken off by the link).
-POD_EVENTS = (wire.RankExit, wire.Idle, wire.Stacks, wire.Done, wire.StopAsked, wire.TimerWindow)
+POD_EVENTS = (wire.RankExit, wire.Idle, wire.Stacks, wire.Done, wire.StopAsked, wire.StopStep, wire.TimerWindow)
 
 rejected = Rejects()  # every malformed message this launcher has read on a pods' link
 

@@ -193,7 +193,7 @@ class PodLauncher:
             to_coordinator=True,
         )
         coordinator = CoordinatorLink(joined, local)
-        outcome = supervise(plan, [local, coordinator])
+        outcome = supervise(plan, [local, coordinator], decides_stop_step=False)
         if coordinator.verdict is not None and outcome.signal is None:
             outcome = replace(outcome, code=coordinator.verdict[0])
         # The coordinator decides for every pod; without it, the job's count alone (the failures left out).

@@ -141,10 +141,16 @@ class LocalAgent:
             pass
 
     def request_stop(self, signum: int, *, now: bool = False) -> None:
+        self._send(wire.control_request_stop(signum, now))
+
+    def stop_at(self, step: int) -> None:
+        self._send(wire.control_stop_at(step))
+
+    def _send(self, line: bytes) -> None:
         if self._stopped:
-            return
+            return  # its stdin is closed: it tears down
         try:
-            self.proc.stdin.write(wire.control_request_stop(signum, now))
+            self.proc.stdin.write(line)
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError, ValueError):
             pass

@@ -203,6 +203,9 @@ class MpiJob:
             self._asked = True
             self.signal(signal.SIGTERM)
 
+    def stop_at(self, step: int) -> None:
+        """mpirun carries nothing to one agent: each decided its step alone (docs/stopping.md)."""
+
     def signal(self, signum: int) -> None:
         try:
             self.proc.send_signal(signum)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from dslaunch import wire
+from dslaunch.agent import dialback_client
 from dslaunch.agent.dialback_client import ADDR_VAR, DialBackError, dial_back, launcher_address
 from dslaunch.runners.pdsh.dialback import DialBackListener
 
@@ -55,7 +56,7 @@ def test_a_port_that_is_not_a_launcher_is_refused_with_a_clear_error(tmp_path: P
 
     threading.Thread(target=junk, daemon=True).start()
     path = tmp_path / "x.plan"
-    path.write_text(wire.dialback_text(port, bytes(32), "node1"))
+    path.write_text(dialback_client.dialback_text(port, bytes(32), "node1"))
     try:
         with pytest.raises(DialBackError, match="did not answer as a dslaunch launcher"):
             dial_back(str(path), "r1", {ADDR_VAR: "127.0.0.1"})
@@ -79,7 +80,7 @@ def test_a_one_attempt_agent_is_told_when_its_line_to_the_launcher_ends() -> Non
     """The liveness line of a pdsh agent: once up, its end is SIGHUP to the agent (a stop signal)."""
     secret = os.urandom(32)
     listener = DialBackListener("r1", secret)
-    text = wire.dialback_text(listener.port, secret, "node1").strip()
+    text = dialback_client.dialback_text(listener.port, secret, "node1").strip()
     child = subprocess.Popen([sys.executable, "-c", _WATCHER, text, "r1"], stdout=subprocess.PIPE, text=True)
     try:
         taken = listener.take(["node1"], time.monotonic() + 15, lambda _h: False)
@@ -100,7 +101,7 @@ def test_a_launcher_it_cannot_reach_is_said_once_and_the_agent_goes_on() -> None
     closed = socket.create_server(("127.0.0.1", 0))
     port = closed.getsockname()[1]
     closed.close()  # nobody listens there now
-    text = wire.dialback_text(port, bytes(32), "node1").strip()
+    text = dialback_client.dialback_text(port, bytes(32), "node1").strip()
     child = subprocess.run(
         [sys.executable, "-c", _WATCHER.replace("time.sleep(30)", "time.sleep(2)"), text, "r1"],
         capture_output=True, text=True, timeout=30,

@@ -15,13 +15,16 @@ from dslaunch.agent.failures import TAIL_BYTES, ErrorRecord, keep_tail, parse_er
 from dslaunch.agent.node_state import (
     HELD_OPEN,
     KILL_REPEAT,
+    SETTLE,
     AbandonStalledReaders,
     Action,
     Emit,
     Exited,
     Finish,
     NodeState,
+    ProposeStep,
     RequestStacks,
+    SetStopStep,
     Signal,
     Stopping,
     StopReading,
@@ -210,9 +213,10 @@ def test_a_requested_stop_signals_each_main_process_and_the_groups_only_when_the
     state = _node(grace=20.0)
     told = Emit(wire.StopAsked(0, sig, 1001.0))
     assert stop(state) == (Stopping(sig, 20.0), told, StopRequested((0, 1, 2), sent, 1021.0))
+    assert any(isinstance(a, ProposeStep) for a in state.tick(1.0 + SETTLE, CLOSED))  # the node's stop step
     assert (
         state.stop_deadline is None
-        and state.wait_cap(1.0) == STALL / 2
+        and state.wait_cap(1.0 + SETTLE) == STALL / 2
         and state.wait_cap(20.95) == pytest.approx(0.05)
     )
     (ended,) = _exits(exited := _exit(state, 0, 0, t=2.0))  # saved and exited 0: what it forked goes now
@@ -275,6 +279,7 @@ def test_sigkill_exactly_when_the_deadline_passes_and_again_until_the_ranks_are_
     state = _node(2)
     state.on_signal(TERM, now=10.0, wall=1010.0)
     deadline = 10.0 + GRACE
+    state.tick(10.0 + SETTLE, CLOSED)  # the node's stop step (tests/agent/test_stop_pages.py)
     assert state.tick(deadline - 1e-6, CLOSED) == (AbandonStalledReaders(),)
     assert state.wait_cap(deadline - 1.0) == STALL / 2
     assert state.wait_cap(deadline - 0.1) == pytest.approx(0.1)
@@ -438,3 +443,35 @@ def test_the_tail_keeps_the_last_bytes_and_drops_a_cut_first_line() -> None:
     tail = keep_tail(b"", b"x" * 10 + b"\n" + b"y" * TAIL_BYTES)
     assert len(tail) == TAIL_BYTES and tail_lines(tail + b"\nlast\n")[-1] == "last"
     assert tail_lines(keep_tail(b"", b"cut\n" + b"z\n" * (TAIL_BYTES // 2))) == ("z",) * 20
+
+
+# ---- one stop step for the whole job (docs/stopping.md) -----------------------------------------------------------
+def test_a_requested_stop_proposes_the_nodes_step_after_settle_and_writes_the_launchers() -> None:
+    state = _node(grace=30.0)
+    got = state.on_control(wire.StopRequest(TERM), now=1.0, wall=1001.0)
+    assert StopRequested((0, 1, 2), TERM, 1001.0 + 30.0) in got  # the pages' pending mark (node_loop.py)
+    assert state.wait_cap(1.0) == pytest.approx(SETTLE)
+    assert ProposeStep(alone=False) not in state.tick(1.0 + SETTLE / 2, CLOSED)
+    assert ProposeStep(alone=False) in state.tick(1.0 + SETTLE, CLOSED)
+    assert ProposeStep(alone=False) not in state.tick(1.1, CLOSED)  # once
+    assert state.on_control(wire.StopAt(40), now=1.2, wall=1001.2) == (SetStopStep(40),)
+
+
+def test_a_failures_teardown_proposes_no_stop_step() -> None:
+    state = _node(grace=30.0)
+    state.on_control(wire.STOP, now=1.0, wall=1001.0)
+    assert not any(isinstance(a, ProposeStep) for a in state.tick(2.0, CLOSED))
+
+
+def test_a_node_without_a_launcher_to_answer_decides_its_step_alone() -> None:
+    alone = _node(1, grace=30.0)
+    alone.launcher_answers = False
+    alone.on_signal(TERM, now=1.0, wall=1001.0)
+    assert ProposeStep(alone=True) in alone.tick(1.0 + SETTLE, CLOSED)
+    state = _node(grace=30.0)  # the launcher goes after the proposal: this node decides with what it has
+    state.on_signal(TERM, now=1.0, wall=1001.0)
+    assert ProposeStep(alone=False) in state.tick(1.0 + SETTLE, CLOSED)
+    assert state.on_control_closed(now=1.5, wall=1001.5) == (ProposeStep(alone=True),)
+    lost = _node(grace=30.0)  # the launcher's end is the request
+    assert any(isinstance(a, StopRequested) for a in lost.on_control_closed(now=1.0, wall=1001.0))
+    assert ProposeStep(alone=True) in lost.tick(1.0 + SETTLE, CLOSED)

@@ -22,6 +22,7 @@ from dslaunch.job.state import (
     Say,
     Signal,
     StopAll,
+    StopAt,
     lost_node_code,
 )
 from dslaunch.job.summary import cause_line, format_summary
@@ -364,3 +365,36 @@ def test_the_summary_of_outcomes_the_state_makes() -> None:
     )
     assert format_summary(Outcome(0), PLAN) is None and cause_line(Outcome(0)) == ""
     assert cause_line(_run([Ev(1, wire.Done(1, 2))])[0].outcome()) == "a node agent failed with exit code 2"
+
+
+# ---- one stop step for the whole job (job/stop_gather.py, docs/stopping.md) -------------------------------------
+def test_a_requested_stop_is_answered_with_the_largest_stop_step_once_every_node_proposed() -> None:
+    steps: list[Step] = [
+        Ev(1, wire.StopAsked(1, signal.SIGTERM, 1000.5)),
+        Ev(1, wire.StopStep(1, 12)),
+        Ev(0, wire.StopStep(0, 14)),
+        Tick(1.0),
+        Ev(0, wire.StopStep(0, 20)),
+    ]
+    _state, got = _run(steps)
+    assert got == [(RequestStop(signal.SIGTERM),), (), (StopAt(14),), (), ()]  # one answer only
+    _state, got = _run([Sig(signal.SIGTERM), Ev(0, wire.StopStep(0, None)), Ev(1, wire.Done(1, 0)), End(1, None)])
+    assert got == [(RequestStop(signal.SIGTERM),), (), (), (StopAt(1),)]  # node 1 ended: no answer from it
+
+
+def test_a_failures_teardown_asks_no_stop_step_but_answers_an_agent_that_proposes_one() -> None:
+    _state, got = _run([Ev(0, _exit(0)), Ev(1, wire.StopStep(1, 8), now=1.0), Tick(5.9), Tick(6.0)])
+    assert got == [(STOP_RANK,), (), (), (StopAt(8),)]  # node 0 never answers: the bound (job/stop_gather.py)
+
+
+def test_a_pod_that_is_not_the_coordinator_never_answers_a_stop_step() -> None:
+    state = JobState(PLAN, NODES, decides_stop_step=False)
+    assert state.on_event(0, wire.StopStep(0, 3), 0.0) == ()
+    assert state.tick(6.0) == () and state.on_event(1, wire.StopStep(1, 4), 6.0) == ()
+
+
+def test_a_launcher_of_one_node_of_many_answers_its_node_alone() -> None:
+    """A Slurm task's launcher supervises its own node of the plan's two: it waits for no other (docs/stopping.md)."""
+    state = JobState(PLAN, ((1, "b"),))
+    assert state.on_event(0, wire.StopAsked(1, signal.SIGTERM, 1.0), 0.0) == (RequestStop(signal.SIGTERM),)
+    assert state.on_event(0, wire.StopStep(1, 6), 0.0) == (StopAt(6),)

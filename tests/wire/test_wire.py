@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dslaunch import wire
+from dslaunch.agent import dialback_client
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.remote import stage
 from tests.plans import cli_error, make_plan
@@ -52,6 +53,8 @@ def test_plan_from_env_removes_it() -> None:
         wire.RankExit(1, 1, 0, "h", 42, 134, "SIGABRT", 1.5, False, "Traceback...", ("a", "b")),
         wire.Idle(node_rank=1, idle=True, live=2),
         wire.Stacks(node_rank=1, host="h", ranks=((2, "collective", 3, 5.5), (3, "no-python", 0, 6.0))),
+        wire.StopStep(node_rank=2, step=1234),
+        wire.StopStep(node_rank=0, step=None),
     ],
 )
 def test_events_round_trip(event: wire.Event) -> None:
@@ -171,7 +174,11 @@ def test_a_job_line_either_parses_or_is_ignored_or_is_a_wire_error(line: bytes) 
 
 def test_a_dial_file_round_trips_and_nothing_else_reads_as_one() -> None:
     secret = bytes(range(32))
-    assert wire.parse_dialback(wire.dialback_text(40123, secret, "node1")) == (40123, secret, "node1")
+    assert dialback_client.parse_dialback(dialback_client.dialback_text(40123, secret, "node1")) == (
+        40123,
+        secret,
+        "node1",
+    )
     for bad in [
         "",
         "dslaunch-dial 40123 " + secret.hex(),  # no host
@@ -184,13 +191,28 @@ def test_a_dial_file_round_trips_and_nothing_else_reads_as_one() -> None:
         "dslaunch-dial 40123 " + secret.hex() + " " + "h" * 254,
     ]:
         with pytest.raises(wire.WireError):
-            wire.parse_dialback(bad)
+            dialback_client.parse_dialback(bad)
 
 
 @given(st.text(max_size=300))
 def test_a_dial_file_either_parses_or_is_a_wire_error(text: str) -> None:
     try:
-        port, secret, host = wire.parse_dialback(text)
+        port, secret, host = dialback_client.parse_dialback(text)
     except wire.WireError:
         return
     assert 0 < port < 65536 and len(secret) >= 16 and host and not any(c.isspace() for c in host)
+
+
+def test_stop_step_control_lines_round_trip_and_only_a_positive_step_is_one() -> None:
+    reader = wire.ControlReader()
+    got = reader.feed(wire.control_request_stop(signal.SIGTERM) + wire.control_stop_at(1234) + wire.control_stop())
+    assert got == [wire.StopRequest(signal.SIGTERM), wire.StopAt(1234), wire.STOP]
+    bad = [b"stop-at\n", b"stop-at 0\n", b"stop-at -3\n", b"stop-at 1e3\n", b"stop-at 12 13\n", b"stop-at  7\n"]
+    assert reader.feed(b"".join(bad) + b"stop-at " + b"9" * 19 + b"\nstop-at\n") == []
+    assert reader.feed(b"stop-at 000042\n") == [wire.StopAt(42)]
+
+
+@given(st.text(max_size=40))
+def test_a_stop_at_line_parses_to_a_positive_step_or_nothing(line: str) -> None:
+    step = wire.parse_stop_at(line)
+    assert step is None or (step > 0 and line == f"stop-at {line[8:]}" and int(line[8:]) == step)

@@ -1,12 +1,12 @@
-"""Job agents under pdsh (``--max-restarts`` > 0): started once per host by one pdsh, each
-dials back to the launcher (agent/dialback_client.py), and that connection carries every attempt, stop, signal and stack
-request, and the job's end, with no session per message. Their output still comes through pdsh (demux.py).
+"""Job agents under pdsh (``--max-restarts`` > 0): started once per host by one pdsh, each dials back to the launcher
+(agent/dialback_client.py), and that connection carries every attempt, stop, signal and stack request, and the job's
+end, with no session per message. Their output still comes through pdsh (demux.py).
 
 The launcher listens on a port of its own; each host gets a staged 0600 file with that port, the job's dial-back
-secret and its name (``wire.dialback_text``), and its agent proves it holds the secret (auth/handshake.py) before it is
-trusted. A connection that ends (the agent died) or goes silent (TCP keepalive, ``oslib/tcp.DEAD_AFTER``) ends that
-host's stream at once: the attempt names the node lost. Hosts that need an agent later (a lost node, spares) get
-a pdsh of their own.
+secret and its name (``agent/dialback_client.dialback_text``), and its agent proves it holds the secret
+(auth/handshake.py) before it is trusted. A connection that ends (the agent died) or goes silent (TCP keepalive,
+``oslib/tcp.DEAD_AFTER``) ends that host's stream at once: the attempt names the node lost. Hosts that need an agent
+later (a lost node, spares) get a pdsh of their own.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from dslaunch import wire
+from dslaunch.agent import dialback_client
 from dslaunch.auth import handshake
 from dslaunch.auth.line_reader import read_handshake_line
 from dslaunch.job.result import START_FAILED
@@ -95,6 +95,19 @@ class DialBackListener:
             self._cond.notify_all()
         if old is not None:
             old[0].close()
+
+    def send(self, host: str, data: bytes) -> bool:
+        """Whole lines to ``host``'s one-attempt agent on the connection it keeps
+        (agent/dialback_client.py::watch_launcher); False when it has none."""
+        with self._cond:
+            joined = self._joined.get(host)
+        if joined is None:
+            return False
+        try:
+            joined[0].sendall(data)
+        except OSError:
+            return False
+        return True
 
     def take(self, hosts: Sequence[str], deadline: float, gone: Callable[[str], bool]) -> dict[str, socket.socket]:
         """The connections of ``hosts``' agents as they dial back, until each has, or its ssh ended (``gone``), or
@@ -302,7 +315,8 @@ class DialBack:
                 group = f"d{self._count}"
             port = self.listener.port
             files = [
-                (h, f"{group}-{i}", wire.dialback_text(port, self.secret, h).encode()) for i, h in enumerate(hosts)
+                (h, f"{group}-{i}", dialback_client.dialback_text(port, self.secret, h).encode())
+                for i, h in enumerate(hosts)
             ]
             failed = self.stage_files(plan.run_id, files)
             failures.update(failed)

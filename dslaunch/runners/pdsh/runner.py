@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 
 from dslaunch import wire
+from dslaunch.agent import dialback_client
 from dslaunch.job.loop import supervise_and_report
 from dslaunch.job.result import JobResult
 from dslaunch.plan import LaunchPlan, RemoteSettings
@@ -55,13 +56,21 @@ def pdsh_argv(plan: LaunchPlan, settings: RemoteSettings) -> list[str]:
 
 
 class PdshNode:
-    def __init__(self, node_rank: int, host: str, demux: PdshDemux, tell: Callable[[int, str, str], bool]) -> None:
+    def __init__(
+        self,
+        node_rank: int,
+        host: str,
+        demux: PdshDemux,
+        tell: Callable[[int, str, str], bool],
+        send: Callable[[str, bytes], bool] = lambda _host, _data: False,
+    ) -> None:
         self.node_rank = node_rank
         self.host = host
         self.key = pdsh_label(host)
         self.demux = demux
         self.tell = tell  # (node rank, host, signal name) -> whether the agent there was signalled
         self.signalled_stop: int | None = None  # a requested stop's signal, sent
+        self.send = send  # (host, lines) on the connection its agent keeps to this launcher: the stop step
         self.stopping = False
 
     def lines(self) -> Iterator[str]:
@@ -85,6 +94,10 @@ class PdshNode:
         self.stopping = True
         self.demux.asked_to_stop.add(self.key)
         threading.Thread(target=self._stop, daemon=True).start()
+
+    def stop_at(self, step: int) -> None:
+        """On the connection its agent keeps to this launcher: pdsh carries nothing to one agent."""
+        self.send(self.host, wire.control_stop_at(step))
 
     def _stop(self) -> None:
         if not self.tell(self.node_rank, self.host, wire.TEARDOWN_SIGNAL.name[3:]):
@@ -265,13 +278,18 @@ class PdshRunner(RemoteRunner):
         secret = secrets.token_bytes(32)
         listener = DialBackListener(plan.run_id, secret)
         try:
-            after = {n.host: wire.dialback_text(listener.port, secret, n.host) for n in plan.nodes}
-            return self._run_staged(plan, settings, env, after)
+            after = {n.host: dialback_client.dialback_text(listener.port, secret, n.host) for n in plan.nodes}
+            return self._run_staged(plan, settings, env, after, listener)
         finally:
             listener.close()  # after pdsh ended: its agents are gone
 
     def _run_staged(
-        self, plan: LaunchPlan, settings: RemoteSettings, env: dict[str, str], after: dict[str, str]
+        self,
+        plan: LaunchPlan,
+        settings: RemoteSettings,
+        env: dict[str, str],
+        after: dict[str, str],
+        listener: DialBackListener,
     ) -> JobResult:
         try:
             failed = stage.stage_plan(
@@ -290,7 +308,7 @@ class PdshRunner(RemoteRunner):
             return report_start_failures(self.err, {"(all)": f"cannot run pdsh: {exc}"})
         demux = PdshDemux(proc, pdsh_labels([n.host for n in plan.nodes]), self.err)
         tell = _AgentSignals(plan, self._ssh_options, env)
-        handles = [PdshNode(n.node_rank, n.host, demux, tell) for n in plan.nodes]
+        handles = [PdshNode(n.node_rank, n.host, demux, tell, listener.send) for n in plan.nodes]
         try:
             result = supervise_and_report(plan, handles, self.err)
         finally:

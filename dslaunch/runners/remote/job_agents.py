@@ -92,6 +92,10 @@ class Attempt:
         if not self._stopped:
             self.agent.send(wire.control_request_stop(signum, now))
 
+    def stop_at(self, step: int) -> None:
+        if not self._stopped:
+            self.agent.send(wire.control_stop_at(step))
+
     def signal(self, signum: int) -> None:
         if not self._stopped:
             self.agent.send(wire.control_signal(signum))

@@ -95,8 +95,8 @@ def stage_plan(
     *,
     after: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """Upload the plan to every host of the plan, and ``after[host]`` as a second line (a ``wire.dialback_text``);
-    return ``{host: why}`` for the hosts that failed."""
+    """Upload the plan to every host of the plan, and ``after[host]`` as a second line (``dialback_text``,
+    agent/dialback_client.py); return ``{host: why}`` for the hosts that failed."""
     payload = wire.plan_to_b64(plan) + "\n"
     files = [(n.host, n.node_rank, (payload + (after or {}).get(n.host, "")).encode()) for n in plan.nodes]
     return stage_files(plan.run_id, files, ssh_options=ssh_options, env=env, fanout=fanout, timeout=timeout)

@@ -128,20 +128,21 @@ class SshAgent:
             pass
 
     def request_stop(self, signum: int, *, now: bool = False) -> None:
-        if self._stopped:
-            return
-        try:
-            self.channel.sendall(wire.control_request_stop(signum, now))
-        except (OSError, EOFError, Exception):  # noqa: BLE001 - a dead channel is already stopped
-            pass
+        self._send(wire.control_request_stop(signum, now))
+
+    def stop_at(self, step: int) -> None:
+        self._send(wire.control_stop_at(step))
 
     def signal(self, signum: int) -> None:
         # sshd refuses the "signal" channel request for root sessions: ask the agent on its control channel.
+        self._send(wire.control_signal(signum))
+
+    def _send(self, line: bytes) -> None:
         if self._stopped:
             return
         try:
-            self.channel.sendall(wire.control_signal(signum))
-        except (OSError, EOFError):
+            self.channel.sendall(line)
+        except (OSError, EOFError, Exception):  # noqa: BLE001 - a dead channel is already stopped
             pass
 
     def kill(self) -> None:
