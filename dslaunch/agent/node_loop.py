@@ -95,8 +95,7 @@ class NodeLoop:
         self.state = ns.NodeState.for_plan(plan, node_rank, now=time.monotonic())
         self.state.launcher_answers = control is not None
         self.pages = StopPages()  # each rank's stop page, made at the start: should_stop() (agent/stop_pages.py)
-        self._control = wire.ControlReader()
-        self._side = wire.ControlReader()
+        self._control, self._side = wire.ControlReader(), wire.ControlReader()
         self.output = OutputPump(
             plan, node_rank, self.sel, out=out, err=err, forked=events is not None, on_read=self._on_read
         )
@@ -106,6 +105,7 @@ class NodeLoop:
         self.before_done: Callable[[], None] | None = None  # the last thing before the Done event
         self.silent_after = wire.silence_bound(plan) if control is not None else None  # heartbeats expected
         self._heard = time.monotonic()  # the last bytes on the control channel
+        self._parent = os.getppid()  # its death sends SIGTERM (PR_SET_PDEATHSIG): once per thread it had
 
     # ---- spawning -------------------------------------------------------
     def start(self, error_dir: str, warm: Mapping[int, Zygote | None] | None = None) -> None:
@@ -395,8 +395,7 @@ class NodeLoop:
             self.obey([c for c in self._side.feed(data) if c == wire.STOP or isinstance(c, wire.StopAt)])
 
     def feed_control(self, data: bytes) -> None:
-        """Bytes from the control channel: whole lines are obeyed, a partial one waits for the rest; the first line
-        that is no command is logged at debug (wire.ControlReader counts them all)."""
+        """Whole lines of the control channel are obeyed; the first that is no command is logged at debug."""
         before = self._control.rejects.count
         self.obey(self._control.feed(data))
         if not before and self._control.rejects.count:
@@ -412,7 +411,8 @@ class NodeLoop:
 
     def _read_signals(self, fd: int) -> None:
         for signum in read_ready(fd, 512) or b"":
-            self._apply(self.state.on_signal(signum, now=time.monotonic(), wall=time.time()))
+            lost = signum == signal.SIGTERM and os.getppid() != self._parent  # the parent's death, not a request
+            self._apply(self.state.on_signal(signum, now=time.monotonic(), wall=time.time(), parent_lost=lost))
 
     def _print_stacks(self) -> None:
         """Every live rank prints its stack; the job goes on (agent/watch.py)."""

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 HELD_OPEN = 0.5  # ranks gone, pipes silent this long (a grandchild holds them): stop reading
 DRAIN_POLL = 0.1  # ranks gone: how often to look at the pipes and sinks at the least
 KILL_REPEAT = 0.05  # past the deadline: SIGKILL again this often until every rank is reaped
+# Signals this close to a stop's request are that request again: a dying launcher's parent-death SIGTERM comes once
+# per thread it had, before its forked agent sees its parent change; a person's second Ctrl-C comes later.
+SAME_STOP = 0.25
 SETTLE = 0.002  # from a stop page's pending mark to the node's proposal: a count written before a rank saw the mark
 # is visible by then (agent/stop_pages.py)
 
@@ -266,8 +269,11 @@ class NodeState:
         """Output (or a pipe's end) was read."""
         self.last_read = now
 
-    def on_signal(self, signum: int, *, now: float, wall: float) -> tuple[Action, ...]:
-        """A signal to the agent."""
+    def on_signal(self, signum: int, *, now: float, wall: float, parent_lost: bool = False) -> tuple[Action, ...]:
+        """A signal to the agent; ``parent_lost``: a SIGTERM its parent's death sent (as often as that parent had
+        threads), the launcher lost as by its control channel's end, never a second request that ends the grace."""
+        if parent_lost:
+            return self.on_control_closed(now=now, wall=wall)
         if signum == wire.STACKS_SIGNAL:
             return self._stacks()
         if signum == wire.TEARDOWN_SIGNAL:
@@ -279,9 +285,10 @@ class NodeState:
         return ()
 
     def _stop_by_signal(self, signum: int, now: float, wall: float) -> tuple[Action, ...]:
-        """A second ends the grace; --stop-on-signal's: ranks hear SIGTERM; under Slurm, Slurm signalled each rank."""
+        """A second, SAME_STOP or more after the first, ends the grace; --stop-on-signal's: ranks hear SIGTERM; under
+        Slurm, Slurm signalled each rank."""
         if self.grace_deadline is not None:
-            return self.end_grace(now)
+            return self.end_grace(now) if now - (self.grace_deadline - self.stop_grace) >= SAME_STOP else ()
         send = signal.SIGTERM if signum == self.stop_on else None if self.slurm_signals_ranks else signum
         return self.request_stop(signum, now=now, wall=wall, send=send)
 

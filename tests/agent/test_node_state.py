@@ -15,6 +15,7 @@ from dslaunch.agent.failures import TAIL_BYTES, ErrorRecord, keep_tail, parse_er
 from dslaunch.agent.node_state import (
     HELD_OPEN,
     KILL_REPEAT,
+    SAME_STOP,
     SETTLE,
     AbandonStalledReaders,
     Action,
@@ -238,6 +239,18 @@ def test_a_second_signal_ends_the_grace_at_once_and_a_third_changes_nothing() ->
     assert state.stop_deadline == 2.0 + GRACE
     assert state.on_signal(INT, now=3.0, wall=1003.0) == ()
     assert state.exit_code() == 143
+
+
+def test_a_dying_launchers_parent_death_signals_are_one_request_not_a_second() -> None:
+    """SIGKILL to a launcher: its forked agent hears SIGTERM once per thread the launcher had, then its control
+    channel's end; while the parent is not yet seen to change, only the time tells them from a second request."""
+    state = _node(2, grace=20.0)
+    assert _signals(state.on_signal(TERM, now=1.0, wall=1001.0)) == []
+    assert state.on_signal(TERM, now=1.0 + SAME_STOP / 2, wall=1001.1) == ()
+    assert state.on_signal(TERM, now=5.0, wall=1005.0, parent_lost=True) == ()  # seen as the parent's death
+    assert state.on_control_closed(now=5.1, wall=1005.1) == ()
+    assert state.stop_deadline is None and state.grace_deadline == 21.0
+    assert state.on_signal(TERM, now=6.0, wall=1006.0) == (Signal((0, 1), TERM),)  # a person's second: the grace ends
 
 
 def test_a_repeated_stop_line_changes_nothing_until_it_says_now() -> None:
