@@ -172,8 +172,10 @@ def test_torch_ranks_restart_from_the_zygote_that_imported_torch(tmp_path: Path)
         "import os, sys\n"
         f"exec(open({ENGINE!r}).read())\n"
         "print('zygote=' + os.environ.get('DSLAUNCH_ZYGOTE_PID', '-'), flush=True)\n"
-        "if os.environ['TORCHELASTIC_RESTART_COUNT'] == '0' and engine.rank == 1:\n"
-        "    os._exit(3)\n"
+        "if os.environ['TORCHELASTIC_RESTART_COUNT'] == '0':\n"
+        "    dist.barrier()  # rank 0 has printed before rank 1's failure tears it down\n"
+        "    if engine.rank == 1:\n"
+        "        os._exit(3)\n"
     )
     result = run_cli(
         ["--nproc-per-node", "2", "--master-port", "0", "--preload", "torch", *RESTART, str(script)],
