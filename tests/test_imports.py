@@ -192,6 +192,7 @@ LEAVES: dict[str, tuple[str, ...]] = {
     "dslaunch.slurmlib.srun": ("dslaunch.plan", "dslaunch.wire"),
     "dslaunch.slurmlib.task_plan": ("dslaunch.plan", "dslaunch.slurmlib.layout"),
     "dslaunch.slurmlib.lost_nodes": (),
+    "dslaunch.slurmlib.step_code": ("dslaunch.slurmlib.lost_nodes",),
     # the handshake of the job's control channels, for the pods and the pdsh dial-back
     "dslaunch.auth.handshake": (),
     "dslaunch.auth.line_reader": (),

@@ -14,10 +14,10 @@ from collections.abc import Iterable
 
 NODE_LOST_CODE = 254  # a task of dslaunch's step whose node agent was lost (killed, crashed, out of memory)
 
-_TASK = re.compile(r"^srun: error: (?P<host>[^\s:]+): tasks? [0-9,\-]+: (?P<what>.+)$")
+TASK_LINE = re.compile(r"^srun: error: (?P<host>[^\s:]+): tasks? [0-9,\-]+: (?P<what>.+)$")
 _NODE_FAILED = re.compile(r"^srun: error: Node failure on (?P<host>[^\s,]+)")
 _LAUNCH_FAILED = re.compile(r"^srun: error: Task launch for \S+ failed on node (?P<host>[^\s:]+): (?P<why>.*)$")
-_TERMINATING = re.compile(r"^srun: .*(Terminating|Force Terminated) (StepId|job step)")
+TERMINATING_LINE = re.compile(r"^srun: .*(Terminating|Force Terminated) (StepId|job step)")
 
 
 def lost_nodes(lines: Iterable[str]) -> tuple[tuple[str, str], ...]:
@@ -26,13 +26,13 @@ def lost_nodes(lines: Iterable[str]) -> tuple[tuple[str, str], ...]:
     terminating = False
     for raw in lines:
         line = raw.rstrip("\r\n")
-        if _TERMINATING.match(line):
+        if TERMINATING_LINE.match(line):
             terminating = True
         elif m := _NODE_FAILED.match(line):
             found.setdefault(m["host"], "Slurm reported a node failure")
         elif m := _LAUNCH_FAILED.match(line):
             found.setdefault(m["host"], f"srun could not start its task there ({m['why'].strip()})")
-        elif m := _TASK.match(line):
+        elif m := TASK_LINE.match(line):
             what = m["what"].strip()
             if what == f"Exited with exit code {NODE_LOST_CODE}":
                 found.setdefault(m["host"], "its node agent was lost")

@@ -23,6 +23,7 @@ from dslaunch.plan import LaunchPlan
 from dslaunch.runners.slurm import in_step
 from dslaunch.runners.slurm.srun_stderr import SrunErrors
 from dslaunch.slurmlib import lost_nodes, srun, task_plan
+from dslaunch.slurmlib.step_code import step_code
 
 _STDERR_WAIT = 5.0  # after srun ended, for the rest of its stderr to be passed on
 _RELAYED = (*wire.STOP_SIGNALS, *wire.FORWARDED_SIGNALS, wire.STACKS_SIGNAL)
@@ -117,13 +118,14 @@ def _run_srun(argv: list[str], plan: LaunchPlan, env: dict[str, str]) -> JobResu
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
-    lost = lost_nodes.lost_nodes(errors.lines(_STDERR_WAIT))
+    srun_lines = errors.lines(_STDERR_WAIT)
+    lost = lost_nodes.lost_nodes(srun_lines)
     if stop.signal is not None:
         name = signal.Signals(stop.signal).name
         code = 128 + stop.signal if plan.stop_exit_code is None else plan.stop_exit_code
         print(f"dslaunch: stopped by {name} (exit {code}); each node's summary is above", file=sys.stderr, flush=True)
         return JobResult(code, f"stopped by {name} (requested)", retry=False, stopped_by=stop.signal)
-    code = 128 - code if code < 0 else code
+    code = 128 - code if code < 0 else step_code(code, srun_lines)
     if not code:
         return JobResult(0, "")
     cause = f"the srun step ended with exit {code}"

@@ -240,6 +240,26 @@ def test_launcher_slurm_inside_salloc(slurm_env: dict[str, str]) -> None:
     assert fail.returncode == 5, fail.stdout + fail.stderr  # auto picks slurm inside an allocation
 
 
+def test_a_task_still_starting_when_a_rank_fails_does_not_hide_its_code(
+    slurm_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Node 0's task starts 20 s late: node 1's rank fails first, node 0's task never hears of it and is killed by
+    srun's --kill-on-bad-exit SIGTERM while it starts (srun exits 143); the job exits with the rank's 5."""
+    late = tmp_path / "late-python"
+    late.write_text(f'#!/bin/sh\nif [ "$SLURM_NODEID" = 0 ]; then sleep 20; fi\nexec {sys.executable} "$@"\n')
+    late.chmod(0o755)
+    run_id = _run_id()
+    fail = _run(
+        ["salloc", "-N2", *DSLAUNCH, "--remote-python", str(late), "--nproc-per-node", "1", "--run-id", run_id, SCRIPT],
+        slurm_env,
+        {"FAIL_RANK": "1", "FAIL_CODE": "5", "SLEEP": "120"},
+    )
+    out = fail.stdout + fail.stderr
+    assert re.search(r"srun: error: n1: task 0: (Terminated|Killed)", out), out  # the case of the CI failure
+    assert fail.returncode == 5, out
+    assert wait_until_gone(run_id, 15) == []
+
+
 def test_sbatch_example(slurm_env: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "job.out"
     res = _run(
