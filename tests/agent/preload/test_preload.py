@@ -194,8 +194,9 @@ def test_a_killed_agent_takes_the_forked_ranks_with_it(tmp_path: Path) -> None:
         grandchildren += [int(child) for _, child in found]  # no parent-death signal: as with exec'd ranks
         agent = psutil.Process(proc.pid).children()[0]
         assert {p.pid for p in agent.children()} == set(pids)  # adopted by the agent; the zygote is gone
+        ranks = [psutil.Process(pid) for pid in pids]  # before the kill: a rank may be gone before we look
         agent.kill()
-        _, left = psutil.wait_procs([psutil.Process(pid) for pid in pids], timeout=10)
+        _, left = psutil.wait_procs(ranks, timeout=10)
         assert not left
         assert proc.wait(timeout=30) != 0
         # their children had no parent-death signal; the launcher, a child subreaper, adopted and ended them
