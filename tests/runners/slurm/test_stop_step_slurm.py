@@ -1,7 +1,10 @@
-"""One stop step under real Slurm, node mode (``srun dslaunch``): each srun task is its own launcher with no
-channel to the others, so each node decides its stop step alone (docs/stopping.md). ``scancel --signal=TERM``
-reaches every process of the step at once: every rank (ignoring Slurm's own SIGTERM, as one that calls
-should_stop() must there) saves, the ranks of one node save one step, and the nodes at most one step apart."""
+"""One stop step per node under real Slurm: each srun task is its own launcher with no channel to the others, so
+each node decides its stop step alone (docs/stopping.md). ``scancel --signal=TERM`` reaches every process of the
+step at once: every rank (ignoring Slurm's own SIGTERM, as one that calls should_stop() must there) saves, and the
+ranks of one node save one step. The nodes need not agree, so the ranks keep no barrier across nodes (NO_BARRIER):
+with one, a node that stops a step before the other leaves that node's ranks waiting in the barrier until the grace
+ends (seen under load, CI 2026-12-05), as ranks in a collective would be (docs/stopping.md, "Where the step is
+exact")."""
 
 from __future__ import annotations
 
@@ -16,13 +19,14 @@ from tests.runners.slurm.test_cluster import DSLAUNCH, _start
 from tests.runners.stop_steps import RANKS, saved, wait_ready
 
 pytestmark = [pytest.mark.launch, pytest.mark.cluster]
+_APART = {"NO_BARRIER": "1"}  # each rank at its own pace: the nodes do not agree on one step
 
 
 def test_scancel_in_node_mode_stops_each_nodes_ranks_at_one_step(slurm_env: dict[str, str], tmp_path: Path) -> None:
     run_id, name = "slurmstop-" + uuid.uuid4().hex[:8], f"dsl-{uuid.uuid4().hex[:6]}"
     argv = ["srun", f"--job-name={name}", "-N2", "--ntasks-per-node=1",
             *DSLAUNCH, "--nproc-per-node", "2", "--run-id", run_id, RANKS]  # fmt: skip
-    env = {**slurm_env, "OUT_DIR": str(tmp_path), "IGNORE_TERM": "1", "STEP_TIME": "0.05"}
+    env = {**slurm_env, "OUT_DIR": str(tmp_path), "IGNORE_TERM": "1", "STEP_TIME": "0.05", **_APART}
     srun = _start(argv, env)
     try:
         wait_ready(tmp_path, range(4), srun)  # type: ignore[arg-type]
@@ -39,7 +43,6 @@ def test_scancel_in_node_mode_stops_each_nodes_ranks_at_one_step(slurm_env: dict
     got = {rank: int(step) for rank, step in saved(tmp_path, range(4)).items()}
     assert sorted(got) == [0, 1, 2, 3], (got, err)
     assert got[0] == got[1] and got[2] == got[3], got  # one step per node
-    assert abs(got[0] - got[2]) <= 1, got
     print(f"node 0 stopped at {got[0]}, node 1 at {got[2]}")
     assert wait_until_gone(run_id, 15) == []
 
@@ -52,7 +55,7 @@ def test_sigterm_to_launcher_slurm_stops_each_nodes_ranks_at_one_step(
 
     run_id = "slurmstop-" + uuid.uuid4().hex[:8]
     argv = ["salloc", "-N2", *DSLAUNCH, "--launcher", "slurm", "--nproc-per-node", "2", "--run-id", run_id, RANKS]
-    salloc = _start(argv, {**slurm_env, "OUT_DIR": str(tmp_path), "IGNORE_TERM": "1", "STEP_TIME": "0.05"})
+    salloc = _start(argv, {**slurm_env, "OUT_DIR": str(tmp_path), "IGNORE_TERM": "1", "STEP_TIME": "0.05", **_APART})
     try:
         wait_ready(tmp_path, range(4), salloc)  # type: ignore[arg-type]
         launcher = [
@@ -69,7 +72,7 @@ def test_sigterm_to_launcher_slurm_stops_each_nodes_ranks_at_one_step(
             salloc.wait()
     got = {rank: int(step) for rank, step in saved(tmp_path, range(4)).items()}
     assert sorted(got) == [0, 1, 2, 3], (got, err)
-    assert got[0] == got[1] and got[2] == got[3] and abs(got[0] - got[2]) <= 1, got
+    assert got[0] == got[1] and got[2] == got[3], got  # one step per node
     assert salloc.returncode == 143, err
     print(f"node 0 stopped at {got[0]}, node 1 at {got[2]}")
     assert wait_until_gone(run_id, 15) == []
