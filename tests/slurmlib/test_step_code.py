@@ -17,7 +17,17 @@ CASES = [
     # the CI failure: node 0's task was still starting when node 1's rank failed, and srun's SIGTERM killed it
     (143, [FAILED_5, TERM, "srun: error: n1: task 0: Terminated", "srun: Force Terminated StepId=6.0"], 5),
     (137, [FAILED_5, TERM, "srun: error: n1: task 0: Killed"], 5),
-    (143, [FAILED_5, TERM, "srun: error: n1: task 0: Exited with exit code 143"], 5),  # stopped by srun's SIGTERM
+    (143, [FAILED_5, TERM, "srun: error: n1: task 0: Exited with exit code 143"], 143),  # a task's own 143
+    # the peer that heard of the failure exits 1 before the failing node's task (its node agent lost: 254)
+    (
+        254,
+        [
+            "srun: error: n2: task 1: Exited with exit code 1",
+            TERM,
+            "srun: error: n1: task 0: Exited with exit code 254",
+        ],
+        254,
+    ),
     (143, ["srun: error: n1: task 0: Exited with exit code 143", TERM], 143),  # a task's own 143 (a stop)
     (139, ["srun: error: n1: task 0: Exited with exit code 139", TERM, "srun: error: n2: task 1: Killed"], 139),
     (137, ["srun: error: n1: task 0: Killed", TERM, "srun: error: n2: task 1: Exited with exit code 1"], 137),
