@@ -322,7 +322,7 @@ PACKAGE_RULES: dict[str, tuple[str, ...]] = {
     "runners": (
         *BASE,
         *("agent", "auth", "dslaunch", "job", "logs", "masking", "mesh", "oslib", "output", "plan", "pods"),
-        *("slurmlib", "wire"),
+        *("slurmlib", "wire", "wire_check"),  # wire_check: the Slurm tasks' stop channel checks its messages
     ),
     "cli": (
         *BASE,

@@ -78,7 +78,7 @@ def join(
             why = f"{where} did not answer ({exc.strerror or exc})"
             time.sleep(min(RETRY, max(0.0, deadline - time.monotonic())))
             continue
-        got = _handshake(sock, (key, run_id, me, shape), min(time.monotonic() + HANDSHAKE_TIME, deadline))
+        got = open_link(sock, (key, run_id, me, shape), min(time.monotonic() + HANDSHAKE_TIME, deadline))
         if isinstance(got, Link):
             return _wait_for_start(got, deadline, stopped)
         sock.close()
@@ -92,9 +92,10 @@ def join(
 _Who = tuple[bytes, str, tuple[int, str, int], Mapping[str, str] | None]  # key, run id, me, shape (as join's)
 
 
-def _handshake(sock: socket.socket, who: _Who, deadline: float) -> Link | str:
-    """The authenticated link; a refusal's text; "" when the connection went wrong or ``deadline`` (monotonic,
-    capped by the join's) passed (worth another try while the join's time lasts)."""
+def open_link(sock: socket.socket, who: _Who, deadline: float) -> Link | str:
+    """The client's side of the handshake on a connected ``sock`` (also the Slurm tasks' stop channel's,
+    runners/slurm/stop_channel.py): the authenticated link; a refusal's text; "" when the connection went wrong or
+    ``deadline`` (monotonic, capped by the join's) passed (worth another try while the join's time lasts)."""
     key, run_id, me, shape = who
     client_nonce = handshake.nonce()
     got = _exchange(sock, handshake.hello(key, run_id, client_nonce), deadline)  # first: admission's proof

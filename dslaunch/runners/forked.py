@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, ClassVar
@@ -122,6 +123,7 @@ class LocalAgent:
         self._stopped = False
         self._done = False  # the agent sent Done: it has swept its node itself
         self._swept = False
+        self._send_lock = threading.Lock()  # a Slurm task's stop channel answers from a thread of its own
 
     def lines(self) -> Iterator[str]:
         for raw in self.proc.events:
@@ -150,8 +152,9 @@ class LocalAgent:
         if self._stopped:
             return  # its stdin is closed: it tears down
         try:
-            self.proc.stdin.write(line)
-            self.proc.stdin.flush()
+            with self._send_lock:
+                self.proc.stdin.write(line)
+                self.proc.stdin.flush()
         except (BrokenPipeError, OSError, ValueError):
             pass
 

@@ -12,7 +12,8 @@ from dslaunch.plan import NodePlan
 from dslaunch.slurmlib import hostlist
 
 # MASTER_PORT derived from the job and step id lies in [PORT_BASE, PORT_BASE + PORT_SPAN):
-# above the usual service ports and below Linux's ephemeral range (32768+).
+# above the usual service ports and below Linux's ephemeral range (32768+). It is always even: the port above it is
+# the step's stop channel (runners/slurm/stop_channel.py), never another step's store.
 PORT_BASE = 20000
 PORT_SPAN = 12000
 _STEPS_PER_JOB = 16
@@ -143,8 +144,15 @@ def slurm_signals_ranks(env: Mapping[str, str]) -> bool:
 
 
 def derive_port(job_id: int, step_id: int = 0) -> int:
-    """A port every task of one step computes alike; distinct for 750 consecutive job ids x 16 steps."""
-    return PORT_BASE + (job_id * _STEPS_PER_JOB + step_id % _STEPS_PER_JOB) % PORT_SPAN
+    """A port every task of one step computes alike, even (:func:`stop_channel_port` is the next one); distinct for
+    375 consecutive job ids x 16 steps."""
+    return PORT_BASE + 2 * ((job_id * _STEPS_PER_JOB + step_id % _STEPS_PER_JOB) % (PORT_SPAN // 2))
+
+
+def stop_channel_port(master_port: int) -> int:
+    """Where node 0's task listens for the other tasks' stop steps (runners/slurm/stop_channel.py): the store's port
+    + 1, as a pod's coordinator listens (docs/stopping.md)."""
+    return master_port + 1 if master_port < 65535 else master_port - 1
 
 
 def step_mode(step: SlurmStep, nproc: int | str | None) -> str:

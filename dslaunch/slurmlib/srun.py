@@ -21,12 +21,14 @@ def srun_env(plan: LaunchPlan, base: Mapping[str, str]) -> dict[str, str]:
     return {**base, wire.PLAN_VAR: wire.plan_to_b64(plan)}
 
 
-def export_option(base: Mapping[str, str]) -> list[str]:
-    """srun exports its whole environment unless SLURM_EXPORT_ENV narrows it: then add the plan's variable."""
+def export_option(base: Mapping[str, str], carry: Sequence[str] = ()) -> list[str]:
+    """srun exports its whole environment unless SLURM_EXPORT_ENV narrows it: then add the plan's variable (and
+    ``carry``'s: the job's secret for the stop channel)."""
     export = base.get("SLURM_EXPORT_ENV", "ALL")
     if export.split(",")[0] in ("ALL", ""):
         return []
-    return [f"--export={wire.PLAN_VAR}" if export == "NONE" else f"--export={export},{wire.PLAN_VAR}"]
+    names = ",".join((wire.PLAN_VAR, *carry))
+    return [f"--export={names}" if export == "NONE" else f"--export={export},{names}"]
 
 
 def step_name(plan: LaunchPlan) -> str:
@@ -41,8 +43,10 @@ def srun_argv(
     launcher_args: Sequence[str] = (),
     srun: str = "srun",
     environ: Mapping[str, str] | None = None,
+    carry: Sequence[str] = (),
 ) -> list[str]:
-    """One task per node of the plan; Slurm kills the step when any task fails."""
+    """One task per node of the plan; Slurm kills the step when any task fails; ``carry``: variables the tasks
+    need even where SLURM_EXPORT_ENV narrows what srun exports."""
     hosts = [node.host for node in plan.nodes]
     argv = [
         srun,
@@ -54,7 +58,7 @@ def srun_argv(
     ]
     if exclude:
         argv.append(f"--exclude={','.join(exclude)}")
-    argv += export_option(environ or {})
+    argv += export_option(environ or {}, carry)
     argv += list(launcher_args)
     return argv + step_argv(plan)
 

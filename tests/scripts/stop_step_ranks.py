@@ -2,7 +2,8 @@
 file says it reached the step, as an allreduce would), and ``dslaunch.should_stop()`` is called once per step, at
 its start. On True the rank writes the step it stopped at to OUT_DIR/saved.RANK and exits 0. After READY_AFTER
 steps it writes OUT_DIR/ready.RANK. The ranks listed in NO_CALL (comma-separated) never call should_stop().
-NO_BARRIER=1: no barrier, each rank runs at its own pace (RANK_DELAY: seconds added to each step of rank 0).
+NO_BARRIER=1: no barrier, each rank runs at its own pace (RANK_DELAY: seconds added to each step of the ranks in
+DELAY_RANKS, comma-separated, rank 0 by default).
 IGNORE_TERM=1: the rank ignores SIGTERM (Slurm's scancel signals every process of the step, ranks too)."""
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ calls = str(rank) not in os.environ.get("NO_CALL", "").split(",")
 barrier = os.environ.get("NO_BARRIER") != "1"
 if os.environ.get("IGNORE_TERM") == "1":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-if rank == 0:
+if str(rank) in os.environ.get("DELAY_RANKS", "0").split(","):
     step_time += float(os.environ.get("RANK_DELAY", "0"))
 
 

@@ -105,10 +105,18 @@ def test_ambiguous_layouts_are_refused_with_srun_advice(tpn: str, nproc: int | s
 
 def test_port_is_deterministic_in_range_and_distinct_for_nearby_jobs() -> None:
     assert layout.derive_port(1234, 0) == layout.derive_port(1234, 0)
-    ports = {layout.derive_port(job, step) for job in range(10_000, 10_750) for step in range(16)}
-    assert len(ports) == 750 * 16
+    ports = {layout.derive_port(job, step) for job in range(10_000, 10_375) for step in range(16)}
+    assert len(ports) == 375 * 16
     assert all(layout.PORT_BASE <= p < layout.PORT_BASE + layout.PORT_SPAN for p in ports)
     assert max(ports) < 32768  # below Linux's ephemeral range
+    # each step's stop channel (the port above its store's) is no other step's store
+    channels = {layout.stop_channel_port(p) for p in ports}
+    assert not channels & ports and max(channels) < 32768
+
+
+@pytest.mark.parametrize(("store", "channel"), [(29500, 29501), (20000, 20001), (65535, 65534)])
+def test_stop_channel_port_is_next_to_the_stores(store: int, channel: int) -> None:
+    assert layout.stop_channel_port(store) == channel
 
 
 def test_bootstrap_detect_reads_slurm() -> None:

@@ -5,6 +5,7 @@ any runner. A failing node tells the other tasks of the step at once with
 ``scancel --signal=URG`` (ignored by default in every process, so only the
 dslaunch tasks react); they stop their ranks and exit 1, so srun, which
 reports the highest task code, ends the step with the failing rank's code.
+A requested stop's step is agreed across the tasks by node 0's (``stop_channel.py``).
 """
 
 from __future__ import annotations
@@ -23,13 +24,16 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from dslaunch import wire
+from dslaunch.errors import DslaunchError
 from dslaunch.job.loop import report, supervise
 from dslaunch.job.result import JobResult
 from dslaunch.job.state import Outcome, lost_node_code
 from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan
+from dslaunch.pods import secret
 from dslaunch.runners.forked import LocalAgent
 from dslaunch.runners.slurm import peer_signal
+from dslaunch.runners.slurm.stop_channel import Hub, Spoke
 from dslaunch.slurmlib import layout
 from dslaunch.slurmlib.task_plan import node_rank_of, resolve_port
 
@@ -60,6 +64,7 @@ class _Peers:
     told: bool = False  # this task told the others its node failed, in the current attempt
     quiet_stop: bool = False  # the stop came as STOP_REQUEST: Slurm signalled no rank, the agent must
     warm: WarmZygotes | None = None  # --preload with restarts: this node's zygote, kept for every attempt
+    channel: Hub | Spoke | None = None  # the step's stop channel (None: one node, or none could be opened)
 
     def stop_current(self) -> None:
         if self.current is not None:
@@ -92,6 +97,7 @@ def attempt_in_step(plan: LaunchPlan, env: Mapping[str, str] | None = None, *, l
 
         prctl.load()
         prctl.set_child_subreaper()  # what a killed agent's ranks left behind comes to this task (LocalAgent.wait)
+        _peers.channel = _open_channel(plan, node_rank)  # before any fork: its threads start here
         _peers.warm = WarmZygotes()
     _peers.warm.prepare(plan, node_rank)
     if peer_signal.heard_at() > since:  # a peer failed before this node could start its ranks
@@ -102,15 +108,21 @@ def attempt_in_step(plan: LaunchPlan, env: Mapping[str, str] | None = None, *, l
     late = _LateTerm(signal.getsignal(signal.SIGTERM))  # a SIGTERM once supervise() has returned: see _after
     signal.signal(signal.SIGTERM, late)
     try:
-        _peers.current = StepAgent(plan, node_rank, on_failure=lambda: _tell_once(plan, env), warm=_peers.warm.zygotes)
+        channel = _peers.channel
+        _peers.current = StepAgent(
+            plan, node_rank, on_failure=lambda: _tell_once(plan, env), warm=_peers.warm.zygotes, channel=channel
+        )
+        if channel is not None:
+            channel.begin(plan.restarts.count, _peers.current.stop_at)
         if peer_signal.heard_at() > since:  # heard while there was no agent to stop yet
             _peers.current.stop()
-        outcome = supervise(plan, [_peers.current])
+        outcome = supervise(plan, [_peers.current], decides_stop_step=channel is None)
     finally:
         signal.signal(STACKS_REQUEST, stacks)
         signal.signal(STOP_REQUEST, asked)
         _peers.current = None
     late.ended = True
+    _say_notes(_peers.channel)
     try:
         result = _quiet_stop_ends_at_zero(_after(outcome, plan, env, since), outcome)
     finally:
@@ -220,10 +232,48 @@ def _tell_again(env: Mapping[str, str], left: float) -> None:
         _tell_peers(env)
 
 
+def _open_channel(plan: LaunchPlan, node_rank: int) -> Hub | Spoke | None:
+    """The step's stop channel, node 0's side or another's (None: one node, or node 0's port is taken); the job's
+    secret is taken out of this task's environment first, so no rank inherits it."""
+    if len(plan.nodes) < 2:
+        return None
+    try:
+        given = secret.take(os.environ)
+    except DslaunchError as exc:
+        _warn(f"{exc}: the nodes' stop steps are not agreed (each node decides its own)")
+        return None
+    key, port = secret.key(given, plan.run_id), layout.stop_channel_port(plan.master_port)
+    if node_rank:
+        return Spoke(key, plan.run_id, (node_rank, plan.node(node_rank).host), (plan.master_addr, port))
+    try:
+        hub = Hub(key, plan.run_id, len(plan.nodes), port)
+    except OSError as exc:
+        _warn(f"cannot listen on port {port} ({exc.strerror or exc}): each node decides its own stop step")
+        return None
+    if given is None:
+        _warn(
+            f"the nodes' stop channel (port {port}) is not authenticated: give the step's tasks a "
+            f"{secret.SECRET_VAR}, e.g. export {secret.SECRET_VAR}=$(openssl rand -hex 32) in the batch script "
+            "(docs/slurm.md)"
+        )
+    return hub
+
+
+def _warn(text: str) -> None:
+    print(f"dslaunch: warning: {text}", file=sys.stderr, flush=True)
+
+
+def _say_notes(channel: Hub | Spoke | None) -> None:
+    """What the channel's threads noted (they print nothing themselves: an agent may be forked meanwhile)."""
+    while channel is not None and channel.notes:
+        _warn(channel.notes.pop(0))
+
+
 class StepAgent(LocalAgent):
     """This node's agent; USR1/USR2 are not relayed when Slurm signals every process of the step itself.
 
-    ``on_failure`` runs as soon as a rank of this node fails on its own (not stopped by the agent).
+    ``on_failure`` runs as soon as a rank of this node fails on its own (not stopped by the agent); ``channel``:
+    the step's stop channel, which this node's stop step proposals go to.
     """
 
     def __init__(
@@ -232,18 +282,22 @@ class StepAgent(LocalAgent):
         node_rank: int,
         on_failure: Callable[[], None] | None = None,
         warm: Mapping[int, Zygote | None] | None = None,
+        channel: Hub | Spoke | None = None,
     ) -> None:
         super().__init__(plan, node_rank, warm)
         self.relay_user_signals = not plan.slurm.signals_ranks
         self.stop_signum = plan.stop_signum
         self._on_failure = on_failure
+        self._channel = channel
 
     def lines(self) -> Iterator[str]:
         for line in super().lines():
-            if self._on_failure is not None:
+            if self._on_failure is not None or self._channel is not None:
                 event = wire.decode(line)
-                if isinstance(event, wire.RankExit) and event.failed and not event.by_agent:
+                if isinstance(event, wire.RankExit) and event.failed and not event.by_agent and self._on_failure:
                     self._on_failure()
+                if isinstance(event, wire.StopStep) and self._channel is not None:
+                    self._channel.propose(event.step)
             yield line
 
     def signal(self, signum: int) -> None:

@@ -8,11 +8,13 @@ node's agent) or ``rank`` (this srun task becomes one rank).
 from __future__ import annotations
 
 import os
+import secrets
 import shlex
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dslaunch import wire
@@ -20,6 +22,7 @@ from dslaunch.job.protocols import Runner
 from dslaunch.job.result import START_FAILED, JobResult
 from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan
+from dslaunch.pods import secret
 from dslaunch.runners.slurm import in_step
 from dslaunch.runners.slurm.srun_stderr import SrunErrors
 from dslaunch.slurmlib import lost_nodes, srun, task_plan
@@ -35,7 +38,17 @@ def srun_line(plan: LaunchPlan) -> list[str]:
         exclude=plan.slurm.exclude,
         launcher_args=plan.launcher_args,
         environ=os.environ,
+        carry=(secret.SECRET_VAR, secret.SECRET_FILE_VAR),
     )
+
+
+def step_env(plan: LaunchPlan, base: Mapping[str, str]) -> dict[str, str]:
+    """srun's environment: the plan, and a secret of the step's own for its tasks' stop channel
+    (``stop_channel.py``) where the user gave none."""
+    env = srun.srun_env(plan, base)
+    if not env.get(secret.SECRET_VAR) and not env.get(secret.SECRET_FILE_VAR):
+        env[secret.SECRET_VAR] = secrets.token_hex(32)
+    return env
 
 
 class SlurmRunner(Runner):
@@ -67,7 +80,7 @@ class SlurmRunner(Runner):
             return in_step.attempt_in_step(plan)
         if mode == "rank":
             in_step.exec_rank(plan)
-        return _run_srun(srun_line(plan), plan, srun.srun_env(plan, os.environ))
+        return _run_srun(srun_line(plan), plan, step_env(plan, os.environ))
 
 
 def _environ() -> dict[str, str]:

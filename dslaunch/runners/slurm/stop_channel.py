@@ -1,0 +1,270 @@
+"""One stop step across the nodes of a Slurm step (docs/stopping.md): node 0's task answers every task's proposal.
+
+Each srun task is its own launcher (``in_step.py``), so no launcher sees every node's stop step. Node 0's task
+listens on ``layout.stop_channel_port(master_port)`` (:class:`Hub`); every other task connects at its first
+attempt, retrying for ``CONNECT_TIME`` while node 0's is not up yet (:class:`Spoke`), and keeps the connection
+for every attempt. The connection is the pods' (``auth/handshake.py`` through ``pods/admission.py``'s door, then a
+``pods/link.Link``: every line MACed, heartbeats, bounded lines), under the job's secret (``DSLAUNCH_JOB_SECRET``;
+``--launcher slurm`` makes one for its step). Two messages, checked field by field, anything else ends the link:
+
+- a task to node 0: ``{"t": "propose", "attempt": A, "step": S | null}``, its agent's proposal (``wire.StopStep``);
+- node 0 to every task: ``{"t": "stop_at", "attempt": A, "step": S}``, the job's step (``job/stop_gather.py``:
+  the largest proposal, once every connected node proposed or at ``GATHER_BOUND``), also to a task that did not
+  propose yet, so its ranks stop at that step too.
+
+A task with no connection answers its agent with its own proposal at once; one whose answer does not come within
+``ANSWER_TIME`` (node 0 lost) does so then: that node decides alone, as before the channel. The threads here take
+no lock that a forked agent could inherit held (no logging, no lazy import): what went wrong is kept in ``notes``.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from dslaunch.auth import handshake
+from dslaunch.job.stop_gather import GATHER_BOUND, StopStepGather
+from dslaunch.pods import messages
+from dslaunch.pods.admission import Door
+from dslaunch.pods.link import SILENT, Link
+from dslaunch.pods.member import open_link
+from dslaunch.wire_check import Int, Malformed, Maybe, Spec
+
+CONNECT_TIME = 60.0  # a task's tries to reach node 0's, from its first attempt (node 0's task may start later)
+RETRY = 0.5
+HANDSHAKE_TIME = 5.0
+ANSWER_TIME = GATHER_BOUND + 2.0  # a proposal's answer from node 0, or this node decides alone
+
+_ATTEMPT = Int(0, 1 << 20)
+_STEP = Int(1, 1 << 62)
+_Kinds = dict[str, tuple[dict[str, Spec], dict[str, Spec]]]
+TO_NODE0: _Kinds = {"propose": ({"attempt": _ATTEMPT, "step": Maybe(_STEP)}, {})}
+FROM_NODE0: _Kinds = {"stop_at": ({"attempt": _ATTEMPT, "step": _STEP}, {})}
+
+Answer = Callable[[int], None]  # the agent's stop_at
+
+
+class _Attempt:
+    """This task's side of one attempt: whom to answer, and whether it was."""
+
+    def __init__(self, number: int, answer: Answer) -> None:
+        self.number, self.answer = number, answer
+        self.answered = False
+        self.proposed = False
+        self.own: int | None = None  # this node's proposal, once made
+        self._lock = threading.Lock()
+
+    def make(self, step: int | None) -> None:
+        self.own, self.proposed = step, True
+
+    def deliver(self, step: int) -> None:
+        """Answer the agent once (the first step to come stands)."""
+        with self._lock:
+            if self.answered:
+                return
+            self.answered = True
+        self.answer(step)
+
+    def alone(self) -> None:
+        """No answer from node 0: this node's own proposal (1: none of its ranks calls should_stop())."""
+        if self.proposed:
+            self.deliver(self.own or 1)
+
+
+class Hub:
+    """Node 0's task: gathers every node's proposal for each attempt and answers every task."""
+
+    def __init__(self, key: bytes, run_id: str, nnodes: int, port: int) -> None:
+        """Listens at once; raises OSError where the port cannot be bound."""
+        self.key, self.run_id, self.nnodes, self.port = key, run_id, nnodes, port
+        self.notes: list[str] = []
+        self._lock = threading.Lock()
+        self._links: dict[int, Link] = {}
+        self._gathers: dict[int, StopStepGather] = {}
+        self._current: _Attempt | None = None
+        self._door = Door(key, run_id, self._admit)
+        family = socket.AF_INET6 if socket.has_dualstack_ipv6() else socket.AF_INET
+        server = socket.create_server(("", port), family=family, dualstack_ipv6=family == socket.AF_INET6)
+        self._door.open(server)
+
+    @property
+    def connected(self) -> frozenset[int]:
+        with self._lock:
+            return frozenset(n for n, link in self._links.items() if not link.closed)
+
+    def begin(self, attempt: int, answer: Answer) -> None:
+        with self._lock:
+            self._current = _Attempt(attempt, answer)
+            step = self._gathers[attempt].step if attempt in self._gathers else None
+        if step is not None:
+            self._current.deliver(step)
+
+    def propose(self, step: int | None) -> None:
+        """This node's own proposal, for the current attempt."""
+        if self._current is not None:
+            self._current.make(step)
+            self._proposal(0, self._current.number, step)
+
+    def close(self) -> None:
+        self._door.close()
+        with self._lock:
+            links = list(self._links.values())
+        for link in links:
+            link.close()
+
+    def _admit(self, conn: socket.socket, joiner: handshake.Joiner, server_nonce: str, rest: bytes) -> None:
+        node_rank = joiner.node_rank
+        if not 0 < node_rank < self.nnodes:
+            conn.sendall(
+                handshake.line({"t": "refused", "why": f"node {node_rank} is not one of 1..{self.nnodes - 1}"})
+            )
+            conn.close()
+            return
+        conn.settimeout(SILENT)
+        conn.sendall(handshake.welcome(self.key, self.run_id, server_nonce, joiner.nonce))
+        to_task, from_task = handshake.session_keys(self.key, self.run_id, server_nonce, joiner.nonce)
+        link = Link(conn, joiner.host, rest, keys=(to_task, from_task))
+        with self._lock:
+            old, self._links[node_rank] = self._links.get(node_rank), link
+            decided = {a: g.step for a, g in self._gathers.items() if g.step is not None}
+        if old is not None:
+            old.close()  # that task reconnected: its old connection is dead
+        link.start_reader()
+        link.start_heartbeats()
+        for attempt, step in decided.items():
+            link.send({"t": "stop_at", "attempt": attempt, "step": step})
+        threading.Thread(
+            target=self._read, args=(node_rank, link), name=f"stop channel {node_rank}", daemon=True
+        ).start()
+
+    def _read(self, node_rank: int, link: Link) -> None:
+        for message in _checked(link, TO_NODE0, self.notes, f"node {node_rank}'s task"):
+            self._proposal(node_rank, message["attempt"], message["step"])
+        for attempt in list(self._gathers):  # a task that is gone proposes nothing more
+            self._decide(attempt)
+
+    def _proposal(self, node_rank: int, attempt: int, step: int | None) -> None:
+        with self._lock:
+            gather = self._gathers.get(attempt)
+            if gather is None:
+                gather = self._gathers[attempt] = StopStepGather(frozenset(range(self.nnodes)))
+                timer = threading.Timer(GATHER_BOUND + 0.05, self._decide, args=(attempt,))
+                timer.daemon = True
+                timer.start()
+            decided, link = gather.step, self._links.get(node_rank)
+            if decided is None:
+                gather.begin(time.monotonic())
+                gather.propose(node_rank, step)
+        if decided is not None and link is not None:  # too late: the step stands
+            link.send({"t": "stop_at", "attempt": attempt, "step": decided})
+            return
+        self._decide(attempt)
+
+    def _decide(self, attempt: int) -> None:
+        with self._lock:
+            gather = self._gathers[attempt]
+            gone = {n for n in range(1, self.nnodes) if n not in self._links or self._links[n].closed}
+            step = gather.decide(gone, time.monotonic())
+            links = list(self._links.values())
+            current = self._current if self._current is not None and self._current.number == attempt else None
+        if step is None:
+            return
+        for link in links:
+            link.send({"t": "stop_at", "attempt": attempt, "step": step})
+        if current is not None:
+            current.deliver(step)
+
+
+class Spoke:
+    """Another node's task: sends its node's proposal to node 0's and hands its agent node 0's answer."""
+
+    def __init__(self, key: bytes, run_id: str, me: tuple[int, str], address: tuple[str, int]) -> None:
+        """Connects in the background from now on (node 0's task may not listen yet)."""
+        self.notes: list[str] = []
+        self._link: Link | None = None
+        self._closed = threading.Event()
+        self._current: _Attempt | None = None
+        self._decided: dict[int, int] = {}  # node 0's answers, by attempt (one may come before this task began it)
+        who = (key, run_id, (me[0], me[1], 0), None)
+        threading.Thread(target=self._connect, args=(who, address), name="stop channel", daemon=True).start()
+
+    @property
+    def connected(self) -> bool:
+        link = self._link
+        return link is not None and not link.closed
+
+    def wait_connected(self, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while not self.connected and time.monotonic() < end and not self._closed.is_set():
+            time.sleep(0.01)
+        return self.connected
+
+    def begin(self, attempt: int, answer: Answer) -> None:
+        self._current = current = _Attempt(attempt, answer)
+        if attempt in self._decided:
+            current.deliver(self._decided[attempt])
+
+    def propose(self, step: int | None) -> None:
+        current, link = self._current, self._link
+        if current is None:
+            return
+        current.make(step)
+        if link is None or not link.send({"t": "propose", "attempt": current.number, "step": step}):
+            current.alone()
+            return
+        timer = threading.Timer(ANSWER_TIME, current.alone)
+        timer.daemon = True
+        timer.start()
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._link is not None:
+            self._link.close()
+
+    def _connect(self, who: tuple[bytes, str, tuple[int, str, int], None], address: tuple[str, int]) -> None:
+        end = time.monotonic() + CONNECT_TIME
+        why = "no answer"
+        while not self._closed.is_set() and (left := end - time.monotonic()) > 0:
+            try:
+                sock = socket.create_connection(address, timeout=min(2.0, max(0.05, left)))
+            except OSError as exc:
+                why = exc.strerror or str(exc)
+                self._closed.wait(RETRY)
+                continue
+            got = open_link(sock, who, min(time.monotonic() + HANDSHAKE_TIME, end))
+            if isinstance(got, Link):
+                self._serve(got)
+                return
+            sock.close()
+            why = got or "the handshake did not complete"
+            self._closed.wait(RETRY)
+        self.notes.append(f"cannot reach node 0's task at {address[0]}:{address[1]} ({why}): this node decides alone")
+
+    def _serve(self, link: Link) -> None:
+        link.start_reader()
+        link.start_heartbeats()
+        self._link = link
+        if self._closed.is_set():
+            link.close()
+        for message in _checked(link, FROM_NODE0, self.notes, "node 0's task"):
+            self._decided[message["attempt"]] = message["step"]
+            current = self._current
+            if current is not None and current.number == message["attempt"]:
+                current.deliver(message["step"])
+        current = self._current  # node 0's task is gone: a proposal waiting for it is answered here
+        if current is not None:
+            current.alone()
+
+
+def _checked(link: Link, kinds: _Kinds, notes: list[str], who: str) -> Iterator[dict[str, Any]]:
+    """The messages ``link`` brings, each checked; a malformed one ends the link (noted)."""
+    for line in link.received():
+        try:
+            yield messages.control(line, kinds)
+        except Malformed as exc:
+            notes.append(f"{who} sent a malformed message ({exc}): its link ended")
+            link.refuse(str(exc))
+            return

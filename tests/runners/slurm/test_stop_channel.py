@@ -1,0 +1,214 @@
+"""The Slurm tasks' stop channel over real loopback sockets: node 0's task answers every task with the largest
+proposal, a task without node 0 decides alone, and a task without the key, or one that sends junk, changes
+nothing (runners/slurm/stop_channel.py)."""
+
+from __future__ import annotations
+
+import queue
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from dslaunch.job import stop_gather
+from dslaunch.pods.link import Link
+from dslaunch.pods.member import open_link
+from dslaunch.runners.slurm import stop_channel
+from dslaunch.runners.slurm.stop_channel import Hub, Spoke
+
+KEY, RUN = b"k" * 32, "run-1"
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Answers:
+    def __init__(self) -> None:
+        self.got: queue.SimpleQueue[int] = queue.SimpleQueue()
+
+    def __call__(self, step: int) -> None:
+        self.got.put(step)
+
+    def one(self, timeout: float = 5.0) -> int:
+        step = self.got.get(timeout=timeout)
+        with pytest.raises(queue.Empty):
+            self.got.get(timeout=0.05)  # answered once
+        return step
+
+
+@pytest.fixture
+def short_bound(monkeypatch: pytest.MonkeyPatch) -> float:
+    monkeypatch.setattr(stop_gather, "GATHER_BOUND", 0.3)
+    monkeypatch.setattr(stop_channel, "GATHER_BOUND", 0.3)
+    monkeypatch.setattr(stop_channel, "ANSWER_TIME", 0.8)
+    return 0.3
+
+
+@pytest.fixture
+def job() -> Iterator[tuple[Hub, list[Spoke]]]:
+    port = _port()
+    hub = Hub(KEY, RUN, 3, port)
+    spokes = [Spoke(KEY, RUN, (n, f"node{n}"), ("127.0.0.1", port)) for n in (1, 2)]
+    try:
+        assert all(s.wait_connected(5) for s in spokes)
+        deadline = time.monotonic() + 5
+        while hub.connected != {1, 2} and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert hub.connected == {1, 2}
+        yield hub, spokes
+    finally:
+        for s in spokes:
+            s.close()
+        hub.close()
+
+
+def test_every_node_gets_the_largest_proposal(job: tuple[Hub, list[Spoke]]) -> None:
+    hub, spokes = job
+    answers = [Answers() for _ in range(3)]
+    for side, answer in zip((hub, *spokes), answers):
+        side.begin(0, answer)
+    spokes[0].propose(5)
+    hub.propose(6)
+    spokes[1].propose(None)  # no rank of that node calls should_stop()
+    assert [a.one() for a in answers] == [6, 6, 6]
+
+
+def test_a_node_that_has_not_proposed_by_the_bound_stops_at_the_step_too(
+    job: tuple[Hub, list[Spoke]], short_bound: float
+) -> None:
+    hub, spokes = job
+    answers = [Answers() for _ in range(3)]
+    for side, answer in zip((hub, *spokes), answers):
+        side.begin(2, answer)
+    started = time.monotonic()
+    spokes[1].propose(9)
+    hub.propose(8)
+    assert answers[0].one() == 9
+    assert time.monotonic() - started >= short_bound * 0.9  # node 1 was waited for, up to the bound
+    assert answers[1].one() == 9 and answers[2].one() == 9
+    spokes[0].propose(12)  # too late: the step stands, and node 1 was answered already
+    with pytest.raises(queue.Empty):
+        answers[1].got.get(timeout=0.2)
+
+
+def test_an_answer_of_another_attempt_is_not_taken(job: tuple[Hub, list[Spoke]]) -> None:
+    hub, spokes = job
+    old, new = Answers(), Answers()
+    spokes[0].begin(0, old)
+    hub.begin(1, Answers())
+    spokes[1].begin(1, Answers())
+    spokes[0].propose(3)  # attempt 0's, which the others have left
+    spokes[0].begin(1, new)
+    hub.propose(4)
+    spokes[1].propose(4)
+    spokes[0].propose(4)
+    assert new.one() == 4
+    assert old.got.empty() or old.one() == 3  # attempt 0's own answer, never attempt 1's
+
+
+def test_without_node_0_a_node_decides_alone_at_once() -> None:
+    spoke = Spoke(KEY, RUN, (1, "node1"), ("127.0.0.1", _port()))
+    try:
+        answer = Answers()
+        spoke.begin(0, answer)
+        started = time.monotonic()
+        spoke.propose(7)
+        assert answer.one() == 7 and time.monotonic() - started < 1
+        spoke.begin(1, answer)
+        spoke.propose(None)
+        assert answer.one() == 1  # no rank calls should_stop(): one that starts now stops at once
+    finally:
+        spoke.close()
+
+
+def test_a_node_whose_node_0_went_decides_alone(job: tuple[Hub, list[Spoke]], short_bound: float) -> None:
+    hub, spokes = job
+    answer = Answers()
+    spokes[0].begin(0, answer)
+    hub.close()
+    spokes[0].propose(4)
+    assert answer.one(timeout=3) == 4
+
+
+def test_a_task_without_the_key_never_joins_and_is_not_waited_for(job: tuple[Hub, list[Spoke]]) -> None:
+    hub, _spokes = job
+    stranger = Spoke(b"wrong" * 8, RUN, (2, "node2"), ("127.0.0.1", hub.port))
+    try:
+        assert not stranger.wait_connected(1.0)
+        assert hub.connected == {1, 2}  # the real node 2 is still there
+    finally:
+        stranger.close()
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"t": "propose", "attempt": 0, "step": 0},
+        {"t": "propose", "attempt": 0, "step": (1 << 62) + 1},
+        {"t": "propose", "attempt": 0, "step": "7"},
+        {"t": "propose", "attempt": -1, "step": 7},
+        {"t": "stop_at", "attempt": 0, "step": 7},  # node 0's message, from a task
+        {"t": "propose", "attempt": 0},
+    ],
+)
+def test_a_malformed_proposal_ends_that_link_and_decides_nothing(message: dict[str, object]) -> None:
+    port = _port()
+    hub = Hub(KEY, RUN, 2, port)
+    try:
+        answer = Answers()
+        hub.begin(0, answer)
+        link = _joined(hub, 1)
+        link.send(message)
+        assert link.wait_closed(5) and _gone(hub, 1)
+        assert any("malformed" in note for note in hub.notes), hub.notes
+        hub.propose(3)
+        assert answer.one() == 3  # the node whose link ended is not waited for
+    finally:
+        hub.close()
+
+
+def test_a_forged_line_ends_that_link() -> None:
+    port = _port()
+    hub = Hub(KEY, RUN, 2, port)
+    try:
+        link = _joined(hub, 1)
+        link.sock.sendall(b'{"t":"propose","attempt":0,"step":9}\t' + b"0" * 32 + b"\n")  # no valid MAC
+        assert _gone(hub, 1)
+    finally:
+        hub.close()
+
+
+@pytest.mark.parametrize("node_rank", [0, 2, 99])
+def test_a_task_of_no_other_node_is_refused(node_rank: int) -> None:
+    port = _port()
+    hub = Hub(KEY, RUN, 2, port)
+    try:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        got = open_link(sock, (KEY, RUN, (node_rank, "x", 0), None), time.monotonic() + 5)
+        assert isinstance(got, str) and f"node {node_rank} is not one of 1..1" in got
+        assert hub.connected == frozenset()
+    finally:
+        hub.close()
+
+
+def _joined(hub: Hub, node_rank: int) -> Link:
+    sock = socket.create_connection(("127.0.0.1", hub.port), timeout=5)
+    got = open_link(sock, (KEY, RUN, (node_rank, "x", 0), None), time.monotonic() + 5)
+    assert isinstance(got, Link), got
+    got.start_reader()
+    deadline = time.monotonic() + 5
+    while node_rank not in hub.connected and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert node_rank in hub.connected
+    return got
+
+
+def _gone(hub: Hub, node_rank: int) -> bool:
+    deadline = time.monotonic() + 5
+    while node_rank in hub.connected and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return node_rank not in hub.connected
