@@ -12,8 +12,11 @@ for every attempt. The connection is the pods' (``auth/handshake.py`` through ``
   the largest proposal, once every connected node proposed or at ``GATHER_BOUND``), also to a task that did not
   propose yet, so its ranks stop at that step too.
 
-A task with no connection answers its agent with its own proposal at once; one whose answer does not come within
-``ANSWER_TIME`` (node 0 lost) does so then: that node decides alone, as before the channel. The threads here take
+A node not connected yet is waited for, up to the bound, on both sides: node 0's task waits for its proposal,
+the task sends it once connected (under load a task's first tries may come before node 0's task listens, and
+nodes that stopped apart leave one node's ranks in a collective until the grace ends). A task that cannot reach
+node 0's at all, or whose answer does not come within ``ANSWER_TIME`` (node 0 lost), answers its agent with its
+own proposal: that node decides alone, as before the channel. The threads here take
 no lock that a forked agent could inherit held (no logging, no lazy import): what went wrong is kept in ``notes``.
 """
 
@@ -34,7 +37,7 @@ from dslaunch.pods.member import open_link
 from dslaunch.wire_check import Int, Malformed, Maybe, Spec
 
 CONNECT_TIME = 60.0  # a task's tries to reach node 0's, from its first attempt (node 0's task may start later)
-RETRY = 0.5
+RETRY = (0.05, 0.5)  # the first and the longest wait between two tries
 HANDSHAKE_TIME = 5.0
 ANSWER_TIME = GATHER_BOUND + 2.0  # a proposal's answer from node 0, or this node decides alone
 
@@ -82,7 +85,7 @@ class Hub:
         self.key, self.run_id, self.nnodes, self.port = key, run_id, nnodes, port
         self.notes: list[str] = []
         self._lock = threading.Lock()
-        self._links: dict[int, Link] = {}
+        self._links: dict[int, Link] = {}  # a node not yet connected may still come: waited for, up to the bound
         self._gathers: dict[int, StopStepGather] = {}
         self._current: _Attempt | None = None
         self._door = Door(key, run_id, self._admit)
@@ -166,7 +169,7 @@ class Hub:
     def _decide(self, attempt: int) -> None:
         with self._lock:
             gather = self._gathers[attempt]
-            gone = {n for n in range(1, self.nnodes) if n not in self._links or self._links[n].closed}
+            gone = {n for n, link in self._links.items() if link.closed}
             step = gather.decide(gone, time.monotonic())
             links = list(self._links.values())
             current = self._current if self._current is not None and self._current.number == attempt else None
@@ -188,6 +191,7 @@ class Spoke:
         self._closed = threading.Event()
         self._current: _Attempt | None = None
         self._decided: dict[int, int] = {}  # node 0's answers, by attempt (one may come before this task began it)
+        self._trying = True  # still trying to reach node 0's task: a proposal waits for the connection
         who = (key, run_id, (me[0], me[1], 0), None)
         threading.Thread(target=self._connect, args=(who, address), name="stop channel", daemon=True).start()
 
@@ -211,8 +215,9 @@ class Spoke:
         current, link = self._current, self._link
         if current is None:
             return
-        current.make(step)
-        if link is None or not link.send({"t": "propose", "attempt": current.number, "step": step}):
+        current.make(step)  # before the link is read: a connection made meanwhile sends it (_serve)
+        sent = self._send(link, current) if link is not None else self._trying  # not connected yet: it waits
+        if not sent:
             current.alone()
             return
         timer = threading.Timer(ANSWER_TIME, current.alone)
@@ -224,31 +229,42 @@ class Spoke:
         if self._link is not None:
             self._link.close()
 
+    @staticmethod
+    def _send(link: Link, current: _Attempt) -> bool:
+        return link.send({"t": "propose", "attempt": current.number, "step": current.own})
+
     def _connect(self, who: tuple[bytes, str, tuple[int, str, int], None], address: tuple[str, int]) -> None:
-        end = time.monotonic() + CONNECT_TIME
+        end, wait = time.monotonic() + CONNECT_TIME, RETRY[0]
         why = "no answer"
         while not self._closed.is_set() and (left := end - time.monotonic()) > 0:
             try:
                 sock = socket.create_connection(address, timeout=min(2.0, max(0.05, left)))
             except OSError as exc:
                 why = exc.strerror or str(exc)
-                self._closed.wait(RETRY)
-                continue
-            got = open_link(sock, who, min(time.monotonic() + HANDSHAKE_TIME, end))
-            if isinstance(got, Link):
-                self._serve(got)
-                return
-            sock.close()
-            why = got or "the handshake did not complete"
-            self._closed.wait(RETRY)
+            else:
+                got = open_link(sock, who, min(time.monotonic() + HANDSHAKE_TIME, end))
+                if isinstance(got, Link):
+                    self._serve(got)
+                    return
+                sock.close()
+                why = got or "the handshake did not complete"
+            self._closed.wait(wait)
+            wait = min(RETRY[1], wait * 2)
+        self._trying = False
         self.notes.append(f"cannot reach node 0's task at {address[0]}:{address[1]} ({why}): this node decides alone")
+        if self._current is not None:
+            self._current.alone()
 
     def _serve(self, link: Link) -> None:
         link.start_reader()
         link.start_heartbeats()
         self._link = link
+        self._trying = False
         if self._closed.is_set():
             link.close()
+        current = self._current
+        if current is not None and current.proposed and not current.answered:  # proposed before the connection
+            self._send(link, current)
         for message in _checked(link, FROM_NODE0, self.notes, "node 0's task"):
             self._decided[message["attempt"]] = message["step"]
             current = self._current

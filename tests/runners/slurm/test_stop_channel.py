@@ -110,19 +110,54 @@ def test_an_answer_of_another_attempt_is_not_taken(job: tuple[Hub, list[Spoke]])
     assert old.got.empty() or old.one() == 3  # attempt 0's own answer, never attempt 1's
 
 
-def test_without_node_0_a_node_decides_alone_at_once() -> None:
+def test_without_node_0_a_node_decides_alone_once_the_answer_is_late(short_bound: float) -> None:
     spoke = Spoke(KEY, RUN, (1, "node1"), ("127.0.0.1", _port()))
     try:
         answer = Answers()
         spoke.begin(0, answer)
         started = time.monotonic()
         spoke.propose(7)
-        assert answer.one() == 7 and time.monotonic() - started < 1
+        assert answer.one() == 7 and time.monotonic() - started >= stop_channel.ANSWER_TIME * 0.9
         spoke.begin(1, answer)
         spoke.propose(None)
         assert answer.one() == 1  # no rank calls should_stop(): one that starts now stops at once
     finally:
         spoke.close()
+
+
+def test_a_node_that_gave_up_on_node_0_decides_alone_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stop_channel, "CONNECT_TIME", 0.2)
+    spoke = Spoke(KEY, RUN, (1, "node1"), ("127.0.0.1", _port()))
+    try:
+        time.sleep(0.5)
+        assert any("cannot reach node 0's task" in note for note in spoke.notes), spoke.notes
+        answer = Answers()
+        spoke.begin(0, answer)
+        started = time.monotonic()
+        spoke.propose(7)
+        assert answer.one() == 7 and time.monotonic() - started < 0.5
+    finally:
+        spoke.close()
+
+
+def test_a_stop_before_the_nodes_connected_is_still_agreed() -> None:
+    """The other task asks before node 0's task listens (its first tries refused): both wait for each other."""
+    port = _port()
+    spoke = Spoke(KEY, RUN, (1, "node1"), ("127.0.0.1", port))
+    late, hub = Answers(), None
+    try:
+        spoke.begin(0, late)
+        spoke.propose(11)
+        time.sleep(0.3)
+        hub = Hub(KEY, RUN, 2, port)
+        mine = Answers()
+        hub.begin(0, mine)
+        hub.propose(4)  # node 1 has not connected yet: waited for, not taken as gone
+        assert mine.one() == 11 and late.one() == 11
+    finally:
+        spoke.close()
+        if hub is not None:
+            hub.close()
 
 
 def test_a_node_whose_node_0_went_decides_alone(job: tuple[Hub, list[Spoke]], short_bound: float) -> None:
