@@ -94,8 +94,16 @@ class Finish:
 Action = StopAll | RequestStop | StopAt | KillAll | Signal | RequestStacks | Say | Finish
 
 
+LOST_NODE_EXIT = 137  # a node lost with no status of its own (its connection dropped or went silent)
+
+
 def lost_node_code(status: int | None) -> int:
-    """The exit code for an agent that vanished with this status (Popen's -N: killed by signal N)."""
+    """The exit code for an agent that vanished with this status (Popen's -N: killed by signal N). Without one
+    (a pod's link dropped or silent: a deleted pod, a dead node, a partition) 137, as if SIGKILLed: the code that a
+    killed pod's own container gets, which Kubeflow's ExitCode policy and a podFailurePolicy rule can retry apart
+    from a rank's own exit 1 (docs/kubernetes.md)."""
+    if status is None:
+        return LOST_NODE_EXIT
     if not status:
         return 1
     return 128 - status if status < 0 else status

@@ -341,7 +341,7 @@ def test_under_mpirun_a_hang_is_said_and_stops_the_job_at_once() -> None:
     assert state.outcome().hang is not None and state.outcome().code == 124
 
 
-@pytest.mark.parametrize(("status", "code"), [(-9, 137), (-15, 143), (None, 1), (0, 1), (5, 5)])
+@pytest.mark.parametrize(("status", "code"), [(-9, 137), (-15, 143), (None, 137), (0, 1), (5, 5)])
 def test_a_lost_nodes_status_becomes_the_exit_code(status: int | None, code: int) -> None:
     assert lost_node_code(status) == code
     assert _run([End(0, status)])[0].outcome().code == code

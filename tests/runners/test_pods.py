@@ -42,16 +42,17 @@ def test_a_rank_failing_on_one_pod_stops_both_with_its_code_and_cause(tmp_path: 
 @pytest.mark.parametrize(
     ("victim", "sig", "codes", "said"),
     [
-        (1, signal.SIGKILL, (1, None), "pod 1 (vm) was lost: its launcher's connection dropped"),
+        (1, signal.SIGKILL, (137, -9), "pod 1 (vm) was lost: its launcher's connection dropped"),
         (1, signal.SIGTERM, (143, 143), "dslaunch: stopped by SIGTERM (exit 143)"),
-        (0, signal.SIGKILL, (None, 1), "pod 0 (vm) was lost: the coordinator's connection dropped"),
+        (0, signal.SIGKILL, (-9, 137), "pod 0 (vm) was lost: the coordinator's connection dropped"),
         (0, signal.SIGTERM, (143, 143), "dslaunch: stopped by SIGTERM (exit 143)"),
     ],
 )
 def test_a_pod_taken_away_stops_the_other_within_3_s(
     tmp_path: Path, victim: int, sig: int, codes: tuple[int | None, int | None], said: str
 ) -> None:
-    """SIGKILL: the pod deleted at once (its launcher and, by their parent-death signal, its ranks); SIGTERM:
+    """SIGKILL: the pod deleted at once (its launcher and, by their parent-death signal, its ranks; the killed one's
+    -9 is its container's 137), the other exits 137 too, a lost pod's code; SIGTERM:
     ``kubectl delete``, a requested stop: every pod's ranks are asked to stop, every pod exits 143."""
     run_id = f"podgone{victim}{sig}{os.getpid()}"
     pods = _two_pods(tmp_path, run_id, [JOB, "sleep", str(tmp_path)])
@@ -103,7 +104,7 @@ def test_restarts_are_the_jobs_and_a_recreated_pod_joins_the_next_attempt(tmp_pa
     attempts = sorted((tmp_path / "attempts.txt").read_text().split("\n")[:-1])
     assert attempts == [f"{a} {r} 4" for a in (0, 1) for r in range(4)], attempts
     survivor = err1 if victim == 0 else err0
-    assert f"attempt 1: exit 1: node {victim} ({os.uname().nodename}) disappeared" in survivor, survivor
+    assert f"attempt 1: exit 137: node {victim} ({os.uname().nodename}) disappeared" in survivor, survivor
     assert nothing_left(run_id) == []
 
 
