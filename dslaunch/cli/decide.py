@@ -120,9 +120,9 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
         hang_timeout=core.hang_timeout,
         preload=preload,
         elastic=replace(elastic, fixed_addr=bool(core.master_addr)) if elastic.candidates else elastic,
-        # one launcher per pod (no hostfile); DeepSpeed's --node-rank with a hostfile runs that node alone, as before
+        # one launcher per node: a pod's, or DeepSpeed's --no_ssh --node_rank with a hostfile, joined alike
         pods=pod_plan.pod_settings(c.pods, master_addr, master_port, pod_range)
-        if launcher == "node" and core.pool is None
+        if launcher == "node"
         else PodSettings(),
         **c.stop.plan_fields(),
     )

@@ -1,4 +1,5 @@
-"""ssh settings as users have them: host keys, ProxyJump, manual --node-rank, preflight, dry-run masking."""
+"""ssh settings as users have them: host keys, ProxyJump, preflight, dry-run masking (manual --node-rank with a
+hostfile: tests/runners/test_node_hostfile.py)."""
 
 from __future__ import annotations
 
@@ -110,43 +111,6 @@ def test_wrong_key_is_an_authentication_error(ssh_cluster: SshCluster, tmp_path:
     done = run([*args, SCRIPT, "echo"], cwd=tmp_path)
     assert done.returncode == 255
     assert "authentication failed for root@127.0.0.2" in done.stderr and str(tmp_path / "wrong") in done.stderr
-
-
-@pytest.mark.launch
-def test_manual_node_rank_never_opens_ssh(tmp_path: Path) -> None:
-    hostfile = tmp_path / "hosts"
-    hostfile.write_text("nowhere-a slots=2\nnowhere-b slots=2\n")
-    done = run(
-        [
-            "--hostfile",
-            str(hostfile),
-            "--node-rank",
-            "1",
-            "--master-addr",
-            "127.0.0.1",
-            "--master-port",
-            "29999",
-            "--ssh-config",
-            "/dev/null",
-            SCRIPT,
-            "echo",
-        ],
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr
-    recs = records(done.stdout)
-    assert [(r["rank"], r["world"], r["node"]) for r in recs] == [(2, 4, 1), (3, 4, 1)]
-    assert all(r["conn"] == "" and r["master"] == "127.0.0.1" for r in recs)
-    code, err = cli_error(
-        ["--hostfile", str(hostfile), "--node-rank", "2", SCRIPT, "echo"], env=clean_overlay(), cwd=tmp_path
-    )
-    assert code == 2 and "valid node ranks are 0..1" in err
-    code, err = cli_error(
-        ["--hostfile", str(hostfile), "--node-rank", "0", "--master-port", "0", SCRIPT],
-        env=clean_overlay(),
-        cwd=tmp_path,
-    )
-    assert code == 2 and "fixed --master-port" in err
 
 
 @pytest.mark.launch
