@@ -50,6 +50,36 @@ def test_help_runs_without_heavy_imports() -> None:
     assert not heavy
 
 
+PROGRESS_API = ("ssl", "urllib.request", "http.client", "dslaunch.observe.trainer_status")
+
+
+@pytest.mark.launch
+@pytest.mark.parametrize("status_url", ["", "https://127.0.0.1:1/status"])
+def test_kubeflow_trainers_progress_api_is_imported_only_where_its_variable_is_set(
+    tmp_path: Path, status_url: str
+) -> None:
+    """A whole launch (one rank) imports ssl and urllib only for KUBEFLOW_TRAINER_STATUS_URL (observe.session
+    imports observe.trainer_status lazily; the endpoint is unusable here, so nothing is posted)."""
+    program = tmp_path / "noop.py"
+    program.write_text("pass\n")
+    var = "KUBEFLOW_TRAINER_STATUS_URL"
+    code = "\n".join(
+        [
+            "import os",
+            f"os.environ[{var!r}] = {status_url!r}" if status_url else f"os.environ.pop({var!r}, None)",
+            "from dslaunch.cli import main",
+            "try:",
+            f"    main(['--master-port', '0', '--nproc-per-node', '1', {str(program)!r}])",
+            "except SystemExit as exc:",
+            "    assert exc.code == 0, exc.code",
+        ]
+    )
+    modules = imported_after(code)
+    assert "dslaunch.observe.session" in modules  # the observer ran
+    loaded = {m for m in modules if m in PROGRESS_API}
+    assert loaded == (set(PROGRESS_API) if status_url else set()), sorted(loaded)
+
+
 # ---- layers: a static check over every import in dslaunch/ (docs/architecture.md, "Layers") ----------------------
 #
 # Every module is parsed with ast; every import counts, lazy function-level and TYPE_CHECKING ones included

@@ -1,4 +1,5 @@
-"""Seeing a running job (docs/observability.md): the job-wide breakdown's period, stragglers, metrics.
+"""Seeing a running job (docs/observability.md): the job-wide breakdown's period, stragglers, metrics,
+Kubeflow Trainer's progress API.
 
 ``--wall-clock-breakdown`` itself is a logging option (``cli/log_options.py``: it also turns on each rank's own
 breakdown); this area reads it too.
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 DEFAULT_EVERY = 100
 DEFAULT_FACTOR = 1.5
 DEFAULT_STEPS = 5
+DEFAULT_STATUS_EVERY = 30.0
+MIN_STATUS_EVERY = 0.1  # one request in flight at most, but a tighter loop only meets the endpoint's rate limit
 _EVERY = re.compile(r"([0-9]{1,9})(s?)")
 _PORT = re.compile(r"(?:(\[[0-9a-fA-F:.]+\]|[0-9.]+|[A-Za-z0-9.-]+):)?([0-9]{1,5})")
 
@@ -104,16 +107,43 @@ PARAMS: list[click.Parameter] = [
         metavar="PATH",
         help="Write the same metrics to PATH every second (node-exporter's textfile collector: name it *.prom).",
     ),
+    Option(
+        ["--total-steps"],
+        section=DIAGNOSTICS,
+        type=Whole(1, 10**15),
+        metavar="N",
+        help="The job's steps in all (each attempt's count, as its ranks' timers.step() calls): the progress "
+        "and time left posted to Kubeflow Trainer's progress API.",
+    ),
+    Option(
+        ["--trainer-status-every"],
+        section=DIAGNOSTICS,
+        type=Seconds(0, 86400),
+        default=DEFAULT_STATUS_EVERY,
+        show_default=True,
+        metavar="SECONDS",
+        help="Where KUBEFLOW_TRAINER_STATUS_URL is set (Kubeflow Trainer), post the job's progress and metrics "
+        "there this often (the coordinator only), and at the end; 0: off (the training script reports itself).",
+    ),
 ]
 
 
-def parse(values: Mapping[str, Any], log_dir: str | None, config: Mapping[str, Any]) -> ObserveSettings:
+def parse(
+    values: Mapping[str, Any], log_dir: str | None, config: Mapping[str, Any], environ: Mapping[str, str] | None = None
+) -> ObserveSettings:
+    import os
+
     from dslaunch.errors import DslaunchError
-    from dslaunch.observe.settings import ObserveSettings
+    from dslaunch.observe.settings import STATUS_URL, ObserveSettings
 
     factor = float(values.get("straggler_factor", DEFAULT_FACTOR))
     if 0 < factor <= 1:
         raise DslaunchError(f"{factor:g} is not a factor above the median: give a number over 1, or 0 for off")
+    status_every = float(values.get("trainer_status_every", DEFAULT_STATUS_EVERY))
+    if 0 < status_every < MIN_STATUS_EVERY:
+        raise DslaunchError(
+            f"--trainer-status-every {status_every:g}: post at most every {MIN_STATUS_EVERY:g} s, or 0 for off"
+        )
     steps, seconds = values.get("breakdown_every") or (DEFAULT_EVERY, None)
     wall = values.get("wall_clock_breakdown")
     listen = values.get("metrics_port")
@@ -127,4 +157,7 @@ def parse(values: Mapping[str, Any], log_dir: str | None, config: Mapping[str, A
         metrics_addr="" if listen is None else listen[0],
         metrics_file=values.get("metrics_file"),
         log_dir=log_dir,
+        trainer_status=bool((os.environ if environ is None else environ).get(STATUS_URL)) and status_every > 0,
+        status_every=status_every,
+        total_steps=values.get("total_steps"),
     )

@@ -1,5 +1,5 @@
-"""The launcher's side of seeing a running job: the one seam where windows become prints, warnings, a log file
-and metrics.
+"""The launcher's side of seeing a running job: the one seam where windows become prints, warnings, a log file,
+metrics and posts to Kubeflow Trainer's progress API.
 
 The CLI starts one :class:`Observer` for the job (:func:`start`); ``job/loop.py`` hands it every agent event of
 an attempt and ticks it, ``job/attempts.py`` tells it how each attempt ended. It groups the ranks' windows
@@ -25,6 +25,7 @@ from dslaunch.plan import LaunchPlan
 
 if TYPE_CHECKING:
     from dslaunch.observe.metrics import Exporter
+    from dslaunch.observe.trainer_status import Poster
 
 _STALE = 2  # a window still incomplete once some rank sent this many later ones is taken as it is
 _METRICS_FILE_EVERY = 1.0
@@ -35,6 +36,8 @@ class Observer:
         self.settings = settings
         self.figures = JobFigures(ranks=plan.world_size, nodes=len(plan.nodes))
         self.metrics: Exporter | None = None
+        self.trainer: Poster | None = None  # Kubeflow Trainer's progress API, posted by the coordinator only
+        self.job_wide = not _member_pod(plan)
         self.next_file = 0.0
         self._attempt(plan)
 
@@ -56,6 +59,7 @@ class Observer:
         """An attempt of ``plan`` starts: its steps count from its own first (a restart resumes at the user's
         checkpoint, which dslaunch does not know)."""
         self._attempt(plan)
+        self.job_wide = not _member_pod(plan)  # an elastic pod learns its node rank at each attempt
         f = self.figures
         f.attempt, f.state, f.step, f.step_rate, f.regions = plan.restarts.count, "running", 0, 0.0, ()
 
@@ -128,13 +132,16 @@ class Observer:
                 _append(os.path.join(self.settings.log_dir, "breakdown.jsonl"), bd.as_record(stats, first, last))
 
     def tick(self, now: float) -> None:
-        """Time-driven work: a breakdown every N seconds, the metrics file."""
+        """Time-driven work: a breakdown every N seconds, the metrics file, the progress API's figures (posted from
+        the poster's own thread: nothing here waits for the endpoint)."""
         every = self.settings.every_seconds
         if every and self.period and now - self.printed_at >= every:
             self._print_period(self.figures.step, now)
         if self.metrics is not None and now >= self.next_file:
             self.next_file = now + _METRICS_FILE_EVERY
             self.publish()
+        if self.trainer is not None and self.job_wide:
+            self.trainer.offer(self.figures)
 
     # ---- the job ---------------------------------------------------------------------------------------------
     def attempt_ended(self, code: int, cause: str, restarting: bool) -> None:
@@ -168,6 +175,11 @@ def restart_cause(code: int, *, lost: bool, ranks: bool) -> str:
     return "hang" if code == 124 else "other"
 
 
+def _member_pod(plan: LaunchPlan) -> bool:
+    """A pod (one launcher a node) that is not node 0: the coordinator, node 0, holds the job-wide figures."""
+    return plan.launcher == "node" and bool(plan.manual_node)
+
+
 def _say(text: str) -> None:
     from dslaunch.output.sink import STALL, write_within
 
@@ -193,7 +205,9 @@ _current: Observer | None = None
 
 
 def start(settings: ObserveSettings, plan: LaunchPlan) -> Observer | None:
-    """The job's observer (None when nothing is to be seen); with metrics asked for, their exporter starts."""
+    """The job's observer (None when nothing is to be seen); with metrics asked for, their exporter starts; where
+    Kubeflow Trainer's progress API is set and this launcher may hold the job's figures, its poster (which posts
+    from the first tick of an attempt where this launcher does)."""
     global _current
     if not settings.collect:
         return None
@@ -202,6 +216,13 @@ def start(settings: ObserveSettings, plan: LaunchPlan) -> Observer | None:
         from dslaunch.observe import metrics
 
         _current.metrics = metrics.Exporter(settings, _current.figures)
+    if settings.trainer_status and _current.job_wide:
+        from dslaunch.observe import trainer_status
+
+        endpoint = trainer_status.from_env(os.environ)
+        if endpoint is not None:
+            every, total = settings.status_every, settings.total_steps
+            _current.trainer = trainer_status.Poster(endpoint, every=every, total_steps=total)
     return _current
 
 
@@ -233,3 +254,5 @@ def stop() -> None:
     if observer is not None and observer.metrics is not None:
         observer.publish()
         observer.metrics.close()
+    if observer is not None and observer.trainer is not None:
+        observer.trainer.close()  # the final state, if this launcher ever posted

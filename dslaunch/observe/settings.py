@@ -9,6 +9,8 @@ from dslaunch.observe import record
 DEFAULT_EVERY = 100  # steps between two breakdowns on the console (docs/observability.md: why)
 DEFAULT_FACTOR = 1.5  # a straggler's time over the job's median (docs/observability.md: why)
 DEFAULT_STEPS = 5  # steps it must stay that slow
+DEFAULT_STATUS_EVERY = 30.0  # seconds between two posts to Kubeflow Trainer's progress API
+STATUS_URL = "KUBEFLOW_TRAINER_STATUS_URL"  # set by Kubeflow Trainer's control plane (observe/trainer_status.py)
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,9 @@ class ObserveSettings:
     metrics_addr: str = ""  # "": every address
     metrics_file: str | None = None
     log_dir: str | None = None
+    trainer_status: bool = False  # KUBEFLOW_TRAINER_STATUS_URL is set: post progress there
+    status_every: float = DEFAULT_STATUS_EVERY  # --trainer-status-every SECONDS
+    total_steps: int | None = None  # --total-steps N: progress and time left
 
     @property
     def window(self) -> int:
@@ -31,7 +36,7 @@ class ObserveSettings:
     @property
     def collect(self) -> bool:
         """Whether ranks send windows at all."""
-        return self.breakdown or self.straggler_factor > 0 or self.metrics
+        return self.breakdown or self.straggler_factor > 0 or self.metrics or self.trainer_status
 
     @property
     def metrics(self) -> bool:

@@ -1,4 +1,5 @@
-"""--breakdown-every, --straggler-*, --metrics-*: parsed, refused with exit 2, and in step with dslaunch.observe."""
+"""--breakdown-every, --straggler-*, --metrics-*, --total-steps, --trainer-status-every: parsed, refused with exit
+2, and in step with dslaunch.observe."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ def test_defaults_in_step_with_the_observer() -> None:
     assert observe_options.DEFAULT_EVERY == settings.DEFAULT_EVERY
     assert observe_options.DEFAULT_FACTOR == settings.DEFAULT_FACTOR
     assert observe_options.DEFAULT_STEPS == settings.DEFAULT_STEPS
+    assert observe_options.DEFAULT_STATUS_EVERY == settings.DEFAULT_STATUS_EVERY
 
 
 @pytest.mark.parametrize(("text", "value"), [("100", (100, None)), ("30s", (None, 30.0)), (" 7 ", (7, None))])
@@ -38,6 +40,9 @@ def test_listen(text: str, value: tuple[str, int]) -> None:
         (["--straggler-factor", "1"], "not a factor above the median"),
         (["--straggler-factor", "nan"], "not a number of seconds"),
         (["--straggler-steps", "0"], "not in the range"),
+        (["--total-steps", "0"], "not in the range"),
+        (["--trainer-status-every", "0.05"], "post at most every 0.1 s, or 0 for off"),
+        (["--trainer-status-every", "-1"], "not a number of seconds"),
     ],
 )
 def test_bad_values_exit_2(args: list[str], message: str) -> None:
@@ -67,3 +72,18 @@ def test_the_settings() -> None:
         {"straggler_factor": 0.0, "wall_clock_breakdown": False}, None, {"wall_clock_breakdown": True}
     )
     assert not off.collect and off.rank_env() == {}
+
+
+@pytest.mark.parametrize(
+    ("environ", "every", "posts"),
+    [
+        ({}, 30.0, False),  # not under Kubeflow Trainer
+        ({settings.STATUS_URL: ""}, 30.0, False),
+        ({settings.STATUS_URL: "https://trainer:8082/status"}, 30.0, True),
+        ({settings.STATUS_URL: "https://trainer:8082/status"}, 0.0, False),  # off: the script reports itself
+    ],
+)
+def test_the_progress_api_is_on_where_its_variable_is_set(environ: dict[str, str], every: float, posts: bool) -> None:
+    values = {"straggler_factor": 0.0, "trainer_status_every": every, "total_steps": 1000}
+    s = observe_options.parse(values, None, {}, environ=environ)
+    assert (s.trainer_status, s.collect, s.status_every, s.total_steps) == (posts, posts, every, 1000)
