@@ -261,8 +261,8 @@ class NodeState:
                 return (Exited(result), Signal((rank,), signal.SIGTERM))
             return (Exited(result),)
         earlier = self.root_cause
-        if earlier is None or result.ts < earlier.ts:
-            self.root_cause = result  # the earliest failure, not the first reaped
+        if earlier is None or result.cause_order() < earlier.cause_order():
+            self.root_cause = result  # the earliest failure of its own, not the first reaped
         return (Exited(result), *self._teardown(signal.SIGTERM, now, wall)) if earlier is None else (Exited(result),)
 
     def on_read(self, now: float) -> None:

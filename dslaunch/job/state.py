@@ -171,8 +171,8 @@ class JobState:
         self.exits.append(event)
         if not event.failed or event.by_agent:
             return ()
-        if self.root_cause is None or event.ts < self.root_cause.ts:
-            self.root_cause = event
+        if self.root_cause is None or event.cause_order() < self.root_cause.cause_order():
+            self.root_cause = event  # a rank that failed on its own before one whose peer went away
         return self._stop_all(now)
 
     def on_stream_end(self, index: int, status: int | None, now: float) -> tuple[Action, ...]:

@@ -398,3 +398,40 @@ def test_a_launcher_of_one_node_of_many_answers_its_node_alone() -> None:
     state = JobState(PLAN, ((1, "b"),))
     assert state.on_event(0, wire.StopAsked(1, signal.SIGTERM, 1.0), 0.0) == (RequestStop(signal.SIGTERM),)
     assert state.on_event(0, wire.StopStep(1, 6), 0.0) == (StopAt(6),)
+
+
+GLOO_RESET = (
+    "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:1448: Connection "
+    "reset by peer. This is typically caused by a remote worker hanging or bugs in the application."
+)
+
+
+def _peer_gone(rank: int, ts: float) -> RankExit:
+    return replace(_exit(rank, 1, ts=ts), error=f"Traceback (most recent call last):\n{GLOO_RESET}\n")
+
+
+@pytest.mark.parametrize(
+    ("exits", "cause"),
+    [
+        # the rank that exited at once closed its sockets before it was a zombie: its peer's failure is dated first
+        ([_peer_gone(2, 1.0), _exit(3, 7, ts=1.2)], 3),
+        ([_exit(3, 7, ts=1.2), _peer_gone(2, 1.0)], 3),
+        ([_peer_gone(2, 1.0), _peer_gone(0, 0.9)], 0),  # only consequences: the earliest
+        ([_exit(1, 5, ts=2.0), _exit(3, 7, ts=1.5)], 3),  # failures of their own: the earliest
+    ],
+)
+def test_a_rank_that_failed_on_its_own_is_the_root_cause_before_one_whose_peer_went(
+    exits: list[RankExit], cause: int
+) -> None:
+    state = JobState(PLAN, NODES)
+    for event in exits:
+        state.on_event(event.node_rank, event, 0.0)
+    assert state.outcome().root_cause is not None and state.outcome().root_cause.rank == cause
+
+
+def test_peer_gone_reads_the_error_and_the_stderr_tail() -> None:
+    assert _peer_gone(1, 1.0).peer_gone
+    assert replace(
+        _exit(1), stderr_tail=("x", "NCCL error: remote process exited or there was a network error")
+    ).peer_gone
+    assert not replace(_exit(1), error="ValueError: bad config").peer_gone
