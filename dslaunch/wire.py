@@ -143,26 +143,6 @@ class RankExit:
     def failed(self) -> bool:
         return self.code != 0
 
-    @property
-    def peer_gone(self) -> bool:
-        """Its error says a peer went away under a collective (gloo's reset or closed connection, NCCL's remote
-        exit): the consequence of another rank's end, which a rank that failed on its own is named before."""
-        text = "\n".join((self.error or "", *self.stderr_tail[-8:]))
-        return any(mark in text for mark in PEER_GONE)
-
-    def cause_order(self) -> tuple[bool, float]:
-        """The root cause is the least: a failure of its own before a peer's consequence, then the earliest."""
-        return (self.peer_gone, self.ts)
-
-
-# What a rank's error says when a peer went away under it (gloo's tcp transport, NCCL, torch's store): a rank
-# whose exit closes its sockets makes these ranks fail before it is itself reaped, sometimes before it is a zombie.
-PEER_GONE = (
-    "Connection reset by peer",
-    "Connection closed by peer",
-    "remote process exited or there was a network error",
-)
-
 
 @dataclass(frozen=True)
 class Done:

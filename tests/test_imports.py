@@ -346,7 +346,7 @@ PACKAGE_RULES: dict[str, tuple[str, ...]] = {
         "wire",
     ),
     # the launcher side
-    "job": (*BASE, "logs", "mesh", "observe", "output", "plan", "wire"),  # the job core: no transport
+    "job": (*BASE, "failure_bounds", "logs", "mesh", "observe", "output", "plan", "wire"),  # the job core: no transport
     # the control channel between one job's pods, and each pod's side of an attempt (no agent code)
     "pods": (*BASE, "auth", "job", "logs", "mesh", "output", "plan", "wire", "wire_check"),
     "runners": (

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 from dslaunch import wire
 from dslaunch.agent.failures import ErrorRecord
 from dslaunch.agent.rank_exits import DeathWindow, RankId, cannot_start, rank_exit
+from dslaunch.failure_bounds import cause_order
 from dslaunch.output.sink import STALL
 
 if TYPE_CHECKING:
@@ -261,7 +262,7 @@ class NodeState:
                 return (Exited(result), Signal((rank,), signal.SIGTERM))
             return (Exited(result),)
         earlier = self.root_cause
-        if earlier is None or result.cause_order() < earlier.cause_order():
+        if earlier is None or _order(result) < _order(earlier):
             self.root_cause = result  # the earliest failure of its own, not the first reaped
         return (Exited(result), *self._teardown(signal.SIGTERM, now, wall)) if earlier is None else (Exited(result),)
 
@@ -417,3 +418,7 @@ class NodeState:
     def _to_alive(self, signum: int) -> tuple[Action, ...]:
         alive = self.alive
         return (Signal(alive, signum),) if alive else ()
+
+
+def _order(event: wire.RankExit) -> tuple[bool, float]:
+    return cause_order(event.error, event.stderr_tail, event.ts)

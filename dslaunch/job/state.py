@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dslaunch import wire
+from dslaunch.failure_bounds import cause_order
 from dslaunch.job import hang
 from dslaunch.job.stop_gather import StopStepGather
 from dslaunch.plan import LaunchPlan
@@ -171,7 +172,7 @@ class JobState:
         self.exits.append(event)
         if not event.failed or event.by_agent:
             return ()
-        if self.root_cause is None or event.cause_order() < self.root_cause.cause_order():
+        if self.root_cause is None or _order(event) < _order(self.root_cause):
             self.root_cause = event  # a rank that failed on its own before one whose peer went away
         return self._stop_all(now)
 
@@ -317,3 +318,7 @@ class JobState:
         if self.lost_node is not None:
             return lost_node_code(self.lost_node[2])
         return next((code for code in self.done.values() if code), 0)
+
+
+def _order(event: wire.RankExit) -> tuple[bool, float]:
+    return cause_order(event.error, event.stderr_tail, event.ts)

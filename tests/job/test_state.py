@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from dslaunch import wire
+from dslaunch.failure_bounds import peer_gone
 from dslaunch.job import hang
 from dslaunch.job.state import (
     Action,
@@ -430,8 +431,11 @@ def test_a_rank_that_failed_on_its_own_is_the_root_cause_before_one_whose_peer_w
 
 
 def test_peer_gone_reads_the_error_and_the_stderr_tail() -> None:
-    assert _peer_gone(1, 1.0).peer_gone
-    assert replace(
-        _exit(1), stderr_tail=("x", "NCCL error: remote process exited or there was a network error")
-    ).peer_gone
-    assert not replace(_exit(1), error="ValueError: bad config").peer_gone
+    assert peer_gone(*_texts(_peer_gone(1, 1.0)))
+    nccl = replace(_exit(1), stderr_tail=("x", "NCCL error: remote process exited or there was a network error"))
+    assert peer_gone(*_texts(nccl))
+    assert not peer_gone(*_texts(replace(_exit(1), error="ValueError: bad config")))
+
+
+def _texts(event: RankExit) -> tuple[str | None, tuple[str, ...]]:
+    return event.error, event.stderr_tail
