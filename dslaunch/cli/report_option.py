@@ -1,5 +1,6 @@
-"""``dslaunch --report LOGDIR``: print the launch timeline of the job that wrote LOGDIR and write
-``LOGDIR/timeline.html``; starts no job (an eager option, like ``--version``). docs/diagnostics.md."""
+"""``dslaunch --report LOGDIR``: print the state of the job that writes LOGDIR (running or ended,
+``observe/live.py``) and its launch timeline, and write ``LOGDIR/timeline.html``; starts no job (an eager option,
+like ``--version``). docs/diagnostics.md, docs/observability.md."""
 
 from __future__ import annotations
 
@@ -30,10 +31,28 @@ def _report(ctx: click.Context, _param: click.Parameter, value: str | None) -> N
     """A user error here propagates: the command's parsing is inside ``command.user_errors()``."""
     if value is None or ctx.resilient_parsing:
         return
-    text, path = report(value)
+    state = live_line(value)
+    if state:
+        click.echo(state)
+    try:
+        text, path = report(value)
+    except DslaunchError:
+        if state:  # a job that has not written its timeline yet: its state is the report
+            ctx.exit(0)
+        raise
     click.echo(text)
     click.echo(f"timeline: {path}")
     ctx.exit(0)
+
+
+def live_line(log_dir: str) -> str:
+    """The job's state from ``LOGDIR/status.json`` in one line ("" when there is none)."""
+    import time
+
+    from dslaunch.observe import live
+
+    status = live.read(log_dir)
+    return "" if status is None else "job " + live.line(status, time.time(), live.launcher_alive(status))
 
 
 PARAMS: list[click.Parameter] = [
@@ -44,7 +63,8 @@ PARAMS: list[click.Parameter] = [
         expose_value=False,
         is_eager=True,
         callback=_report,
-        help="Print the launch timeline (per phase: median, slowest rank and host) of the job that wrote "
-        "LOGDIR with --log-dir, write LOGDIR/timeline.html, and exit; starts no job.",
+        help="Print the state of the job that writes LOGDIR with --log-dir (running: step, steps/s, ranks "
+        "alive, restarts, slowest rank; or how it ended) and its launch timeline (per phase: median, slowest rank "
+        "and host), write LOGDIR/timeline.html, and exit; starts no job.",
     ),
 ]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from dslaunch import wire
 from dslaunch.observe import breakdown as bd
+from dslaunch.observe import live
 from dslaunch.observe.figures import JobFigures
 from dslaunch.observe.settings import ObserveSettings
 from dslaunch.observe.stragglers import StragglerWatch, Where
@@ -39,6 +40,7 @@ class Observer:
         self.trainer: Poster | None = None  # Kubeflow Trainer's progress API, posted by the coordinator only
         self.job_wide = not _member_pod(plan)
         self.next_file = 0.0
+        self.next_live = 0.0  # --log-dir's status.json, for --report on a running job (observe/live.py)
         self._attempt(plan)
 
     def _attempt(self, plan: LaunchPlan) -> None:
@@ -142,6 +144,13 @@ class Observer:
             self.publish()
         if self.trainer is not None and self.job_wide:
             self.trainer.offer(self.figures)
+        if self.settings.log_dir and now >= self.next_live:
+            self.next_live = now + live.EVERY
+            self.write_live()
+
+    def write_live(self) -> None:
+        if self.settings.log_dir:
+            live.write(self.settings.log_dir, live.snapshot(self.figures, time.time(), os.getpid()))
 
     # ---- the job ---------------------------------------------------------------------------------------------
     def attempt_ended(self, code: int, cause: str, restarting: bool) -> None:
@@ -159,6 +168,7 @@ class Observer:
         else:
             f.state = "succeeded" if code == 0 else "failed"
         self.publish()
+        self.write_live()
 
     def publish(self) -> None:
         if self.metrics is not None:
