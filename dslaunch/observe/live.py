@@ -40,7 +40,9 @@ def snapshot(f: JobFigures, wall: float, pid: int) -> dict[str, Any]:
         "pid": pid,
     }
     if f.regions:
-        worst = max(f.regions, key=lambda r: r.max / r.median if r.median > 0 else 0.0)
+        # the widest gap, in seconds: a rank that waits for a slow one shows a high ratio in its collective, but
+        # the slow rank's own region holds the larger gap
+        worst = max(f.regions, key=lambda r: r.max - r.median)
         out["slowest"] = {
             "region": worst.region,
             "rank": worst.slowest_rank,
