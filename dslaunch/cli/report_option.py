@@ -32,15 +32,16 @@ def _report(ctx: click.Context, _param: click.Parameter, value: str | None) -> N
     if value is None or ctx.resilient_parsing:
         return
     state = live_line(value)
-    if state:
-        click.echo(state)
     try:
         text, path = report(value)
     except DslaunchError:
         if state:  # a job that has not written its timeline yet: its state is the report
+            click.echo(state)
             ctx.exit(0)
         raise
     click.echo(text)
+    if state:
+        click.echo(state)
     click.echo(f"timeline: {path}")
     ctx.exit(0)
 

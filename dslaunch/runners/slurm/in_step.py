@@ -246,7 +246,7 @@ def _open_channel(plan: LaunchPlan, node_rank: int) -> Hub | Spoke | None:
     if node_rank:
         return Spoke(key, plan.run_id, (node_rank, plan.node(node_rank).host), (plan.master_addr, port))
     try:
-        hub = Hub(key, plan.run_id, len(plan.nodes), port)
+        hub = _listen(key, plan, port)
     except OSError as exc:
         _warn(f"cannot listen on port {port} ({exc.strerror or exc}): each node decides its own stop step")
         return None
@@ -257,6 +257,18 @@ def _open_channel(plan: LaunchPlan, node_rank: int) -> Hub | Spoke | None:
             "(docs/slurm.md)"
         )
     return hub
+
+
+def _listen(key: bytes, plan: LaunchPlan, port: int) -> Hub:
+    """Node 0's side; a port in use is tried again for a few seconds (a previous step's task still exiting)."""
+    end = time.monotonic() + 5.0
+    while True:
+        try:
+            return Hub(key, plan.run_id, len(plan.nodes), port)
+        except OSError:
+            if time.monotonic() >= end:
+                raise
+            time.sleep(0.2)
 
 
 def _warn(text: str) -> None:
