@@ -211,6 +211,7 @@ LEAVES: dict[str, tuple[str, ...]] = {
     "dslaunch.oslib.gpus": (),  # visible GPU ids without torch: the CLI and preflight
     "dslaunch.inputs.userfiles": (),  # capped reads of the files a user names
     "dslaunch.oslib.owner_only": (),  # owner-only folders and files for the logs
+    "dslaunch.oslib.port_holders": (),  # who holds a local TCP port, for "port in use" messages
     "dslaunch.nesting": (),  # a rank's own dslaunch: forget what its parent job set
     "dslaunch.failure_bounds": (),  # head-and-tail caps on a failure's text, for the bootstrap and the agent
     "dslaunch.mesh": (),  # mesh spec and layout (pure); bootstrap.mesh_build adds torch

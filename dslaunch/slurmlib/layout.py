@@ -155,6 +155,22 @@ def stop_channel_port(master_port: int) -> int:
     return master_port + 1 if master_port < 65535 else master_port - 1
 
 
+_FALLBACK_STRIDE = 2 * 1999  # two steps' channels 1999 slots apart share no fallback with each other's first port
+
+
+def stop_channel_ports(master_port: int) -> tuple[int, int, int]:
+    """:func:`stop_channel_port`, then two more where it is held by another process (CI: a port taken for over 5 s,
+    the nodes then decided alone): node 0's task listens on the first it can bind, the others try each in turn,
+    and the handshake under the job's secret tells node 0's task from whatever else holds one."""
+    first = stop_channel_port(master_port)
+    offset = first - PORT_BASE - 1
+    return (first, _in_span(offset + _FALLBACK_STRIDE), _in_span(offset + 2 * _FALLBACK_STRIDE))
+
+
+def _in_span(offset: int) -> int:
+    return PORT_BASE + 1 + offset % PORT_SPAN
+
+
 def step_mode(step: SlurmStep, nproc: int | str | None) -> str:
     """``"node"`` (this task is its node's agent) or ``"rank"`` (this task is one rank).
 

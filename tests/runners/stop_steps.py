@@ -17,10 +17,17 @@ TORCH_RANKS = str(SCRIPTS / "stop_step_torch.py")
 
 
 def start(args: Sequence[str], out: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
-    """``dslaunch ARGS`` with OUT_DIR=out, in a session of its own (a Ctrl-C can go to its whole group)."""
+    """``dslaunch ARGS`` with OUT_DIR=out, in a session of its own (a Ctrl-C can go to its whole group); a free
+    master port unless ARGS name one (CI: 29500 was another test's job's, and the launcher refused it)."""
     full = {**os.environ, "OUT_DIR": str(out), **(env or {})}
+    port = [] if "--master-port" in args else ["--master-port", "0"]
     return subprocess.Popen(
-        [*DSLAUNCH, *args], env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        [*DSLAUNCH, *port, *args],
+        env=full,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
 
 

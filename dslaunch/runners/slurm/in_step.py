@@ -28,7 +28,7 @@ from dslaunch.errors import DslaunchError
 from dslaunch.job.loop import report, supervise
 from dslaunch.job.result import JobResult
 from dslaunch.job.state import Outcome, lost_node_code
-from dslaunch.oslib import prctl
+from dslaunch.oslib import port_holders, prctl
 from dslaunch.plan import LaunchPlan
 from dslaunch.pods import secret
 from dslaunch.runners.forked import LocalAgent
@@ -242,33 +242,43 @@ def _open_channel(plan: LaunchPlan, node_rank: int) -> Hub | Spoke | None:
     except DslaunchError as exc:
         _warn(f"{exc}: the nodes' stop steps are not agreed (each node decides its own)")
         return None
-    key, port = secret.key(given, plan.run_id), layout.stop_channel_port(plan.master_port)
+    key, ports = secret.key(given, plan.run_id), layout.stop_channel_ports(plan.master_port)
     if node_rank:
-        return Spoke(key, plan.run_id, (node_rank, plan.node(node_rank).host), (plan.master_addr, port))
+        host = plan.master_addr
+        return Spoke(key, plan.run_id, (node_rank, plan.node(node_rank).host), [(host, p) for p in ports])
     try:
-        hub = _listen(key, plan, port)
+        hub = _listen(key, plan, ports)
     except OSError as exc:
-        _warn(f"cannot listen on port {port} ({exc.strerror or exc}): each node decides its own stop step")
+        held = port_holders.describe(ports[0])
+        why = f"{exc.strerror or exc}{'; port ' + str(ports[0]) + ' ' + held if held else ''}"
+        _warn(f"cannot listen on ports {', '.join(map(str, ports))} ({why}): each node decides its own stop step")
         return None
+    if hub.port != ports[0]:
+        held = port_holders.describe(ports[0])
+        _warn(
+            f"the stop channel's port {ports[0]} is in use{' (' + held + ')' if held else ''}: it listens on {hub.port}"
+        )
     if given is None:
         _warn(
-            f"the nodes' stop channel (port {port}) is not authenticated: give the step's tasks a "
+            f"the nodes' stop channel (port {hub.port}) is not authenticated: give the step's tasks a "
             f"{secret.SECRET_VAR}, e.g. export {secret.SECRET_VAR}=$(openssl rand -hex 32) in the batch script "
             "(docs/slurm.md)"
         )
     return hub
 
 
-def _listen(key: bytes, plan: LaunchPlan, port: int) -> Hub:
-    """Node 0's side; a port in use is tried again for a few seconds (a previous step's task still exiting)."""
+def _listen(key: bytes, plan: LaunchPlan, ports: tuple[int, ...]) -> Hub:
+    """Node 0's side, on the first of ``ports`` that binds; all in use are tried again for a few seconds (a
+    previous step's task still exiting)."""
     end = time.monotonic() + 5.0
     while True:
-        try:
-            return Hub(key, plan.run_id, len(plan.nodes), port)
-        except OSError:
-            if time.monotonic() >= end:
-                raise
-            time.sleep(0.2)
+        for port in ports:
+            try:
+                return Hub(key, plan.run_id, len(plan.nodes), port)
+            except OSError:
+                if port == ports[-1] and time.monotonic() >= end:
+                    raise
+        time.sleep(0.2)
 
 
 def _warn(text: str) -> None:

@@ -1,11 +1,12 @@
 """One stop step across the nodes of a Slurm step (docs/stopping.md): node 0's task answers every task's proposal.
 
 Each srun task is its own launcher (``in_step.py``), so no launcher sees every node's stop step. Node 0's task
-listens on ``layout.stop_channel_port(master_port)`` (:class:`Hub`); every other task connects at its first
-attempt, retrying for ``CONNECT_TIME`` while node 0's is not up yet (:class:`Spoke`), and keeps the connection
-for every attempt. The connection is the pods' (``auth/handshake.py`` through ``pods/admission.py``'s door, then a
-``pods/link.Link``: every line MACed, heartbeats, bounded lines), under the job's secret (``DSLAUNCH_JOB_SECRET``;
-``--launcher slurm`` makes one for its step). Two messages, checked field by field, anything else ends the link:
+listens on the first free of ``layout.stop_channel_ports(master_port)`` (:class:`Hub`); every other task connects
+(to each in turn) at its first attempt, retrying for ``CONNECT_TIME`` while node 0's is not up yet (:class:`Spoke`),
+and keeps the connection for every attempt. The connection is the pods' (``auth/handshake.py`` through
+``pods/admission.py``'s door, then a ``pods/link.Link``: every line MACed, heartbeats, bounded lines), under the
+job's secret (``DSLAUNCH_JOB_SECRET``; ``--launcher slurm`` makes one for its step). Two messages, checked field by
+field, anything else ends the link:
 
 - a task to node 0: ``{"t": "propose", "attempt": A, "step": S | null}``, its agent's proposal (``wire.StopStep``);
 - node 0 to every task: ``{"t": "stop_at", "attempt": A, "step": S}``, the job's step (``job/stop_gather.py``:
@@ -25,7 +26,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from dslaunch.auth import handshake
@@ -184,8 +185,9 @@ class Hub:
 class Spoke:
     """Another node's task: sends its node's proposal to node 0's and hands its agent node 0's answer."""
 
-    def __init__(self, key: bytes, run_id: str, me: tuple[int, str], address: tuple[str, int]) -> None:
-        """Connects in the background from now on (node 0's task may not listen yet)."""
+    def __init__(self, key: bytes, run_id: str, me: tuple[int, str], addresses: Sequence[tuple[str, int]]) -> None:
+        """Connects in the background from now on (node 0's task may not listen yet), to each of ``addresses`` in
+        turn (node 0's task listens on the first whose port it could bind: ``layout.stop_channel_ports``)."""
         self.notes: list[str] = []
         self._link: Link | None = None
         self._closed = threading.Event()
@@ -193,7 +195,7 @@ class Spoke:
         self._decided: dict[int, int] = {}  # node 0's answers, by attempt (one may come before this task began it)
         self._trying = True  # still trying to reach node 0's task: a proposal waits for the connection
         who = (key, run_id, (me[0], me[1], 0), None)
-        threading.Thread(target=self._connect, args=(who, address), name="stop channel", daemon=True).start()
+        threading.Thread(target=self._connect, args=(who, tuple(addresses)), name="stop channel", daemon=True).start()
 
     @property
     def connected(self) -> bool:
@@ -233,27 +235,45 @@ class Spoke:
     def _send(link: Link, current: _Attempt) -> bool:
         return link.send({"t": "propose", "attempt": current.number, "step": current.own})
 
-    def _connect(self, who: tuple[bytes, str, tuple[int, str, int], None], address: tuple[str, int]) -> None:
+    def _connect(
+        self, who: tuple[bytes, str, tuple[int, str, int], None], addresses: tuple[tuple[str, int], ...]
+    ) -> None:
         end, wait = time.monotonic() + CONNECT_TIME, RETRY[0]
         why = "no answer"
-        while not self._closed.is_set() and (left := end - time.monotonic()) > 0:
-            try:
-                sock = socket.create_connection(address, timeout=min(2.0, max(0.05, left)))
-            except OSError as exc:
-                why = exc.strerror or str(exc)
-            else:
-                got = open_link(sock, who, min(time.monotonic() + HANDSHAKE_TIME, end))
-                if isinstance(got, Link):
-                    self._serve(got)
+        while not self._closed.is_set() and end > time.monotonic():
+            for n, address in enumerate(addresses):
+                if self._closed.is_set() or (left := end - time.monotonic()) <= 0:
+                    break
+                link, failed = self._try(who, address, left, end)
+                if link is not None:
+                    self._serve(link)
                     return
-                sock.close()
-                why = got or "the handshake did not complete"
+                if n == 0:
+                    why = failed  # the usual port's: what a user looks at first
             self._closed.wait(wait)
             wait = min(RETRY[1], wait * 2)
         self._trying = False
-        self.notes.append(f"cannot reach node 0's task at {address[0]}:{address[1]} ({why}): this node decides alone")
+        host, port = addresses[0]
+        others = ", ".join(str(p) for _h, p in addresses[1:])
+        more = f", nor at its fallback ports {others}" if others else ""
+        self.notes.append(f"cannot reach node 0's task at {host}:{port} ({why}){more}: this node decides alone")
         if self._current is not None:
             self._current.alone()
+
+    @staticmethod
+    def _try(
+        who: tuple[bytes, str, tuple[int, str, int], None], address: tuple[str, int], left: float, end: float
+    ) -> tuple[Link | None, str]:
+        """A link to node 0's task at ``address``, or why not (refused, or someone else's port: no handshake)."""
+        try:
+            sock = socket.create_connection(address, timeout=min(2.0, max(0.05, left)))
+        except OSError as exc:
+            return None, exc.strerror or str(exc)
+        got = open_link(sock, who, min(time.monotonic() + HANDSHAKE_TIME, end))
+        if isinstance(got, Link):
+            return got, ""
+        sock.close()
+        return None, got or "the handshake did not complete"
 
     def _serve(self, link: Link) -> None:
         link.start_reader()

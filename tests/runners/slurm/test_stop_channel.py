@@ -4,18 +4,25 @@ nothing (runners/slurm/stop_channel.py)."""
 
 from __future__ import annotations
 
+import os
 import queue
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dslaunch.job import stop_gather
+from dslaunch.pods import secret
 from dslaunch.pods.link import Link
 from dslaunch.pods.member import open_link
-from dslaunch.runners.slurm import stop_channel
+from dslaunch.runners.slurm import in_step, stop_channel
 from dslaunch.runners.slurm.stop_channel import Hub, Spoke
+from dslaunch.slurmlib import layout
+from tests.plans import make_plan
 
 KEY, RUN = b"k" * 32, "run-1"
 
@@ -52,7 +59,7 @@ def short_bound(monkeypatch: pytest.MonkeyPatch) -> float:
 def job() -> Iterator[tuple[Hub, list[Spoke]]]:
     port = _port()
     hub = Hub(KEY, RUN, 3, port)
-    spokes = [Spoke(KEY, RUN, (n, f"node{n}"), ("127.0.0.1", port)) for n in (1, 2)]
+    spokes = [Spoke(KEY, RUN, (n, f"node{n}"), [("127.0.0.1", port)]) for n in (1, 2)]
     try:
         assert all(s.wait_connected(5) for s in spokes)
         deadline = time.monotonic() + 5
@@ -111,7 +118,7 @@ def test_an_answer_of_another_attempt_is_not_taken(job: tuple[Hub, list[Spoke]])
 
 
 def test_without_node_0_a_node_decides_alone_once_the_answer_is_late(short_bound: float) -> None:
-    spoke = Spoke(KEY, RUN, (1, "node1"), ("127.0.0.1", _port()))
+    spoke = Spoke(KEY, RUN, (1, "node1"), [("127.0.0.1", _port())])
     try:
         answer = Answers()
         spoke.begin(0, answer)
@@ -127,7 +134,7 @@ def test_without_node_0_a_node_decides_alone_once_the_answer_is_late(short_bound
 
 def test_a_node_that_gave_up_on_node_0_decides_alone_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stop_channel, "CONNECT_TIME", 0.2)
-    spoke = Spoke(KEY, RUN, (1, "node1"), ("127.0.0.1", _port()))
+    spoke = Spoke(KEY, RUN, (1, "node1"), [("127.0.0.1", _port())])
     try:
         time.sleep(0.5)
         assert any("cannot reach node 0's task" in note for note in spoke.notes), spoke.notes
@@ -143,7 +150,7 @@ def test_a_node_that_gave_up_on_node_0_decides_alone_at_once(monkeypatch: pytest
 def test_a_stop_before_the_nodes_connected_is_still_agreed() -> None:
     """The other task asks before node 0's task listens (its first tries refused): both wait for each other."""
     port = _port()
-    spoke = Spoke(KEY, RUN, (1, "node1"), ("127.0.0.1", port))
+    spoke = Spoke(KEY, RUN, (1, "node1"), [("127.0.0.1", port)])
     late, hub = Answers(), None
     try:
         spoke.begin(0, late)
@@ -169,9 +176,62 @@ def test_a_node_whose_node_0_went_decides_alone(job: tuple[Hub, list[Spoke]], sh
     assert answer.one(timeout=3) == 4
 
 
+@pytest.mark.parametrize("squatter", ["silent", "closes"])
+def test_a_task_finds_node_0_on_a_fallback_port_past_a_squatter(squatter: str) -> None:
+    """The usual port held by another process (one that accepts and never speaks, or hangs up): node 0's task
+    listens on the next (in_step._listen), and the other task's handshake fails at the squatter and goes on."""
+    with socket.create_server(("127.0.0.1", 0)) as squat:
+        taken = squat.getsockname()[1]
+        held: list[socket.socket] = []
+        stop = threading.Event()
+
+        def squatting() -> None:
+            squat.settimeout(0.1)
+            while not stop.is_set():
+                try:
+                    conn, _ = squat.accept()
+                except OSError:
+                    continue
+                (held.append(conn) if squatter == "silent" else conn.close())
+
+        threading.Thread(target=squatting, daemon=True).start()
+        hub = Hub(KEY, RUN, 2, _port())
+        spoke = Spoke(KEY, RUN, (1, "node1"), [("127.0.0.1", taken), ("127.0.0.1", hub.port)])
+        try:
+            assert spoke.wait_connected(15)
+            mine, theirs = Answers(), Answers()
+            hub.begin(0, mine)
+            spoke.begin(0, theirs)
+            spoke.propose(5)
+            hub.propose(3)
+            assert mine.one() == 5 and theirs.one() == 5
+        finally:
+            stop.set()
+            spoke.close()
+            hub.close()
+            for conn in held:
+                conn.close()
+
+
+def test_a_task_that_reaches_no_port_names_them_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stop_channel, "CONNECT_TIME", 0.3)
+    ports = [_port(), _port(), _port()]
+    spoke = Spoke(KEY, RUN, (1, "node1"), [("127.0.0.1", p) for p in ports])
+    try:
+        deadline = time.monotonic() + 5
+        while not spoke.notes and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert spoke.notes == [
+            f"cannot reach node 0's task at 127.0.0.1:{ports[0]} (Connection refused), nor at its fallback ports "
+            f"{ports[1]}, {ports[2]}: this node decides alone"
+        ]
+    finally:
+        spoke.close()
+
+
 def test_a_task_without_the_key_never_joins_and_is_not_waited_for(job: tuple[Hub, list[Spoke]]) -> None:
     hub, _spokes = job
-    stranger = Spoke(b"wrong" * 8, RUN, (2, "node2"), ("127.0.0.1", hub.port))
+    stranger = Spoke(b"wrong" * 8, RUN, (2, "node2"), [("127.0.0.1", hub.port)])
     try:
         assert not stranger.wait_connected(1.0)
         assert hub.connected == {1, 2}  # the real node 2 is still there
@@ -247,3 +307,39 @@ def _gone(hub: Hub, node_rank: int) -> bool:
     while node_rank in hub.connected and time.monotonic() < deadline:
         time.sleep(0.01)
     return node_rank not in hub.connected
+
+
+def test_node_0_listens_on_a_fallback_port_when_the_usual_one_is_held(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """in_step's side: the held port's holder is named (this process), the channel still opens."""
+    with socket.create_server(("", 0)) as squat:
+        store = squat.getsockname()[1] - 1
+        plan = make_plan(
+            launcher="slurm", run_id=RUN, nodes=layout.rank_nodes(("n1", "n2"), ("0", "1")), master_port=store
+        )
+        monkeypatch.setenv(secret.SECRET_VAR, "ab" * 32)
+        hub = in_step._open_channel(plan, 0)
+        try:
+            assert isinstance(hub, Hub) and hub.port == layout.stop_channel_ports(store)[1]
+        finally:
+            if hub is not None:
+                hub.close()
+    err = capsys.readouterr().err
+    assert f"the stop channel's port {store + 1} is in use (held by pid {os.getpid()} (" in err, err
+    assert f"listening): it listens on {hub.port}" in err, err
+
+
+@pytest.mark.parametrize(
+    ("store", "ports"),
+    [(20320, (20321, 24319, 28317)), (29500, (29501, 21499, 25497)), (31998, (31999, 23997, 27995))],
+)
+def test_the_stop_channel_has_two_fallback_ports_below_the_ephemeral_range(store: int, ports: tuple[int, ...]) -> None:
+    assert layout.stop_channel_ports(store) == ports
+
+
+@given(st.integers(1, 65535))
+def test_fallback_ports_are_distinct_and_never_a_derived_store_port(store: int) -> None:
+    ports = layout.stop_channel_ports(store)
+    assert len(set(ports)) == 3 and all(layout.PORT_BASE < p < 32768 for p in ports[1:])
+    assert all(p % 2 == 1 for p in ports[1:]) or store % 2 == 1  # odd beside an even (derived) store port
