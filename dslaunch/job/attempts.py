@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from dslaunch import wire
 from dslaunch.job import elastic
 from dslaunch.job.restart_policy import may_restart
-from dslaunch.job.result import START_FAILED, JobResult, stopped
+from dslaunch.job.result import START_FAILED, JobResult, restart_cause, stopped
 from dslaunch.mesh import MeshConfigError
 from dslaunch.observe import session as observe
 from dslaunch.plan import LaunchPlan
@@ -128,7 +128,9 @@ def _run_attempts(runner: Runner, plan: LaunchPlan, pool: HostPool | None) -> in
         used.append(hosts)
         verdict = may_restart(results, plan.restarts, plan.no_restart_on)
         if (observer := observe.current()) is not None:
-            cause = observe.restart_cause(result.code, lost=bool(result.blamed), ranks=bool(result.failures))
+            cause = result.restart_cause or restart_cause(
+                result.code, lost=bool(result.blamed), ranks=bool(result.failures)
+            )
             observer.attempt_ended(result.code, cause, verdict.restart)
         if not verdict.restart:
             if verdict.say:

@@ -35,6 +35,9 @@ class JobResult:
     stepped: bool = False  # a rank of the attempt reached a step (a progress beat: docs/restarts.md)
     # A requested stop by this signal ended the attempt (SIGTERM from Kubernetes or Slurm...): never restarted.
     stopped_by: int | None = None
+    # The restarts counter's cause (observe.restart_cause), where the runner knows it better than the fields above:
+    # the pods' coordinator, which leaves ``failures`` and ``blamed`` out of what it hands back.
+    restart_cause: str = ""
 
     @property
     def failed(self) -> bool:
@@ -44,3 +47,13 @@ class JobResult:
 def stopped(code: int, cause: str) -> JobResult:
     """An attempt that must not be restarted: a signal to dslaunch, or a plan that cannot work."""
     return JobResult(code, cause, retry=False)
+
+
+def restart_cause(code: int, *, lost: bool, ranks: bool) -> str:
+    """The ``cause`` label of an attempt that ended with ``code``: a node lost (a host blamed), a rank's own
+    failure, a hang (--hang-timeout's 124), else "other"."""
+    if lost:
+        return "node_lost"
+    if ranks:
+        return "rank_failure"
+    return "hang" if code == 124 else "other"

@@ -36,6 +36,7 @@ def snapshot(f: JobFigures, wall: float, pid: int) -> dict[str, Any]:
         "steps_per_second": round(f.step_rate, 3),
         "stragglers": f.stragglers,
         "started": f.started,
+        "wall": {phase: round(seconds, 3) for phase, seconds in f.wall_split(wall).items()},
         "updated": wall,
         "pid": pid,
     }

@@ -53,7 +53,15 @@ class JobCollector(Collector):
         yield _gauge("dslaunch_step_rate", "Steps per second in the last window (median rank)", f.step_rate)
         ttfs = f.first_step_at - f.started if f.first_step_at else float("nan")
         yield _gauge("dslaunch_time_to_first_step_seconds", "From the launcher's start to the first step", ttfs)
-        yield _gauge("dslaunch_goodput_ratio", "Time in steps over the job's wall time", f.goodput(now))
+        yield _gauge("dslaunch_goodput_ratio", "Time in steps kept over the job's wall time", f.goodput(now))
+        wall = GaugeMetricFamily(
+            "dslaunch_wall_seconds",
+            "The job's wall time so far by phase: steps kept, startup, restarts, lost_work, other",
+            labels=["phase"],
+        )
+        for phase, seconds in f.wall_split(now).items():
+            wall.add_metric([phase], seconds)
+        yield wall
         yield _gauge("dslaunch_stragglers", "Ranks and regions named as stragglers now", f.stragglers)
         yield from self._regions(f)
 

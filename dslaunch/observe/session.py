@@ -64,6 +64,7 @@ class Observer:
         self.job_wide = not _member_pod(plan)  # an elastic pod learns its node rank at each attempt
         f = self.figures
         f.attempt, f.state, f.step, f.step_rate, f.regions = plan.restarts.count, "running", 0, 0.0, ()
+        f.attempt_began(time.time(), first=plan.restarts.count == 0)
 
     # ---- events ---------------------------------------------------------------------------------------------
     def on_event(self, event: wire.Event, now: float) -> None:
@@ -79,8 +80,8 @@ class Observer:
             f.nodes_lost += 1
         elif isinstance(event, wire.TimerWindow) and event.rank in self.where and event.index > self.done_index:
             self.pending.setdefault(event.index, {})[event.rank] = event
-            if event.first_step_at and not f.first_step_at:
-                f.first_step_at = event.first_step_at
+            if event.first_step_at:
+                f.first_step(event.first_step_at)
             self._complete(now)
 
     def _complete(self, now: float) -> None:
@@ -109,7 +110,7 @@ class Observer:
         first = min(w.step - w.steps + 1 for w in got.values())
         self.period_first = self.period_first or first
         walls = [w.wall for w in got.values()]
-        f.stepping += bd.median(walls)
+        f.stepped(bd.median(walls))
         f.step, f.step_rate = max(f.step, last), bd.median(w.steps / w.wall for w in got.values() if w.wall)
         f.regions = bd.summarize(list(current.values()))
         if self.watch is not None:
@@ -162,6 +163,7 @@ class Observer:
             self._window(self.pending.pop(index), now)
         self._print_period(self.figures.step, now)
         f = self.figures
+        f.attempt_over(time.time(), restarting)
         if restarting:
             f.restarts[cause] = f.restarts.get(cause, 0) + 1
             f.state = "restarting"
@@ -173,16 +175,6 @@ class Observer:
     def publish(self) -> None:
         if self.metrics is not None:
             self.metrics.write_file()
-
-
-def restart_cause(code: int, *, lost: bool, ranks: bool) -> str:
-    """The ``cause`` label of an attempt that ended with ``code``: a node lost (a host blamed), a rank's own
-    failure, a hang (--hang-timeout's 124), else "other"."""
-    if lost:
-        return "node_lost"
-    if ranks:
-        return "rank_failure"
-    return "hang" if code == 124 else "other"
 
 
 def _member_pod(plan: LaunchPlan) -> bool:

@@ -24,7 +24,7 @@ from dslaunch.job.elastic import pods_layout
 from dslaunch.job.loop import report, supervise
 from dslaunch.job.protocols import AgentHandle
 from dslaunch.job.restart_policy import may_restart, may_start
-from dslaunch.job.result import START_FAILED, JobResult, stopped
+from dslaunch.job.result import START_FAILED, JobResult, restart_cause, stopped
 from dslaunch.job.state import Outcome
 from dslaunch.mesh import MeshConfigError
 from dslaunch.plan import LaunchPlan
@@ -137,7 +137,9 @@ class PodLauncher:
         coordinator.finish(result.code, last, result.cause)
         if last:
             coordinator.close(result.code)
-        return replace(result, retry=result.retry and not last, failures=())  # decided here, for every pod
+        cause = restart_cause(result.code, lost=outcome.lost_node is not None, ranks=outcome.root_cause is not None)
+        # decided here, for every pod
+        return replace(result, retry=result.retry and not last, failures=(), restart_cause=cause)
 
     def _gather(self, plan: LaunchPlan, coordinator: Coordinator) -> JobResult | None:
         """Wait for the pods the next attempt needs; None once they are there, else how the job ends."""

@@ -41,6 +41,7 @@ def test_metrics_over_http() -> None:
         "dslaunch_time_to_first_step_seconds 12.5",
         'dslaunch_region_seconds{quantile="1",region="forward"} 0.04',
         'dslaunch_slowest_rank{region="forward"} 3.0',
+        'dslaunch_wall_seconds{phase="lost_work"} 0.0',
     ]:
         assert line in lines, line
     names = {line.split("{")[0].split()[0] for line in lines if line and not line.startswith("#")}

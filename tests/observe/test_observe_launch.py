@@ -200,6 +200,7 @@ def test_prometheus_scrapes_a_running_two_node_job(prometheus: tuple[int, int], 
                 _value(port, "dslaunch_step"),
                 _value(port, 'dslaunch_slowest_rank{region="forward"}'),
                 _value(port, "dslaunch_nodes"),
+                _value(port, 'dslaunch_wall_seconds{phase="lost_work"}'),
             )
         )
         time.sleep(1.0)
@@ -215,6 +216,8 @@ def test_prometheus_scrapes_a_running_two_node_job(prometheus: tuple[int, int], 
         assert steps == sorted(steps) and steps[-1] > steps[0], samples  # steps advance
     assert {s[3] for s in first + second} == {3.0}, samples  # the rank the test slowed down
     assert {s[4] for s in samples if s[4] is not None} == {2.0}
+    # attempt 0's ~40 steps of 0.1 s were lost to the restart (the script keeps no checkpoint)
+    assert all(s[5] == 0 for s in first) and all(3.0 < s[5] < 8.0 for s in second), samples
 
 
 def test_in_pods_the_coordinator_names_a_straggler_of_another_pod() -> None:
@@ -236,3 +239,31 @@ def test_in_pods_the_coordinator_names_a_straggler_of_another_pod() -> None:
     named = [line for line in errs[0].splitlines() if "straggler" in line]
     assert len(named) == 1 and "straggler: rank 3 (node 1, host " in named[0], errs[0]
     assert "straggler" not in errs[1]  # the member leaves it to the coordinator: one line for the job
+
+
+def test_in_pods_the_coordinators_restarts_counter_names_a_ranks_failure(tmp_path: Path) -> None:
+    """The coordinator decides its pods' restarts itself (pods/pod_launcher.py) and hands run_attempts no
+    failures: the counter's cause comes with its result. Rank 3, the second pod's, fails at step 10 of attempt 0."""
+    from tests.runners.pods import free_port_pair
+
+    port, t0 = free_port_pair(), time.time() + 3.0
+    metrics = tmp_path / "coordinator.prom"
+    pods = []
+    for node_rank in (0, 1):
+        env = {
+            **os.environ,
+            **{"PET_NNODES": "2", "PET_NODE_RANK": str(node_rank), "PET_NPROC_PER_NODE": "2"},
+            **{"PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": str(port), "CUDA_VISIBLE_DEVICES": ""},
+            "PET_MAX_RESTARTS": "1",
+        }
+        extra = ["--metrics-file", str(metrics)] if node_rank == 0 else []
+        command = [*DSLAUNCH_CMD, "--restart-delay", "0", *extra, SCRIPT, f"{t0}", f"{PERIOD}", "20", "-1", "0", "0"]
+        command += ["3", "10"]
+        pods.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env))
+    errs = [p.communicate(timeout=90)[1] for p in pods]
+    assert [p.returncode for p in pods] == [0, 0], errs
+    lines = set(metrics.read_text().splitlines())
+    assert 'dslaunch_restarts_total{cause="rank_failure"} 1.0' in lines, sorted(lines)
+    assert 'dslaunch_job_state{state="succeeded"} 1.0' in lines, sorted(lines)
+    lost = next(line for line in lines if line.startswith('dslaunch_wall_seconds{phase="lost_work"}'))
+    assert float(lost.split()[-1]) > 0.3, lost  # attempt 0's 9 steps of 0.08 s

@@ -92,19 +92,6 @@ def test_the_job_figures() -> None:
     assert f.state == "succeeded"
 
 
-@pytest.mark.parametrize(
-    ("code", "lost", "ranks", "cause"),
-    [
-        (1, True, True, "node_lost"),
-        (1, False, True, "rank_failure"),
-        (124, False, False, "hang"),
-        (143, False, False, "other"),
-    ],
-)
-def test_restart_cause(code: int, lost: bool, ranks: bool, cause: str) -> None:
-    assert session.restart_cause(code, lost=lost, ranks=ranks) == cause
-
-
 def test_nothing_to_see_starts_nothing() -> None:
     assert session.start(ObserveSettings(straggler_factor=0), PLAN) is None
     assert session.current() is None
