@@ -201,7 +201,7 @@ class NodeLoop:
             self._kill_leftovers()
             if self.progress is not None:
                 self.progress.close()
-            self.output.flush_held()
+            self.output.finish()
         if self.before_done is not None:
             self.before_done()  # the launcher may end this process's transport once it has the Done
         self.pages.close()

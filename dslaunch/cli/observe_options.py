@@ -108,6 +108,15 @@ PARAMS: list[click.Parameter] = [
         help="Write the same metrics to PATH every second (node-exporter's textfile collector: name it *.prom).",
     ),
     Option(
+        ["--status-line"],
+        section=OUTPUT,
+        type=click.Choice(["auto", "on", "off"], case_sensitive=False),
+        default="auto",
+        show_default=True,
+        help="A status line at the bottom of the terminal (step, steps/s, ranks alive, restarts, the slowest "
+        "rank) below the ranks' output; auto: where stdout and stderr are a terminal. Local jobs on one node.",
+    ),
+    Option(
         ["--total-steps"],
         section=DIAGNOSTICS,
         type=Whole(1, 10**15),
@@ -160,4 +169,15 @@ def parse(
         trainer_status=bool((os.environ if environ is None else environ).get(STATUS_URL)) and status_every > 0,
         status_every=status_every,
         total_steps=values.get("total_steps"),
+        status_line=_status_line(
+            str(values.get("status_line") or "auto").lower(), os.environ if environ is None else environ
+        ),
     )
+
+
+def _status_line(choice: str, environ: Mapping[str, str]) -> bool:
+    import sys
+
+    if choice != "auto":
+        return choice == "on"
+    return sys.stdout.isatty() and sys.stderr.isatty() and environ.get("TERM", "dumb") not in ("", "dumb")

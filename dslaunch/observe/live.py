@@ -78,6 +78,33 @@ def line(status: dict[str, Any], wall: float, alive: bool) -> str:
     return text
 
 
+def status_line(status: dict[str, Any], wall: float) -> str:
+    """The terminal's status line (``--status-line``), e.g. ``dslaunch: step 812 (19.9 steps/s) | 16/16 ranks |
+    0 restarts | slowest rank 5 on b: forward 0.210 s, median 0.105 s | 1:02:03``."""
+    parts = (
+        [f"step {status['step']} ({float(status.get('steps_per_second', 0)):.1f} steps/s)"]
+        if status.get("step")
+        else []
+    )
+    state = str(status.get("state", "?"))
+    if not parts or state != "running":
+        parts.insert(0, state)
+    parts.append(f"{status.get('ranks_alive', '?')}/{status.get('ranks', '?')} ranks")
+    restarts = int(status.get("restarts", 0))
+    parts.append(f"{restarts} restart{'' if restarts == 1 else 's'}")
+    if status.get("nodes_lost"):
+        parts.append(f"{status['nodes_lost']} nodes lost")
+    slow = status.get("slowest")
+    if isinstance(slow, dict):
+        parts.append(
+            f"slowest rank {slow.get('rank')} on {slow.get('host')}: {slow.get('region')} "
+            f"{float(slow.get('seconds', 0)):.3f} s, median {float(slow.get('median', 0)):.3f} s"
+        )
+    elapsed = int(max(0.0, wall - float(status.get("started", wall))))
+    parts.append(f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}")
+    return "dslaunch: " + " | ".join(parts)
+
+
 def write(log_dir: str, status: dict[str, Any]) -> None:
     """Replace ``LOGDIR/status.json`` at once; a full disk or a removed folder only skips this write."""
     path = os.path.join(log_dir, FILE)

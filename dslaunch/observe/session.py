@@ -27,6 +27,7 @@ from dslaunch.plan import LaunchPlan
 if TYPE_CHECKING:
     from dslaunch.observe.metrics import Exporter
     from dslaunch.observe.trainer_status import Poster
+    from dslaunch.output.footer import Board
 
 _STALE = 2  # a window still incomplete once some rank sent this many later ones is taken as it is
 _METRICS_FILE_EVERY = 1.0
@@ -41,6 +42,7 @@ class Observer:
         self.job_wide = not _member_pod(plan)
         self.next_file = 0.0
         self.next_live = 0.0  # --log-dir's status.json, for --report on a running job (observe/live.py)
+        self.board: Board | None = None  # --status-line: the line a forked agent draws (output/footer.py)
         self._attempt(plan)
 
     def _attempt(self, plan: LaunchPlan) -> None:
@@ -65,6 +67,7 @@ class Observer:
         f = self.figures
         f.attempt, f.state, f.step, f.step_rate, f.regions = plan.restarts.count, "running", 0, 0.0, ()
         f.attempt_began(time.time(), first=plan.restarts.count == 0)
+        self.next_live = 0.0  # the new attempt's state at the next tick
 
     # ---- events ---------------------------------------------------------------------------------------------
     def on_event(self, event: wire.Event, now: float) -> None:
@@ -145,13 +148,20 @@ class Observer:
             self.publish()
         if self.trainer is not None and self.job_wide:
             self.trainer.offer(self.figures)
-        if self.settings.log_dir and now >= self.next_live:
+        if (self.settings.log_dir or self.board is not None) and now >= self.next_live:
             self.next_live = now + live.EVERY
             self.write_live()
 
     def write_live(self) -> None:
+        """status.json (--log-dir) and the status line (--status-line): the same state."""
+        if not self.settings.log_dir and self.board is None:
+            return
+        wall = time.time()
+        state = live.snapshot(self.figures, wall, os.getpid())
         if self.settings.log_dir:
-            live.write(self.settings.log_dir, live.snapshot(self.figures, time.time(), os.getpid()))
+            live.write(self.settings.log_dir, state)
+        if self.board is not None:
+            self.board.post(live.status_line(state, wall))
 
     # ---- the job ---------------------------------------------------------------------------------------------
     def attempt_ended(self, code: int, cause: str, restarting: bool) -> None:
@@ -183,14 +193,17 @@ def _member_pod(plan: LaunchPlan) -> bool:
 
 
 def _say(text: str) -> None:
+    from dslaunch.output import footer
     from dslaunch.output.sink import STALL, write_within
 
-    write_within(2, (text + "\n").encode(), STALL)
+    write_within(2, footer.over_the_line() + (text + "\n").encode(), STALL)
 
 
 def _warn(text: str) -> None:
     from dslaunch.logs import get_logger
+    from dslaunch.output import footer
 
+    footer.clear(2)
     get_logger("launcher").warning(text)
 
 
@@ -218,6 +231,10 @@ def start(settings: ObserveSettings, plan: LaunchPlan) -> Observer | None:
         from dslaunch.observe import metrics
 
         _current.metrics = metrics.Exporter(settings, _current.figures)
+    if settings.status_line:
+        from dslaunch.output import footer
+
+        _current.board = footer.open_board()
     if settings.trainer_status and _current.job_wide:
         from dslaunch.observe import trainer_status
 

@@ -27,6 +27,7 @@ class ObserveSettings:
     trainer_status: bool = False  # KUBEFLOW_TRAINER_STATUS_URL is set: post progress there
     status_every: float = DEFAULT_STATUS_EVERY  # --trainer-status-every SECONDS
     total_steps: int | None = None  # --total-steps N: progress and time left
+    status_line: bool = False  # --status-line: the terminal's last line (output/footer.py)
 
     @property
     def window(self) -> int:
@@ -36,7 +37,7 @@ class ObserveSettings:
     @property
     def collect(self) -> bool:
         """Whether ranks send windows at all."""
-        return self.breakdown or self.straggler_factor > 0 or self.metrics or self.trainer_status
+        return self.breakdown or self.straggler_factor > 0 or self.metrics or self.trainer_status or self.status_line
 
     @property
     def metrics(self) -> bool:

@@ -6,7 +6,9 @@ writes block, never the agent's handling of exits and signals), and memory stays
 ``budget``. The writer writes whole lines; on a terminal it also writes each stream's latest
 ``\\r`` state (a progress bar), replaced by a newer one while the writer is still busy.
 A reader that stopped (``stalled``) can be given up on with ``abandon``; from then on
-everything is dropped.
+everything is dropped. On a terminal it may keep a status line below everything it writes (``footer``,
+``output/footer.py``), erased before each batch and drawn again after it; a rank's live progress bar takes that
+line while it lasts.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import select
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from dslaunch.output import footer as status
 from dslaunch.output.relay import Piece
 
 BUDGET = 4 << 20  # bytes accepted and not yet written, before the feeder must stop
@@ -25,6 +28,7 @@ BUDGET = 4 << 20  # bytes accepted and not yet written, before the feeder must s
 STALL = 0.5
 _WRITE = 256 << 10  # per writev: small enough that a slow reader still shows progress often
 _IOV = 512
+REDRAW = 0.5  # seconds between two looks at the status line's text while nothing else is written
 
 
 class Sink:
@@ -44,6 +48,8 @@ class Sink:
         self.want_wake = False
         self._dangling: object = None  # the stream whose bar the cursor sits after (terminal)
         self._thread: threading.Thread | None = None
+        self.footer: Callable[[], bytes] | None = None  # the status line's text, on a terminal (live)
+        self._drawn = b""  # the status line on the screen now, the cursor after it
 
     def start(self) -> None:
         if self._thread is None:
@@ -99,6 +105,7 @@ class Sink:
             self._urgent.clear()
             self._bars.clear()
             self.queued = 0
+            self.footer, self._drawn = None, b""
             self._cond.notify_all()
 
     def wait_idle(self, stall: float | None) -> None:
@@ -112,13 +119,48 @@ class Sink:
         if stall is not None and not self.idle:
             self.abandon()
 
+    def end_footer(self, stall: float) -> None:
+        """No status line from now on; the one on the screen is erased (waited for up to ``stall`` seconds)."""
+        with self._cond:
+            self.footer = None
+            self._cond.notify_all()
+            end = time.monotonic() + stall
+            while (self._drawn or self._busy) and not self.dead and (left := end - time.monotonic()) > 0:
+                self._cond.wait(left)  # the erase is written once the writer is idle with nothing drawn
+
+    def _footer_line(self) -> list[Piece]:
+        """The status line to draw after this batch (none while a bar holds the last line)."""
+        text = b""
+        if self.footer is not None and self.live and self._dangling is None:
+            try:
+                columns = os.get_terminal_size(self.fd).columns
+            except OSError:
+                columns = 80
+            text = status.fit(self.footer(), columns)
+        self._drawn = text
+        return [text] if text else []
+
+    def _footer_stale(self) -> bool:
+        if self.footer is None or not self.live:
+            return bool(self._drawn)
+        drawn = self._drawn
+        fresh = self._footer_line()
+        self._drawn = drawn
+        return (fresh[0] if fresh else b"") != drawn
+
     # ---- the writer thread ------------------------------------------------
     def _run(self) -> None:
         while True:
             with self._cond:
                 while not (self._items or self._urgent or self._bars):
-                    self._cond.wait()
-                bufs: list[Piece] = list(self._urgent)
+                    if self.footer is None and not self._drawn:
+                        self._cond.wait()
+                    elif self._footer_stale():
+                        break
+                    else:
+                        self._cond.wait(REDRAW)
+                bufs: list[Piece] = [status.ERASE] if self._drawn else []
+                bufs.extend(self._urgent)
                 self._urgent.clear()
                 for key, pieces in self._items:
                     if self._dangling is not None and key != self._dangling:
@@ -132,6 +174,7 @@ class Sink:
                     self._dangling = key
                     bufs.append(bar)
                 self._bars.clear()
+                bufs.extend(self._footer_line())
                 self.queued = sum(len(b) for b in bufs)  # all of it is in this batch now, bars included
                 self._busy = True
                 self.progress = time.monotonic()
