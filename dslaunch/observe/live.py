@@ -63,14 +63,7 @@ def line(status: dict[str, Any], wall: float, alive: bool) -> str:
         parts.append(f"step {status['step']} ({float(status.get('steps_per_second', 0)):.2f} steps/s)")
     parts.append(f"{status.get('ranks_alive', '?')} of {status.get('ranks', '?')} ranks alive")
     parts.append(f"{status.get('restarts', 0)} restarts")
-    if status.get("nodes_lost"):
-        parts.append(f"{status['nodes_lost']} nodes lost")
-    slow = status.get("slowest")
-    if isinstance(slow, dict):
-        parts.append(
-            f"slowest rank {slow.get('rank')} on {slow.get('host')} ({slow.get('region')} "
-            f"{float(slow.get('seconds', 0)):.3f} s, median {float(slow.get('median', 0)):.3f} s)"
-        )
+    parts.extend(_lost_and_slowest(status, "{rank} on {host} ({times})"))
     age = max(0.0, wall - float(status.get("updated", wall)))
     text = f"{state}: {', '.join(parts)}; updated {age:.1f} s ago"
     if state not in _ENDED and not alive:
@@ -92,17 +85,21 @@ def status_line(status: dict[str, Any], wall: float) -> str:
     parts.append(f"{status.get('ranks_alive', '?')}/{status.get('ranks', '?')} ranks")
     restarts = int(status.get("restarts", 0))
     parts.append(f"{restarts} restart{'' if restarts == 1 else 's'}")
-    if status.get("nodes_lost"):
-        parts.append(f"{status['nodes_lost']} nodes lost")
-    slow = status.get("slowest")
-    if isinstance(slow, dict):
-        parts.append(
-            f"slowest rank {slow.get('rank')} on {slow.get('host')}: {slow.get('region')} "
-            f"{float(slow.get('seconds', 0)):.3f} s, median {float(slow.get('median', 0)):.3f} s"
-        )
+    parts.extend(_lost_and_slowest(status, "{rank} on {host}: {times}"))
     elapsed = int(max(0.0, wall - float(status.get("started", wall))))
     parts.append(f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}")
     return "dslaunch: " + " | ".join(parts)
+
+
+def _lost_and_slowest(status: dict[str, Any], shape: str) -> list[str]:
+    """The lost nodes and the slowest rank, as both lines say them (``shape`` places the rank, host and times)."""
+    parts = [f"{status['nodes_lost']} nodes lost"] if status.get("nodes_lost") else []
+    slow = status.get("slowest")
+    if isinstance(slow, dict):
+        seconds, median = float(slow.get("seconds", 0)), float(slow.get("median", 0))
+        times = f"{slow.get('region')} {seconds:.3f} s, median {median:.3f} s"
+        parts.append("slowest rank " + shape.format(rank=slow.get("rank"), host=slow.get("host"), times=times))
+    return parts
 
 
 def write(log_dir: str, status: dict[str, Any]) -> None:

@@ -128,25 +128,23 @@ class Sink:
             while (self._drawn or self._busy) and not self.dead and (left := end - time.monotonic()) > 0:
                 self._cond.wait(left)  # the erase is written once the writer is idle with nothing drawn
 
+    def _footer_text(self) -> bytes:
+        """The status line as it should stand now (b"": none, or a bar holds the last line)."""
+        if self.footer is None or not self.live or self._dangling is not None:
+            return b""
+        try:
+            columns = os.get_terminal_size(self.fd).columns
+        except OSError:
+            columns = 80
+        return status.fit(self.footer(), columns)
+
     def _footer_line(self) -> list[Piece]:
-        """The status line to draw after this batch (none while a bar holds the last line)."""
-        text = b""
-        if self.footer is not None and self.live and self._dangling is None:
-            try:
-                columns = os.get_terminal_size(self.fd).columns
-            except OSError:
-                columns = 80
-            text = status.fit(self.footer(), columns)
-        self._drawn = text
-        return [text] if text else []
+        """The status line to draw after this batch."""
+        self._drawn = self._footer_text()
+        return [self._drawn] if self._drawn else []
 
     def _footer_stale(self) -> bool:
-        if self.footer is None or not self.live:
-            return bool(self._drawn)
-        drawn = self._drawn
-        fresh = self._footer_line()
-        self._drawn = drawn
-        return (fresh[0] if fresh else b"") != drawn
+        return self._footer_text() != self._drawn
 
     # ---- the writer thread ------------------------------------------------
     def _run(self) -> None:
