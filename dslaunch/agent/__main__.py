@@ -34,10 +34,12 @@ def main(argv: list[str] | None = None) -> int:
         return _for_job(args.dial_file)
     if args.node_rank is None:
         parser.error("--node-rank is required (or --for-job)")
+    mpi_dial, under_mpi = None, args.node_rank == "mpi"
     try:
         if args.node_rank == "mpi":
             args.node_rank = mpi_env.node_rank(os.environ)
             mpi_env.scrub(os.environ)
+            mpi_dial = mpi_env.take_dial(os.environ)
         args.node_rank = int(args.node_rank)
     except (ValueError, mpi_env.MpiEnvError) as exc:
         parser.error(f"--node-rank: {exc}")
@@ -56,12 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dslaunch agent: node rank {args.node_rank} is not in 0..{len(plan.nodes) - 1}", file=sys.stderr)
         return 2
     control = None if args.no_control else sys.stdin.buffer
-    side = None
-    if dial is not None:  # pdsh: no stdin to carry a partition's news or the stop step; a dial-back connection does
-        from dslaunch.agent.dialback_client import watch_launcher
-
-        side, forward = os.pipe()
-        watch_launcher(dial, plan.run_id, os.environ, forward)
+    side = _watch_launcher(plan.run_id, args.node_rank, dial, mpi_dial)
     pid_file = _write_pid(args.plan_file)
     removed = (lambda: _remove(pid_file)) if pid_file is not None else None  # before Done: pdsh may end us then
     try:
@@ -73,7 +70,26 @@ def main(argv: list[str] | None = None) -> int:
         from dslaunch.agent.node_io import write_attempt_end
 
         write_attempt_end(2)
-    return code
+    # Under mpirun the code is in the Done event: a nonzero exit would make Open MPI kill every other node's agent at
+    # once, before a stop's slower nodes have run on to the job's step (the launcher's fail-fast ends a failed job).
+    return 0 if under_mpi else code
+
+
+def _watch_launcher(
+    run_id: str, node_rank: int, dial: str | None, mpi_dial: tuple[str, dict[str, str]] | None
+) -> int | None:
+    """pdsh, mpirun: no stdin carries a partition's news or the stop step; a dial-back connection does. The pipe it
+    writes to (``NodeLoop.watch_side``), or None."""
+    if dial is None and mpi_dial is None:
+        return None
+    from dslaunch.agent.dialback_client import watch_launcher
+
+    side, forward = os.pipe()
+    if mpi_dial is not None:
+        watch_launcher(mpi_dial[0], run_id, mpi_dial[1], forward, mpi_env.dial_name(node_rank))
+    elif dial is not None:
+        watch_launcher(dial, run_id, os.environ, forward)
+    return side
 
 
 def _read_plan(plan_file: str | None) -> tuple[LaunchPlan, bytes, str | None]:

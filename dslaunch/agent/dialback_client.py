@@ -82,10 +82,12 @@ def dial_back(path: str, run_id: str, environ: Mapping[str, str]) -> tuple[socke
 
 
 def connect_back(
-    text: str, run_id: str, environ: Mapping[str, str], timeout: float
+    text: str, run_id: str, environ: Mapping[str, str], timeout: float, name: str | None = None
 ) -> tuple[socket.socket, bytes, str]:
-    """``dial``'s connection, from the ``dialback_text`` line itself."""
+    """``dial``'s connection, from the ``dialback_text`` line itself; ``name``: the one this agent gives the
+    launcher instead of the line's host (under mpirun every agent gets the same line)."""
     port, secret, host = parse_dialback(text)
+    host = name or host
     address = launcher_address(environ)
     deadline = time.monotonic() + timeout
     try:
@@ -115,19 +117,28 @@ def _handshake(sock: socket.socket, key: bytes, run_id: str, host: str, deadline
     return got[1]
 
 
-def watch_launcher(text: str, run_id: str, environ: Mapping[str, str], forward: int | None = None) -> None:
-    """A one-attempt pdsh agent's liveness line to its launcher, in the background: once it is up, its end (the
-    launcher's death, a partition found by keepalive) is SIGHUP to this agent, which tears its node down as for any
-    stop signal. What the launcher sends on it (``stop``, the job's stop step) is written to ``forward`` (the agent's
-    side control pipe, ``NodeLoop.watch_side``). Its stops' signals and output still go through pdsh; a launcher it
-    cannot reach is said once, and then only the host's sshd can tell this agent of a partition
-    (docs/teardown.md)."""
+def watch_launcher(
+    text: str, run_id: str, environ: Mapping[str, str], forward: int | None = None, name: str | None = None
+) -> None:
+    """A one-attempt agent's liveness line to its launcher (pdsh's, mpirun's), in the background: once it is up, its
+    end (the launcher's death, a partition found by keepalive) is SIGHUP to this agent, which tears its node down as
+    for any stop signal. What the launcher sends on it (``stop``, the job's stop step) is written to ``forward`` (the
+    agent's side control pipe, ``NodeLoop.watch_side``). Its stops' signals and output still go through pdsh or
+    mpirun; a launcher it cannot reach is said once and ``forward`` is closed (this node then decides a stop's step
+    alone), and only the host's sshd can tell this agent of a partition (docs/teardown.md)."""
 
     def watch() -> None:
         try:
-            sock, _pending, _host = connect_back(text, run_id, environ, WATCH_TIMEOUT)
+            sock, _pending, _host = connect_back(text, run_id, environ, WATCH_TIMEOUT, name)
         except (DialBackError, wire.WireError) as exc:
-            print(f"dslaunch agent: warning: {exc}; a partition will not be noticed here", file=sys.stderr, flush=True)
+            print(
+                f"dslaunch agent: warning: {exc}; a partition will not be noticed here, and a stop's step is this "
+                "node's alone",
+                file=sys.stderr,
+                flush=True,
+            )
+            if forward is not None:
+                os.close(forward)
             return
         with sock:
             try:

@@ -21,6 +21,26 @@ IDENTITY_PREFIXES = (
 )
 
 
+# The launcher's dial-back line (agent/dialback_client.dialback_text) and its address, exported by name to every
+# agent: mpirun carries nothing to one agent, so each dials back for a stop's step (runners/mpi.py).
+DIAL_VAR = "DSLAUNCH_MPI_DIAL"
+DIAL_ADDR_VAR = "DSLAUNCH_DIAL_ADDR"
+
+
+def dial_name(node_rank: int) -> str:
+    """The name an agent gives the launcher's dial-back port: every agent gets the same line."""
+    return f"mpi-node-{node_rank}"
+
+
+def take_dial(env: MutableMapping[str, str]) -> tuple[str, dict[str, str]] | None:
+    """The dial-back line and the address to dial, removed from ``env`` so no rank inherits them; None: none."""
+    line = env.pop(DIAL_VAR, None)
+    address = env.pop(DIAL_ADDR_VAR, None)
+    if line is None:
+        return None
+    return line, ({DIAL_ADDR_VAR: address} if address else {})
+
+
 class MpiEnvError(DslaunchError):
     pass
 

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from dslaunch.agent.preload.client import Zygote
 
 _PID_POLL = 0.05  # a rank without a pidfd is polled this often
+_SIDE_COMMANDS = (wire.StopAt, wire.StopRequest)  # what a dial-back carries besides "stop" (watch_side)
 
 
 @dataclass
@@ -257,9 +258,8 @@ class NodeLoop:
         kind, what = key.data
         if kind == "pipe":
             self.output.read_ready(what)
-        elif kind == "exit":
-            if not what.reaped:
-                self._reap(what)
+        elif kind == "exit" and not what.reaped:
+            self._reap(what)
         elif kind == "control":
             self._read_control()
         elif kind == "signal":
@@ -305,9 +305,8 @@ class NodeLoop:
             return
         self.pages.request(action.deadline)
         taking_part = self.pages.participants()
-        for rank in action.ranks:
-            if rank not in taking_part:
-                signal_pid(self.by_rank[rank].pid, action.signum)
+        for rank in (r for r in action.ranks if r not in taking_part):
+            signal_pid(self.by_rank[rank].pid, action.signum)
 
     def _exited(self, result: wire.RankExit) -> None:
         if result.failed:
@@ -373,26 +372,25 @@ class NodeLoop:
         """No heartbeat from the launcher for ``silent_after`` seconds (a partition): as if it were gone."""
         if self.silent_after is None or now - self._heard <= self.silent_after or self.control is None:
             return
-        print(
-            f"dslaunch agent: nothing from the launcher for {self.silent_after:g} s: taking it as gone",
-            file=sys.stderr,
-            flush=True,
-        )
+        text = f"dslaunch agent: nothing from the launcher for {self.silent_after:g} s: taking it as gone"
+        print(text, file=sys.stderr, flush=True)
         self.sel.unregister(self.control.fileno())
         self.silent_after = None
         self.stop()
 
     def watch_side(self, fd: int) -> None:
-        """A second control channel, for ``stop`` and the stop step (a one-attempt pdsh agent's dial-back)."""
+        """A second control channel, for ``stop`` and the stop step (a one-attempt agent's dial-back)."""
         os.set_blocking(fd, False)
         self.sel.register(fd, selectors.EVENT_READ, ("side", None))
+        self.state.launcher_answers = True  # on it (under mpirun: no stdin)
 
     def _read_side(self, fd: int) -> None:
         data = read_ready(fd)
-        if data == b"":
-            self.sel.unregister(fd)  # its end is the agent's SIGHUP (dialback_client.py)
+        if data == b"":  # it never connected; a connection's end is the agent's SIGHUP (dialback_client.py)
+            self.sel.unregister(fd)
+            self._apply(self.state.launcher_unreachable())
         elif data:
-            self.obey([c for c in self._side.feed(data) if c == wire.STOP or isinstance(c, wire.StopAt)])
+            self.obey([c for c in self._side.feed(data) if c == wire.STOP or isinstance(c, _SIDE_COMMANDS)])
 
     def feed_control(self, data: bytes) -> None:
         """Whole lines of the control channel are obeyed; the first that is no command is logged at debug."""

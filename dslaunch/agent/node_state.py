@@ -318,6 +318,12 @@ class NodeState:
             return (ProposeStep(alone=True),)
         return self.request_stop(signal.SIGTERM, now=now, wall=wall, send=signal.SIGTERM)
 
+    def launcher_unreachable(self) -> tuple[Action, ...]:
+        """The connection that carries the launcher's answer never opened (a dial-back that failed): this node
+        decides a stop's step alone; the job goes on."""
+        self.launcher_answers = False
+        return (ProposeStep(alone=True),) if self.proposed else ()
+
     def request_stop(self, signum: int, *, now: float, wall: float, send: int | None) -> tuple[Action, ...]:
         """A stop requested by ``signum``: ``send`` (None: nothing) goes to each live rank's main process, and
         the groups get SIGTERM after the grace. Once stopping, another request changes nothing."""

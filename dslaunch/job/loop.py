@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from dslaunch import wire
 from dslaunch.errors import assert_never
-from dslaunch.job.protocols import AgentHandle
+from dslaunch.job.protocols import AgentHandle, nodes_of
 from dslaunch.job.result import JobResult
 from dslaunch.job.state import (
     KILL_GRACE,
@@ -124,7 +124,10 @@ def _drive(
     console: RemoteConsole | None,
     decides_stop_step: bool,
 ) -> Outcome:
-    state = JobState(plan, [(h.node_rank, h.host) for h in handles], decides_stop_step=decides_stop_step)
+    stop_nodes = frozenset(n for h in handles for n in nodes_of(h))
+    state = JobState(
+        plan, [(h.node_rank, h.host) for h in handles], decides_stop_step=decides_stop_step, stop_nodes=stop_nodes
+    )
     observer = observe.for_attempt(plan)  # the job-wide breakdown, stragglers, metrics (docs/observability.md)
     while True:
         while caught:

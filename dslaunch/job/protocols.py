@@ -60,3 +60,10 @@ class AgentHandle(Protocol):
 
     def wait(self, timeout: float | None) -> int | None:
         """The agent's exit status, or None if still running after ``timeout``."""
+
+
+def nodes_of(handle: AgentHandle) -> tuple[int, ...]:
+    """The node ranks whose events ``handle`` carries: its own, or ``node_ranks`` where it has them (mpirun's one
+    handle carries every agent's stream)."""
+    ranks: tuple[int, ...] = getattr(handle, "node_ranks", (handle.node_rank,))
+    return ranks

@@ -113,9 +113,17 @@ def lost_node_code(status: int | None) -> int:
 class JobState:
     """Everything the launcher decides while it supervises one attempt; handles are known by their index."""
 
-    def __init__(self, plan: LaunchPlan, nodes: Sequence[tuple[int, str]], *, decides_stop_step: bool = True) -> None:
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        nodes: Sequence[tuple[int, str]],
+        *,
+        decides_stop_step: bool = True,
+        stop_nodes: frozenset[int] | None = None,
+    ) -> None:
         """``decides_stop_step``: this launcher answers the agents' stop steps (not a pod that is not the
-        coordinator: the coordinator answers for every pod)."""
+        coordinator: the coordinator answers for every pod); ``stop_nodes``: the nodes whose proposals it waits for
+        (default: its handles'; mpirun's one handle carries every node's)."""
         self.plan = plan
         self.nodes = tuple(nodes)  # (node_rank, host) of each handle
         self.watch = hang.HangWatch(plan, [node_rank for node_rank, _host in self.nodes])
@@ -134,7 +142,7 @@ class JobState:
         self.in_grace = False  # a requested stop whose grace the agents still give
         self.requested_at: float | None = None  # the earliest node's wall time of the request
         # the nodes of its own handles: a Slurm task supervises its node alone (each decides its step alone)
-        expected = frozenset(node_rank for node_rank, _host in self.nodes)
+        expected = stop_nodes if stop_nodes is not None else frozenset(node_rank for node_rank, _host in self.nodes)
         self.stop_step = StopStepGather(expected) if decides_stop_step else None
         self.stop_signals = 0
 

@@ -6,27 +6,39 @@ per node; the agents spawn the ranks as on every other runner. The plan goes
 in the environment (``DSLAUNCH_PLAN_B64``, exported by name, so no secret shows
 in any argv). One handle wraps the whole ``mpirun``: the agents' event lines
 come through its stdout, so exit codes are the ranks' own, never MPI's.
+
+mpirun carries nothing from the launcher to one agent, so each agent dials back
+to the launcher (``remote/dial_listener.py``, the port and a secret of the job's
+exported as ``DSLAUNCH_MPI_DIAL``): a requested stop's step, agreed here from
+every node's proposal, goes to every agent on its connection (docs/stopping.md).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from dslaunch import wire
+from dslaunch.agent import mpi_env
+from dslaunch.agent.dialback_client import dialback_text
 from dslaunch.errors import DslaunchError
 from dslaunch.job.loop import supervise_and_report
 from dslaunch.job.protocols import Runner
 from dslaunch.job.result import START_FAILED, JobResult, stopped
 from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan, RemoteSettings
+from dslaunch.runners.remote.dial_listener import DialBackListener
 
 HOSTFILE_TOKEN = "{hostfile}"  # replaced by the per-job hostfile's path
 SSH_TOKEN = "{ssh}"  # replaced by the per-job ssh wrapper's path (MPICH)
@@ -66,7 +78,7 @@ def agent_command(python: str) -> list[str]:
 
 def _exports(plan: LaunchPlan) -> list[str]:
     """Variables the agents need from the launcher's environment, by name."""
-    names = [wire.PLAN_VAR]
+    names = [wire.PLAN_VAR, mpi_env.DIAL_VAR, mpi_env.DIAL_ADDR_VAR]
     names += [n for n in ("PYTHONPATH", "VIRTUAL_ENV") if n in os.environ]
     return names
 
@@ -133,9 +145,24 @@ def find_program(flavour: Flavour) -> str:
     )
 
 
-def mpi_env_for(plan: LaunchPlan, base: dict[str, str]) -> dict[str, str]:
+def dial_address(master_addr: str) -> str:
+    """This machine's address as the agents can reach it: the one it would reach node 0 from (no packet sent)."""
+    try:
+        family, _kind, _proto, _name, address = socket.getaddrinfo(master_addr, 9, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(address)
+            return str(probe.getsockname()[0])
+    except OSError:
+        return socket.getfqdn()
+
+
+def mpi_env_for(plan: LaunchPlan, base: dict[str, str], dial: str = "") -> dict[str, str]:
+    """``dial``: the agents' dial-back line (``dialback_text``); the address they dial is ``$DSLAUNCH_DIAL_ADDR``
+    where the user set it, else :func:`dial_address`."""
     env = dict(base)
     env[wire.PLAN_VAR] = wire.plan_to_b64(plan)
+    env[mpi_env.DIAL_VAR] = dial
+    env[mpi_env.DIAL_ADDR_VAR] = base.get(mpi_env.DIAL_ADDR_VAR) or dial_address(plan.master_addr)
     if os.geteuid() == 0:  # Open MPI refuses root unless told twice
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
@@ -163,19 +190,47 @@ def _preexec() -> None:
     prctl.set_parent_death_signal(signal.SIGTERM)
 
 
+ANSWER_WAIT = 10.0  # an agent that has not dialled back yet when the stop step is decided gets it when it does
+
+
+class AgentLines:
+    """Control lines to every agent, on the connection it dialled back on (mpirun carries nothing to one agent)."""
+
+    def __init__(self, listener: DialBackListener, nodes: int) -> None:
+        self.listener, self.nodes = listener, nodes
+
+    def all_connected(self) -> bool:
+        return all(self.listener.joined(mpi_env.dial_name(n)) for n in range(self.nodes))
+
+    def send(self, data: bytes) -> None:
+        """To every agent; one that has not dialled back yet gets it when it does, within ``ANSWER_WAIT``."""
+        waiting = [n for n in range(self.nodes) if not self.listener.send(mpi_env.dial_name(n), data)]
+        if waiting:
+            threading.Thread(target=self._late, args=(waiting, data), name="agent lines", daemon=True).start()
+
+    def _late(self, waiting: list[int], data: bytes) -> None:
+        end = time.monotonic() + ANSWER_WAIT
+        while waiting and time.monotonic() < end:
+            time.sleep(0.05)
+            waiting = [n for n in waiting if not self.listener.send(mpi_env.dial_name(n), data)]
+
+
 class MpiJob:
     """The ``mpirun`` process, as one agent handle for all nodes."""
 
-    def __init__(self, plan: LaunchPlan, argv: list[str], env: dict[str, str]) -> None:
+    def __init__(self, plan: LaunchPlan, argv: list[str], env: dict[str, str], lines: AgentLines | None = None) -> None:
         self.node_rank = 0
         self.nodes = len(plan.nodes)
+        self.node_ranks = tuple(range(self.nodes))  # every agent's events come through mpirun (job/protocols.nodes_of)
+        self._lines = lines
         self.host = f"{argv[0].rsplit('/', 1)[-1]} ({len(plan.nodes)} node(s))"
         prctl.load()  # before the fork: the child only makes the call
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env, cwd=plan.cwd or None, preexec_fn=_preexec
         )
         self._stopped = False
-        self._asked = False  # a requested stop's SIGTERM went to mpirun
+        self._asked = False  # a requested stop went to the agents
+        self._dialled = False  # ... on their dial-back connections
 
     def lines(self) -> Iterator[str]:
         """mpirun's stdout; the agents' ``done`` events become one, sent only if every node reported."""
@@ -198,13 +253,22 @@ class MpiJob:
             self.signal(signal.SIGTERM)  # mpirun forwards it to every agent, which tears its node down
 
     def request_stop(self, signum: int, *, now: bool = False) -> None:
-        """mpirun forwards SIGTERM to every agent: a requested stop there; a second ends the grace."""
-        if not self._stopped and (now or not self._asked):
-            self._asked = True
-            self.signal(signal.SIGTERM)
+        """On each agent's dial-back connection: a SIGTERM to mpirun would reach every agent too, but Open MPI
+        SIGKILLs its processes a second later, whatever the grace. Where an agent has not dialled back, SIGTERM to
+        mpirun, which forwards it to every agent: a requested stop there; a second ends the grace."""
+        if self._stopped or not (now or not self._asked):
+            return
+        if self._lines is not None and (self._dialled or self._lines.all_connected()):
+            self._asked = self._dialled = True
+            self._lines.send(wire.control_request_stop(signum, now))
+            return
+        self._asked = True
+        self.signal(signal.SIGTERM)
 
     def stop_at(self, step: int) -> None:
-        """mpirun carries nothing to one agent: each decided its step alone (docs/stopping.md)."""
+        """The job's step, to each agent on its dial-back connection (mpirun carries nothing to one agent)."""
+        if self._lines is not None:
+            self._lines.send(wire.control_stop_at(step))
 
     def signal(self, signum: int) -> None:
         try:
@@ -260,12 +324,19 @@ class _MpiRunner(Runner):
                     f.write(wrapper)
                 os.chmod(ssh, 0o700)
             argv = mpi_argv(plan, self.flavour, program, hostfile, ssh=ssh)
+            secret = secrets.token_bytes(32)
+            listener = DialBackListener(plan.run_id, secret)
             try:
-                job = MpiJob(plan, argv, mpi_env_for(plan, dict(os.environ)))
+                env = mpi_env_for(plan, dict(os.environ), dialback_text(listener.port, secret, "mpi"))
+                job = MpiJob(plan, argv, env, AgentLines(listener, len(plan.nodes)))
             except OSError as exc:
+                listener.close()
                 print(f"dslaunch: cannot start {program}: {exc}", file=sys.stderr)
                 return JobResult(START_FAILED, f"cannot start {program}: {exc}")
-            return supervise_and_report(plan, [job])
+            try:
+                return supervise_and_report(plan, [job])
+            finally:
+                listener.close()  # after mpirun ended: its agents are gone
 
 
 class OpenMpiRunner(_MpiRunner):

@@ -16,7 +16,7 @@ import pytest
 from dslaunch import wire
 from dslaunch.agent import dialback_client
 from dslaunch.agent.dialback_client import ADDR_VAR, DialBackError, dial_back, launcher_address
-from dslaunch.runners.pdsh.dialback import DialBackListener
+from dslaunch.runners.remote.dial_listener import DialBackListener
 
 
 @pytest.mark.parametrize(

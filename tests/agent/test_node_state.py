@@ -488,3 +488,17 @@ def test_a_node_without_a_launcher_to_answer_decides_its_step_alone() -> None:
     lost = _node(grace=30.0)  # the launcher's end is the request
     assert any(isinstance(a, StopRequested) for a in lost.on_control_closed(now=1.0, wall=1001.0))
     assert ProposeStep(alone=True) in lost.tick(1.0 + SETTLE, CLOSED)
+
+
+def test_a_dial_back_that_never_connected_leaves_the_step_to_this_node_and_the_job_running() -> None:
+    """pdsh's and mpirun's agents get the launcher's answer on a dial-back (node_loop.watch_side): if it never
+    connects, the node decides alone; that is no stop of its own (unlike the launcher's end)."""
+    before = _node(grace=30.0)
+    assert before.launcher_unreachable() == ()  # no stop: nothing asked of the ranks
+    assert not before.stopping
+    before.on_signal(TERM, now=1.0, wall=1001.0)
+    assert ProposeStep(alone=True) in before.tick(1.0 + SETTLE, CLOSED)
+    after = _node(grace=30.0)  # the proposal went out before the dial-back gave up: it is answered here
+    after.on_signal(TERM, now=1.0, wall=1001.0)
+    assert ProposeStep(alone=False) in after.tick(1.0 + SETTLE, CLOSED)
+    assert after.launcher_unreachable() == (ProposeStep(alone=True),)

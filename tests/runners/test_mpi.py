@@ -76,6 +76,10 @@ def test_user_at_host_is_refused_with_the_fix() -> None:
                 "none",
                 "-x",
                 "DSLAUNCH_PLAN_B64",
+                "-x",
+                "DSLAUNCH_MPI_DIAL",
+                "-x",
+                "DSLAUNCH_DIAL_ADDR",
                 "--wdir",
                 "/work dir",
             ],
@@ -98,6 +102,10 @@ def test_user_at_host_is_refused_with_the_fix() -> None:
                 "-p 2222",
                 "-x",
                 "DSLAUNCH_PLAN_B64",
+                "-x",
+                "DSLAUNCH_MPI_DIAL",
+                "-x",
+                "DSLAUNCH_DIAL_ADDR",
                 "--wdir",
                 "/work dir",
                 "--mca",
@@ -108,7 +116,19 @@ def test_user_at_host_is_refused_with_the_fix() -> None:
         (
             mpi.MPICH,
             {},
-            ["mpiexec", "-n", "2", "-ppn", "1", "-f", "HF", "-genvlist", "DSLAUNCH_PLAN_B64", "-wdir", "/work dir"],
+            [
+                "mpiexec",
+                "-n",
+                "2",
+                "-ppn",
+                "1",
+                "-f",
+                "HF",
+                "-genvlist",
+                "DSLAUNCH_PLAN_B64,DSLAUNCH_MPI_DIAL,DSLAUNCH_DIAL_ADDR",
+                "-wdir",
+                "/work dir",
+            ],
         ),
         (
             mpi.MPICH,
@@ -122,7 +142,7 @@ def test_user_at_host_is_refused_with_the_fix() -> None:
                 "-f",
                 "HF",
                 "-genvlist",
-                "DSLAUNCH_PLAN_B64",
+                "DSLAUNCH_PLAN_B64,DSLAUNCH_MPI_DIAL,DSLAUNCH_DIAL_ADDR",
                 "-wdir",
                 "/work dir",
                 "-genv",
@@ -143,9 +163,22 @@ def test_mpi_argv(
 
 def test_plan_travels_in_the_environment_not_the_argv() -> None:
     plan = _plan(["w0"])
-    env = mpi.mpi_env_for(plan, {})
+    dial = "dslaunch-dial 4242 " + "ab" * 32 + " mpi"
+    env = mpi.mpi_env_for(plan, {}, dial)
     argv = mpi.mpi_argv(plan, mpi.OPENMPI, "mpirun", "HF")
     assert env["DSLAUNCH_PLAN_B64"] and all(env["DSLAUNCH_PLAN_B64"] not in a for a in argv)
+    assert env["DSLAUNCH_MPI_DIAL"] == dial and all("ab" * 32 not in a for a in argv)  # the dial-back secret too
+
+
+@pytest.mark.parametrize(
+    ("master", "given", "expected"),
+    [("127.0.0.1", None, "127.0.0.1"), ("localhost", None, "127.0.0.1"), ("127.0.0.1", "10.1.2.3", "10.1.2.3")],
+)
+def test_agents_dial_back_to_the_address_that_reaches_node_0(master: str, given: str | None, expected: str) -> None:
+    """No packet is sent: the address is the one this machine would reach node 0 from, unless the user gave one."""
+    base = {} if given is None else {"DSLAUNCH_DIAL_ADDR": given}
+    plan = make_plan(launcher="openmpi", hosts=["w0"], master_addr=master)
+    assert mpi.mpi_env_for(plan, base, "x")["DSLAUNCH_DIAL_ADDR"] == expected
 
 
 # ---- real jobs -----------------------------------------------------------------------------

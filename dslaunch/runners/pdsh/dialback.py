@@ -2,11 +2,11 @@
 (agent/dialback_client.py), and that connection carries every attempt, stop, signal and stack request, and the job's
 end, with no session per message. Their output still comes through pdsh (demux.py).
 
-The launcher listens on a port of its own; each host gets a staged 0600 file with that port, the job's dial-back
-secret and its name (``agent/dialback_client.dialback_text``), and its agent proves it holds the secret
-(auth/handshake.py) before it is trusted. A connection that ends (the agent died) or goes silent (TCP keepalive,
-``oslib/tcp.DEAD_AFTER``) ends that host's stream at once: the attempt names the node lost. Hosts that need an agent
-later (a lost node, spares) get a pdsh of their own.
+The launcher listens on a port of its own (remote/dial_listener.py); each host gets a staged 0600 file with that
+port, the job's dial-back secret and its name (``agent/dialback_client.dialback_text``), and its agent proves it
+holds the secret (auth/handshake.py) before it is trusted. A connection that ends (the agent died) or goes silent
+(TCP keepalive, ``oslib/tcp.DEAD_AFTER``) ends that host's stream at once: the attempt names the node lost.
+Hosts that need an agent later (a lost node, spares) get a pdsh of their own.
 """
 
 from __future__ import annotations
@@ -23,113 +23,17 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 from dslaunch.agent import dialback_client
-from dslaunch.auth import handshake
-from dslaunch.auth.line_reader import read_handshake_line
 from dslaunch.job.result import START_FAILED
-from dslaunch.oslib.tcp import keep_alive
 from dslaunch.output.lanes import ErrLane
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.pdsh.demux import PdshDemux
 from dslaunch.runners.pdsh.invocation import pdsh_label, start_pdsh
 from dslaunch.runners.remote import stage
 from dslaunch.runners.remote.agent_command import agent_command
+from dslaunch.runners.remote.dial_listener import DialBackListener
 from dslaunch.runners.remote.job_agents import CLOSE_WAIT
 
-GREET_WAIT = 10.0  # how long a connection may take to prove it is one of the job's agents
-MAX_GREETING = 512  # connections proving themselves at once; more are closed at once (a flood costs no threads)
 JOIN_GRACE = 30.0  # beyond --ssh-connect-timeout: a cold interpreter on a loaded host, then the dial-back
-
-
-class DialBackListener:
-    """The launcher's port for its agents: accepts, checks each one's proof, and keeps the connections by host."""
-
-    def __init__(self, run_id: str, secret: bytes) -> None:
-        self.run_id = run_id
-        self.secret = secret
-        if socket.has_dualstack_ipv6():
-            self.sock = socket.create_server(("", 0), family=socket.AF_INET6, dualstack_ipv6=True)
-        else:
-            self.sock = socket.create_server(("0.0.0.0", 0))
-        self.port = self.sock.getsockname()[1]
-        self._joined: dict[str, tuple[socket.socket, bytes]] = {}
-        self._cond = threading.Condition()
-        self._greeting = threading.BoundedSemaphore(MAX_GREETING)
-        threading.Thread(target=self._accept, name="dial-back", daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            if not self._greeting.acquire(blocking=False):
-                conn.close()
-                continue
-            threading.Thread(target=self._greet_one, args=(conn,), daemon=True).start()
-
-    def _greet_one(self, conn: socket.socket) -> None:
-        try:
-            self._greet(conn)
-        finally:
-            self._greeting.release()
-
-    def _greet(self, conn: socket.socket) -> None:
-        server_nonce = handshake.nonce()
-        deadline = time.monotonic() + GREET_WAIT
-        try:
-            conn.sendall(handshake.challenge(server_nonce))
-            got = read_handshake_line(conn, handshake.MAX_LINE, deadline)
-            joiner = handshake.check_answer(self.secret, self.run_id, server_nonce, got[0]) if got else None
-            if joiner is None or got is None:
-                conn.close()  # not one of this job's agents
-                return
-            conn.sendall(handshake.welcome(self.secret, self.run_id, server_nonce, joiner.nonce))
-            keep_alive(conn)
-            conn.settimeout(None)
-        except OSError:
-            conn.close()
-            return
-        with self._cond:
-            old = self._joined.pop(joiner.host, None)
-            self._joined[joiner.host] = (conn, got[1])
-            self._cond.notify_all()
-        if old is not None:
-            old[0].close()
-
-    def send(self, host: str, data: bytes) -> bool:
-        """Whole lines to ``host``'s one-attempt agent on the connection it keeps
-        (agent/dialback_client.py::watch_launcher); False when it has none."""
-        with self._cond:
-            joined = self._joined.get(host)
-        if joined is None:
-            return False
-        try:
-            joined[0].sendall(data)
-        except OSError:
-            return False
-        return True
-
-    def take(self, hosts: Sequence[str], deadline: float, gone: Callable[[str], bool]) -> dict[str, socket.socket]:
-        """The connections of ``hosts``' agents as they dial back, until each has, or its ssh ended (``gone``), or
-        ``deadline`` (monotonic)."""
-        taken: dict[str, socket.socket] = {}
-        with self._cond:
-            while True:
-                for host in hosts:
-                    if host not in taken and host in self._joined:
-                        taken[host] = self._joined.pop(host)[0]
-                waiting = [h for h in hosts if h not in taken and not gone(h)]
-                left = deadline - time.monotonic()
-                if not waiting or left <= 0:
-                    return taken
-                self._cond.wait(min(left, 0.1))
-
-    def close(self) -> None:
-        self.sock.close()
-        with self._cond:
-            for conn, _ in self._joined.values():
-                conn.close()
-            self._joined = {}
 
 
 class PdshGroup:

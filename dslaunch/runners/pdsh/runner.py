@@ -34,12 +34,13 @@ from dslaunch.job.loop import supervise_and_report
 from dslaunch.job.result import JobResult
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.runners.pdsh.demux import PdshDemux
-from dslaunch.runners.pdsh.dialback import DialBack, DialBackListener, dialback_agent_command
+from dslaunch.runners.pdsh.dialback import DialBack, dialback_agent_command
 from dslaunch.runners.pdsh.invocation import pdsh_command, pdsh_env, pdsh_label, pdsh_labels, ssh_args, start_pdsh
 from dslaunch.runners.pdsh.ssh_mux import SshMux
 from dslaunch.runners.remote import job_agents, rlimits, stage
 from dslaunch.runners.remote.agent_command import agent_command, reap_command
 from dslaunch.runners.remote.base import ALL_HOSTS, RemoteRunner, report_start_failures
+from dslaunch.runners.remote.dial_listener import DialBackListener
 from dslaunch.runners.remote.job_agents import JobAgents
 from dslaunch.runners.remote.spares import Spares
 

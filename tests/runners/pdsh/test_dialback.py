@@ -16,7 +16,7 @@ from dslaunch import wire
 from dslaunch.auth import handshake
 from dslaunch.auth.line_reader import read_handshake_line
 from dslaunch.oslib.tcp import DEAD_AFTER
-from dslaunch.runners.pdsh.dialback import DialBackListener
+from dslaunch.runners.remote.dial_listener import DialBackListener
 from testbeds.netns_cluster import NetnsCluster
 from testbeds.ssh_cluster import need
 from tests.helpers import job_processes
