@@ -113,12 +113,13 @@ class Coordinator:
 
     def finish(self, code: int, last: bool, cause: str = "") -> None:
         """End the attempt on every pod: the job's exit code, whether no attempt follows, and its cause in words."""
-        for pod in self.current:
+        with self._cond:  # a pod re-joining for the next attempt while these links drain is no duplicate
+            ending, self.current = self.current, []
+        for pod in ending:
             pod.link.send({"t": "end", "code": code, "last": last, "cause": cause[:1000]})
         deadline = time.monotonic() + END_DRAIN
-        for pod in self.current:
+        for pod in ending:
             pod.drain(deadline)
-        self.current = []
 
     def close(self, code: int, why: str = "") -> None:
         """The job is over: stop listening, and end the pods still waiting (standbys) with ``code``; ``why``:

@@ -118,3 +118,29 @@ def test_junk_floods_and_slow_clients_are_dropped_and_the_pods_still_get_in(
     coordinator.start(0, "pod-0", lambda hosts: None)
     assert all(isinstance(_result(p), Joined) for p in pods)
     assert threading.active_count() < admission.MAX_PENDING + 20  # no thread per flooding connection
+
+
+def test_a_pod_rejoining_while_the_last_attempt_drains_joins_the_next() -> None:
+    """A pod takes the end of an attempt and joins the next at once, before the coordinator has seen its old
+    connection close: it is the same pod coming back, not a second one of its node rank."""
+    port = free_port_pair()
+    coordinator = Coordinator(KEY, RUN, Shape(2, 2, fixed=True))
+    coordinator.listen(port)
+    try:
+        first = _join_in_thread(port, 1)
+        assert coordinator.gather(time.monotonic() + 10, [])
+        coordinator.start(0, "pod-0", lambda hosts: None)
+        old = _result(first)
+        assert isinstance(old, Joined)
+        ending = ThreadPoolExecutor(1).submit(coordinator.finish, 1, False)  # drains until the old link closes
+        assert '"end"' in next(old.lines)
+        again = _join_in_thread(port, 1)
+        assert coordinator.gather(time.monotonic() + 10, []), "the pod coming back was not let in"
+        assert not ending.done()  # the old connection is still open: its drain goes on
+        old.link.close()
+        ending.result(10)
+        coordinator.start(1, "pod-0", lambda hosts: None)
+        new = _result(again)
+        assert isinstance(new, Joined) and new.attempt == 1, new
+    finally:
+        coordinator.close(0)
