@@ -219,10 +219,7 @@ class PodLink:
                         yield wire.encode(left)
                     yield line
                     return
-                if isinstance(
-                    event, (wire.RankExit, wire.Idle, wire.Stacks, wire.StopAsked, wire.StopStep, wire.TimerWindow)
-                ):
-                    yield wire.encode(event)
+                yield wire.encode(event)  # one of messages.POD_EVENTS, re-encoded from what was checked
             why = lost_why(self.link.why, "its launcher", self.link.detail)
             lost = wire.NodeLost(self.node_rank, self.host, None, why)
             self.coordinator.relay(lost, self.node_rank)

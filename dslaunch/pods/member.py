@@ -263,6 +263,10 @@ class CoordinatorLink:
         return 0 if self._ended.wait(timeout) else None
 
 
+# A pod's events the coordinator acts on besides rank exits and the end (Spawned: it counts the job's ranks alive)
+_TO_COORDINATOR = (wire.Spawned, wire.Idle, wire.Stacks, wire.StopAsked, wire.StopStep)
+
+
 class Forwarding:
     """A local agent's handle that also sends each of its events on (to the coordinator, or from it to the pods)."""
 
@@ -285,7 +289,7 @@ class Forwarding:
             if isinstance(event, wire.RankExit):
                 self.failed_rank |= event.failed and not event.by_agent
                 self.send(event)
-            elif isinstance(event, (wire.Idle, wire.Stacks, wire.StopAsked, wire.StopStep)) and self.to_coordinator:
+            elif isinstance(event, _TO_COORDINATOR) and self.to_coordinator:
                 self.send(event)
             elif isinstance(event, wire.TimerWindow) and self.to_coordinator:
                 self.send(event)

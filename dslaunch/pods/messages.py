@@ -35,7 +35,16 @@ FROM_COORDINATOR: dict[str, tuple[dict[str, Spec], dict[str, Spec]]] = {
     "signal": ({"signum": Int(1, 64)}, {}),
 }
 # What a pod's launcher sends after the handshake: events only (heartbeats are taken off by the link).
-POD_EVENTS = (wire.RankExit, wire.Idle, wire.Stacks, wire.Done, wire.StopAsked, wire.StopStep, wire.TimerWindow)
+POD_EVENTS = (
+    wire.Spawned,
+    wire.RankExit,
+    wire.Idle,
+    wire.Stacks,
+    wire.Done,
+    wire.StopAsked,
+    wire.StopStep,
+    wire.TimerWindow,
+)
 
 rejected = Rejects()  # every malformed message this launcher has read on a pods' link
 
@@ -60,9 +69,10 @@ def from_pod(line: str, node_rank: int, ranks: Collection[int] | None) -> wire.E
         raise event
     if not isinstance(event, POD_EVENTS):
         raise Malformed(f"a pod does not send {type(event).__name__}")
-    if event.node_rank != node_rank:
-        raise Malformed(f"{type(event).__name__} for node {event.node_rank} on node {node_rank}'s link")
-    if isinstance(event, (wire.RankExit, wire.TimerWindow)):
+    said = getattr(event, "node_rank", node_rank)  # a Spawned names no node: its rank is checked below
+    if said != node_rank:
+        raise Malformed(f"{type(event).__name__} for node {said} on node {node_rank}'s link")
+    if isinstance(event, (wire.Spawned, wire.RankExit, wire.TimerWindow)):
         told = [event.rank]
     else:
         told = [r[0] for r in getattr(event, "ranks", ())]
