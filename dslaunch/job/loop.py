@@ -38,7 +38,7 @@ from dslaunch.job.state import (
 )
 from dslaunch.job.summary import blamed_hosts, cause_line, failures_of, format_summary, stepped
 from dslaunch.observe import session as observe
-from dslaunch.output import lanes
+from dslaunch.output import lanes, terminal
 from dslaunch.output.remote_console import RemoteConsole
 from dslaunch.output.sink import STALL, Sink, write_within
 from dslaunch.plan import LaunchPlan
@@ -70,6 +70,7 @@ def supervise(
         s: signal.signal(s, lambda signum, _f: caught.append(signum))
         for s in (*wire.STOP_SIGNALS, *wire.FORWARDED_SIGNALS, wire.STACKS_SIGNAL)
     }
+    owner = terminal.own(out, err)  # --status-line: every line to our terminal through ``out``, the line below
     try:
         out.start()
         for t in threads:
@@ -78,11 +79,16 @@ def supervise(
         if console is not None:
             held.append(console.close())
         lanes.flush(held, out, STALL if outcome.code else None)
+        if owner is not None:  # before the summary, which goes to stderr itself
+            owner.release(STALL)
+            owner = None
         if err is not None:
             err.flush(STALL if outcome.code else None)
         _say_dropped(held, handles)
         return outcome
     finally:
+        if owner is not None:
+            owner.release(STALL)
         if console is not None:
             console.detach()
         for s, h in previous.items():

@@ -59,6 +59,7 @@ def fit(text: bytes, columns: int) -> bytes:
 
 
 _board: Board | None = None
+launcher_draws = False  # the launcher's own sink draws the line (output/terminal.py): its lines queue before it
 
 
 def open_board() -> Board:
@@ -76,7 +77,7 @@ def board() -> Board | None:
 def over_the_line(fd: int = 2) -> bytes:
     """What a line the launcher prints itself starts with while the agent may have drawn the status line on the
     same terminal: the erase (the agent draws it again below at its next look)."""
-    return ERASE if _board is not None and os.isatty(fd) else b""
+    return ERASE if _board is not None and not launcher_draws and os.isatty(fd) else b""
 
 
 def clear(fd: int = 2) -> None:

@@ -50,6 +50,12 @@ def drain(fd: int) -> None:
         pass
 
 
+def _sole_agent(plan: LaunchPlan) -> bool:
+    """Whether this is the only agent its launcher forks: one local node, or a pod (one launcher a node, each
+    writing its own console)."""
+    return len(plan.nodes) == 1 or plan.launcher == "node"
+
+
 def same_file(a: int, b: int) -> bool:
     try:
         sa, sb = os.fstat(a), os.fstat(b)
@@ -113,7 +119,7 @@ class OutputPump:
         )  # one writer for `2>&1`, so stdout and stderr lines never interleave mid-line
         self.sinks = [self.out_sink] if self.err_sink is self.out_sink else [self.out_sink, self.err_sink]
         board = footer.board()  # the launcher's, inherited by this fork: the status line (--status-line)
-        if board is not None and self.out_sink.live and len(self.sinks) == 1 and len(plan.nodes) == 1:
+        if board is not None and self.out_sink.live and len(self.sinks) == 1 and _sole_agent(plan):
             self.out_sink.footer = board.read  # one writer for the terminal: several agents would draw over each other
         self.collapses = self._collapses(plan, forked)
         # where the launcher collapses this agent's stderr, it is told to print what it holds when a rank fails

@@ -50,6 +50,7 @@ class Sink:
         self._thread: threading.Thread | None = None
         self.footer: Callable[[], bytes] | None = None  # the status line's text, on a terminal (live)
         self._drawn = b""  # the status line on the screen now, the cursor after it
+        self._line_open = False  # the output written last ended without a newline
 
     def start(self) -> None:
         if self._thread is None:
@@ -138,10 +139,18 @@ class Sink:
             columns = 80
         return status.fit(self.footer(), columns)
 
-    def _footer_line(self) -> list[Piece]:
-        """The status line to draw after this batch."""
+    def _footer_line(self, batch: list[Piece]) -> list[Piece]:
+        """The status line to draw after ``batch``: on a line of its own, should output end without a newline."""
+        last = next((piece for piece in reversed(batch) if len(piece) and piece is not status.ERASE), None)
+        if last is not None:
+            self._line_open = bytes(last[-1:]) != b"\n"
         self._drawn = self._footer_text()
-        return [self._drawn] if self._drawn else []
+        if not self._drawn:
+            return []
+        if not self._line_open:
+            return [self._drawn]
+        self._line_open = False  # the newline ends it: what follows starts on the status line's row, erased first
+        return [b"\n", self._drawn]
 
     def _footer_stale(self) -> bool:
         return self._footer_text() != self._drawn
@@ -172,7 +181,7 @@ class Sink:
                     self._dangling = key
                     bufs.append(bar)
                 self._bars.clear()
-                bufs.extend(self._footer_line())
+                bufs.extend(self._footer_line(bufs))
                 self.queued = sum(len(b) for b in bufs)  # all of it is in this batch now, bars included
                 self._busy = True
                 self.progress = time.monotonic()
@@ -227,8 +236,23 @@ class Sink:
                     n = 0
 
 
+_terminal: Sink | None = None  # the one writer of the launcher's terminal, while it draws the status line
+
+
+def route_terminal(owner: Sink | None) -> None:
+    """From now on, lines for our stdout or stderr queue in ``owner`` (None: are written to them again)."""
+    global _terminal
+    _terminal = owner
+    status.launcher_draws = owner is not None
+
+
 def write_within(fd: int, data: bytes, timeout: float) -> bool:
-    """Write ``data`` to ``fd`` unless that takes longer than ``timeout`` (a reader that stopped reading)."""
+    """Write ``data`` to ``fd`` unless that takes longer than ``timeout`` (a reader that stopped reading); while
+    one sink writes our terminal (``route_terminal``), queue it there, in order with everything else."""
+    owner = _terminal
+    if owner is not None and fd in (1, 2) and not owner.dead:
+        owner.put(None, [data])
+        return True
     sink = Sink(fd)
     sink.put(None, [data])
     sink.wait_idle(timeout)

@@ -5,19 +5,17 @@ pyte terminal emulator), and a real job under a pty and in a pipe."""
 from __future__ import annotations
 
 import os
-import pty
-import select
 import subprocess
 import time
 from pathlib import Path
 
-import pyte
 import pytest
 
 from dslaunch.observe import live
 from dslaunch.output import footer
 from dslaunch.output.sink import Sink
 from tests.helpers import DSLAUNCH, SCRIPTS
+from tests.output.screen import Screen
 
 
 @pytest.mark.parametrize(
@@ -70,40 +68,6 @@ def test_the_status_lines_words() -> None:
     assert live.status_line(early, 1005.0) == "dslaunch: running | 2/4 ranks | 0 restarts | 0:00:05"
 
 
-class Screen:
-    """A pty whose master side feeds a pyte screen."""
-
-    def __init__(self, rows: int = 24, columns: int = 60) -> None:
-        self.master, self.slave = pty.openpty()
-        os.set_blocking(self.master, False)
-        self.screen = pyte.Screen(columns, rows)
-        self.stream = pyte.ByteStream(self.screen)
-        self.raw = b""
-        import fcntl
-        import struct
-        import termios
-
-        fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
-
-    def pump(self, seconds: float = 0.3) -> None:
-        end = time.monotonic() + seconds
-        while (left := end - time.monotonic()) > 0:
-            if select.select([self.master], [], [], left)[0]:
-                try:
-                    data = os.read(self.master, 65536)
-                except OSError:
-                    return
-                self.raw += data
-                self.stream.feed(data)
-
-    def lines(self) -> list[str]:
-        return [line.rstrip() for line in self.screen.display if line.strip()]
-
-    def close(self) -> None:
-        os.close(self.master)
-        os.close(self.slave)
-
-
 @pytest.fixture
 def term() -> Screen:
     screen = Screen()
@@ -111,11 +75,17 @@ def term() -> Screen:
     screen.close()
 
 
-def test_the_sink_keeps_the_line_below_its_output_and_erases_it_at_the_end(term: Screen) -> None:
-    text = [b"dslaunch: step 1"]
+def _drawing(term: Screen, text: list[bytes]) -> Sink:
+    """A started sink on the pty that draws ``text[0]`` as its status line (changed by the test as it goes)."""
     sink = Sink(term.slave, live=True)
     sink.footer = lambda: text[0]
     sink.start()
+    return sink
+
+
+def test_the_sink_keeps_the_line_below_its_output_and_erases_it_at_the_end(term: Screen) -> None:
+    text = [b"dslaunch: step 1"]
+    sink = _drawing(term, text)
     sink.put("a", [b"line one\n"])
     term.pump()
     assert term.lines() == ["line one", "dslaunch: step 1"]
@@ -127,6 +97,21 @@ def test_the_sink_keeps_the_line_below_its_output_and_erases_it_at_the_end(term:
     term.pump()
     assert term.lines() == ["line one", "line two", "line three"]
     assert term.raw.count(b"dslaunch: step 2") >= 1
+
+
+def test_output_left_without_a_newline_keeps_its_line(term: Screen) -> None:
+    """Output ends mid-line before any status line is posted: the line, once drawn, goes below it, never glued."""
+    text = [b""]
+    sink = _drawing(term, text)
+    sink.put("a", [b"partial"])
+    term.pump()
+    text[0] = b"dslaunch: status"
+    term.pump(0.8)
+    assert term.lines() == ["partial", "dslaunch: status"]
+    sink.put("a", [b"more\n"])
+    term.pump(0.8)
+    assert term.lines() == ["partial", "more", "dslaunch: status"]
+    sink.end_footer(2.0)
 
 
 def test_a_ranks_progress_bar_takes_the_last_line_while_it_lasts(term: Screen) -> None:
@@ -195,3 +180,38 @@ def test_the_option_refuses_other_words() -> None:
     result = subprocess.run([*DSLAUNCH, "--status-line", "sometimes", "x.py"], capture_output=True, text=True)
     assert result.returncode == 2 and "'sometimes' is not one of 'auto', 'on', 'off'" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.launch
+def test_a_coordinator_pod_on_a_terminal_shows_the_whole_jobs_line(tmp_path: Path) -> None:
+    """Pods (one launcher a node): the coordinator's own agent is its terminal's one writer and draws the job's
+    line, every pod's ranks counted; the other pod, in a pipe, writes nothing extra."""
+    from tests.runners.pods import finish, free_port_pair, pod_env, start_pod
+
+    port, run_id = free_port_pair(), f"podline{os.getpid()}"
+    screen = Screen(rows=200, columns=120)
+    args = [str(SCRIPTS / "status_ranks.py"), "25", "0.1"]
+    coordinator = subprocess.Popen(
+        [*DSLAUNCH, "--shutdown-timeout", "2", *args], stdin=subprocess.DEVNULL, stdout=screen.slave,
+        stderr=screen.slave, env=pod_env(0, port, run_id, TERM="xterm"), cwd=tmp_path, start_new_session=True,
+    )  # fmt: skip
+    other = start_pod(pod_env(1, port, run_id, TERM="xterm"), args, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while coordinator.poll() is None and time.monotonic() < deadline:
+            screen.pump(0.2)
+        screen.pump(0.5)
+        ((code1, out1, err1),) = finish([other])
+        assert (coordinator.wait(10), code1) == (0, 0), (screen.lines(), err1)
+        assert b"4/4 ranks" in screen.raw, screen.raw[-2000:]
+        lines = screen.lines()
+        assert not any(" ranks | " in line for line in lines), lines  # erased at the end
+        for rank in (0, 1):
+            assert [int(x.rsplit(" ", 1)[1]) for x in lines if f"rank {rank} step " in x] == list(range(1, 26)), lines
+        assert "\x1b[2K" not in out1 + err1 and " ranks | " not in out1 + err1
+    finally:
+        for proc in (coordinator, other):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        screen.close()

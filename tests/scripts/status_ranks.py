@@ -1,12 +1,15 @@
-"""Ranks that step with dslaunch's timers and print a line per step: ``status_ranks.py STEPS PERIOD [BAR]``.
-With BAR, rank 0 also draws a \\r progress bar over steps 5-9 (its line ends at step 10)."""
+"""Ranks that step with dslaunch's timers and print a line per step: ``status_ranks.py STEPS PERIOD [bar|err]``.
+With ``bar``, rank 0 also draws a \\r progress bar over steps 5-9 (its line ends at step 10); with ``err``, every
+rank also writes a line to stderr every 5th step."""
 
 import sys
 import time
 
 from dslaunch.bootstrap.timers import Timers
 
-steps, period, bar = int(sys.argv[1]), float(sys.argv[2]), len(sys.argv) > 3
+steps, period = int(sys.argv[1]), float(sys.argv[2])
+mode = sys.argv[3] if len(sys.argv) > 3 else ""
+bar = mode == "bar"
 import os  # noqa: E402
 
 rank = int(os.environ["RANK"])
@@ -22,3 +25,5 @@ for step in range(1, steps + 1):
     if bar and rank == 0 and step == 10:
         sys.stdout.write("\n")
     print(f"rank {rank} step {step}", flush=True)
+    if mode == "err" and step % 5 == 0:
+        print(f"rank {rank} note {step}", file=sys.stderr, flush=True)

@@ -1,0 +1,72 @@
+"""The launcher as its terminal's one writer while a remote job runs with a status line (``--status-line``).
+
+Over ssh or pdsh every byte the launcher's terminal gets passes through the launcher: the ranks' stdout (the
+attempt's sink, ``job/loop.py``), the nodes' stderr (``lanes.ErrLane``) and the launcher's own lines (its log
+records and prints, through ``sys.stderr``, and ``sink.write_within``). Where stdout and stderr are one terminal,
+they all go into the attempt's sink while the attempt runs, and that sink keeps the status line below what it
+writes (``output/sink.py``), so no line is ever glued to it. Runners whose children write the terminal themselves
+(mpirun's stderr, srun) and local agents that write it themselves (several nodes on one machine) get no line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TextIO
+
+from dslaunch.output import footer, sink
+from dslaunch.output.lanes import ErrLane, OutputLane
+from dslaunch.output.pump import SinkWriter, same_file
+from dslaunch.output.sink import STALL, Sink
+
+
+class _Text(SinkWriter):
+    """``sys.stderr`` while the sink owns the terminal: each write queues in order with the ranks' output."""
+
+    def __init__(self, out: Sink, fd: int) -> None:
+        super().__init__(out)
+        self._fd = fd
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        return True
+
+
+class Owner:
+    """``out`` as the terminal's one writer, until :meth:`release`."""
+
+    def __init__(self, out: Sink, err: ErrLane, board: footer.Board) -> None:
+        self.out = out
+        self.err = err
+        err.flush(STALL)  # what went to stderr before comes first
+        with err.lock:
+            self._err_lane, err.lane = err.lane, OutputLane(out, "stderr")
+        self._stderr: TextIO = sys.stderr
+        sys.stderr.flush()
+        sys.stderr = _Text(out, self._stderr.fileno())
+        sink.route_terminal(out)
+        out.live = True
+        out.footer = board.read
+
+    def release(self, stall: float) -> None:
+        """The line erased (waited for up to ``stall`` s), and every writer back on its own stream."""
+        self.out.end_footer(stall)
+        sink.route_terminal(None)
+        sys.stderr = self._stderr
+        self.err.flush(stall)
+        with self.err.lock:
+            lane, self.err.lane = self.err.lane, self._err_lane
+        if lane is not None:
+            lane.close()
+
+
+def own(out: Sink, err: ErrLane | None) -> Owner | None:
+    """Make ``out`` (our stdout's sink) the terminal's one writer, drawing the status line, where one is asked for
+    (``footer.board``), a remote runner's ``err`` carries every node's stderr, and stdout and stderr are one
+    terminal; None where not."""
+    board = footer.board()
+    if board is None or err is None or out.fd != 1 or not os.isatty(1) or not same_file(1, 2):
+        return None
+    return Owner(out, err, board)
