@@ -114,8 +114,8 @@ PARAMS: list[click.Parameter] = [
         default="auto",
         show_default=True,
         help="A status line at the bottom of the terminal (step, steps/s, ranks alive, restarts, the slowest "
-        "rank) below the ranks' output; auto: where stdout and stderr are a terminal. Not under mpirun, srun or "
-        "on several local nodes, whose output others write.",
+        "rank) below the ranks' output; auto: where stdout and stderr are a terminal. Not under srun or on several "
+        "local nodes, whose output others write.",
     ),
     Option(
         ["--total-steps"],

@@ -232,8 +232,8 @@ def prefix_of(item: Collapsed[T], with_host: bool) -> str:
     return f"[rank{ranks}]: "
 
 
-def agent_collapses(launcher: str, forked: bool) -> tuple[bool, bool]:
+def agent_collapses(forked: bool) -> tuple[bool, bool]:
     """Whether a node agent collapses its ranks' (stdout, stderr) itself: where it writes them to the console
-    directly. A forked agent (local, ``--node-rank``, Slurm) writes both; under mpirun its stderr goes straight
-    to mpirun's; a remote agent's streams pass the launcher, which collapses over every node."""
-    return forked, forked or launcher in ("openmpi", "mpich")
+    directly, a forked agent (local, ``--node-rank``, Slurm). A remote agent's streams pass the launcher (mpirun's
+    stderr too: runners/mpi.py reads it), which collapses over every node."""
+    return forked, forked

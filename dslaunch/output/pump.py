@@ -130,7 +130,7 @@ class OutputPump:
         if not plan.collapse_output:
             return {}
         found: dict[int, SinkCollapse] = {}
-        for sink, wanted in zip((self.out_sink, self.err_sink), collapse.agent_collapses(plan.launcher, forked)):
+        for sink, wanted in zip((self.out_sink, self.err_sink), collapse.agent_collapses(forked)):
             if wanted and sink.fd not in found:
                 found[sink.fd] = SinkCollapse(sink, self.host, with_host=len(plan.nodes) > 1)
         return found

@@ -1,11 +1,11 @@
 """The launcher as its terminal's one writer while a remote job runs with a status line (``--status-line``).
 
-Over ssh or pdsh every byte the launcher's terminal gets passes through the launcher: the ranks' stdout (the
+Over ssh, pdsh or mpirun every byte the launcher's terminal gets passes through the launcher: the ranks' stdout (the
 attempt's sink, ``job/loop.py``), the nodes' stderr (``lanes.ErrLane``) and the launcher's own lines (its log
 records and prints, through ``sys.stderr``, and ``sink.write_within``). Where stdout and stderr are one terminal,
 they all go into the attempt's sink while the attempt runs, and that sink keeps the status line below what it
-writes (``output/sink.py``), so no line is ever glued to it. Runners whose children write the terminal themselves
-(mpirun's stderr, srun) and local agents that write it themselves (several nodes on one machine) get no line.
+writes (``output/sink.py``), so no line is ever glued to it. Where a child writes the terminal itself (srun) or
+several local agents do (several nodes on one machine), there is no line.
 """
 
 from __future__ import annotations

@@ -37,7 +37,9 @@ from dslaunch.job.loop import supervise_and_report
 from dslaunch.job.protocols import Runner
 from dslaunch.job.result import START_FAILED, JobResult, stopped
 from dslaunch.oslib import prctl
+from dslaunch.output.lanes import ErrLane
 from dslaunch.plan import LaunchPlan, RemoteSettings
+from dslaunch.runners.remote.base import relay_lines
 from dslaunch.runners.remote.dial_listener import DialBackListener
 
 HOSTFILE_TOKEN = "{hostfile}"  # replaced by the per-job hostfile's path
@@ -190,6 +192,7 @@ def _preexec() -> None:
     prctl.set_parent_death_signal(signal.SIGTERM)
 
 
+STDERR_WAIT = 2.0  # once mpirun's stdout ended, for the rest of its stderr
 ANSWER_WAIT = 10.0  # an agent that has not dialled back yet when the stop step is decided gets it when it does
 
 
@@ -218,7 +221,9 @@ class AgentLines:
 class MpiJob:
     """The ``mpirun`` process, as one agent handle for all nodes."""
 
-    def __init__(self, plan: LaunchPlan, argv: list[str], env: dict[str, str], lines: AgentLines | None = None) -> None:
+    def __init__(self, plan: LaunchPlan, argv: list[str], env: dict[str, str], lines: AgentLines, err: ErrLane) -> None:
+        """``err``: our stderr, where mpirun's goes (its ranks' stderr with it): the launcher is the one writer of
+        its terminal, so the status line can stay below everything (output/terminal.py)."""
         self.node_rank = 0
         self.nodes = len(plan.nodes)
         self.node_ranks = tuple(range(self.nodes))  # every agent's events come through mpirun (job/protocols.nodes_of)
@@ -226,8 +231,13 @@ class MpiJob:
         self.host = f"{argv[0].rsplit('/', 1)[-1]} ({len(plan.nodes)} node(s))"
         prctl.load()  # before the fork: the child only makes the call
         self.proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env, cwd=plan.cwd or None, preexec_fn=_preexec
-        )
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+            cwd=plan.cwd or None, preexec_fn=_preexec,
+        )  # fmt: skip
+        assert self.proc.stderr is not None
+        self._stderr = threading.Thread(target=relay_lines, args=(err, self.proc.stderr), name="mpirun stderr")
+        self._stderr.daemon = True
+        self._stderr.start()
         self._stopped = False
         self._asked = False  # a requested stop went to the agents
         self._dialled = False  # ... on their dial-back connections
@@ -243,6 +253,7 @@ class MpiJob:
                 done[event.node_rank] = event.code
                 continue
             yield text
+        self._stderr.join(STDERR_WAIT)  # what mpirun said before it ended comes before the job's end
         if len(done) == self.nodes:  # else supervise() sees a lost node and names mpirun's status
             code = next((c for _, c in sorted(done.items()) if c), 0)
             yield wire.encode(wire.Done(node_rank=0, code=code))
@@ -326,15 +337,16 @@ class _MpiRunner(Runner):
             argv = mpi_argv(plan, self.flavour, program, hostfile, ssh=ssh)
             secret = secrets.token_bytes(32)
             listener = DialBackListener(plan.run_id, secret)
+            err = ErrLane()
             try:
                 env = mpi_env_for(plan, dict(os.environ), dialback_text(listener.port, secret, "mpi"))
-                job = MpiJob(plan, argv, env, AgentLines(listener, len(plan.nodes)))
+                job = MpiJob(plan, argv, env, AgentLines(listener, len(plan.nodes)), err)
             except OSError as exc:
                 listener.close()
                 print(f"dslaunch: cannot start {program}: {exc}", file=sys.stderr)
                 return JobResult(START_FAILED, f"cannot start {program}: {exc}")
             try:
-                return supervise_and_report(plan, [job])
+                return supervise_and_report(plan, [job], err)
             finally:
                 listener.close()  # after mpirun ended: its agents are gone
 

@@ -201,18 +201,14 @@ def test_prefix(hosts: tuple[str, ...], with_host: bool, prefix: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("launcher", "forked", "both"),
+    ("forked", "both"),
     [
-        ("local", True, (True, True)),  # writes both to the console itself
-        ("slurm", True, (True, True)),
-        ("ssh", False, (False, False)),  # both pass the launcher, which collapses over every node
-        ("pdsh", False, (False, False)),
-        ("openmpi", False, (False, True)),  # stdout passes the launcher; stderr goes to mpirun's
-        ("mpich", False, (False, True)),
+        (True, (True, True)),  # local, --node-rank, Slurm: writes both to the console itself
+        (False, (False, False)),  # ssh, pdsh, mpirun: both pass the launcher, which collapses over every node
     ],
 )
-def test_who_collapses_where(launcher: str, forked: bool, both: tuple[bool, bool]) -> None:
-    assert agent_collapses(launcher, forked) == both
+def test_who_collapses_where(forked: bool, both: tuple[bool, bool]) -> None:
+    assert agent_collapses(forked) == both
 
 
 def _plan(hosts: list[str], per_node: int) -> LaunchPlan:

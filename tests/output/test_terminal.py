@@ -1,4 +1,4 @@
-"""The launcher as its terminal's one writer (output/terminal.py): a job over ssh and pdsh under a real pty (read
+"""The launcher as its terminal's one writer (output/terminal.py): a job over ssh, pdsh and MPI under a real pty (read
 back through pyte) keeps the status line below the ranks' stdout, their stderr and the launcher's own lines, none
 glued to it; the line is gone at the end; in a pipe nothing extra is written."""
 
@@ -12,13 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from dslaunch.oslib.ports import listen_port
 from dslaunch.output import footer, sink, terminal
 from dslaunch.output.lanes import ErrLane
 from dslaunch.output.sink import Sink
-from testbeds.ssh_cluster import SshCluster
+from dslaunch.runners import mpi
+from testbeds.ssh_cluster import ADDRS, SshCluster
 from tests.helpers import DSLAUNCH, SCRIPTS
 from tests.output.screen import Screen
 from tests.runners.remote.launch import RUNNERS, base_args, clean_env
+from tests.runners.test_mpi import _need as need_mpi
 
 STEPS = 30
 
@@ -35,12 +38,17 @@ def _steps(lines: list[str], rank: int, word: str) -> list[int]:
 
 @pytest.mark.launch
 @pytest.mark.cluster
-@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("runner", [*RUNNERS, mpi.OPENMPI.name, mpi.MPICH.name])
 def test_a_remote_job_on_a_terminal_keeps_the_line_below_every_writer(
     ssh_cluster: SshCluster, runner: str, tmp_path: Path
 ) -> None:
+    """mpirun's stderr (its ranks' with it) comes through the launcher too."""
+    for flavour in (mpi.OPENMPI, mpi.MPICH):
+        if runner == flavour.name:
+            need_mpi(flavour)
     screen = Screen(rows=400, columns=150)
-    args = [*base_args(ssh_cluster, runner, ["node1", "node2"]), "--master-port", "0"]
+    port = "0" if runner in RUNNERS else str(listen_port(ADDRS[0]))  # mpirun has no port pick on node 0
+    args = [*base_args(ssh_cluster, runner, ["node1", "node2"]), "--master-port", port]
     args += ["--wall-clock-breakdown", "--breakdown-every", "10"]  # the launcher's own lines, mid-run
     proc = subprocess.Popen(
         [*DSLAUNCH, *args, str(SCRIPTS / "status_ranks.py"), str(STEPS), "0.1", "err"],
