@@ -23,12 +23,8 @@ from dslaunch.output.sink import STALL, Sink
 class _Text(SinkWriter):
     """``sys.stderr`` while the sink owns the terminal: each write queues in order with the ranks' output."""
 
-    def __init__(self, out: Sink, fd: int) -> None:
-        super().__init__(out)
-        self._fd = fd
-
     def fileno(self) -> int:
-        return self._fd
+        return 2  # ``own`` checked it is the terminal ``out`` writes
 
     def isatty(self) -> bool:
         return True
@@ -45,7 +41,7 @@ class Owner:
             self._err_lane, err.lane = err.lane, OutputLane(out, "stderr")
         self._stderr: TextIO = sys.stderr
         sys.stderr.flush()
-        sys.stderr = _Text(out, self._stderr.fileno())
+        sys.stderr = _Text(out)
         sink.route_terminal(out)
         out.live = True
         out.footer = board.read

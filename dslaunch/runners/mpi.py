@@ -235,8 +235,9 @@ class MpiJob:
             cwd=plan.cwd or None, preexec_fn=_preexec,
         )  # fmt: skip
         assert self.proc.stderr is not None
-        self._stderr = threading.Thread(target=relay_lines, args=(err, self.proc.stderr), name="mpirun stderr")
-        self._stderr.daemon = True
+        self._stderr = threading.Thread(
+            target=relay_lines, args=(err, self.proc.stderr), name="mpirun stderr", daemon=True
+        )
         self._stderr.start()
         self._stopped = False
         self._asked = False  # a requested stop went to the agents
@@ -269,7 +270,7 @@ class MpiJob:
         mpirun, which forwards it to every agent: a requested stop there; a second ends the grace."""
         if self._stopped or not (now or not self._asked):
             return
-        if self._lines is not None and (self._dialled or self._lines.all_connected()):
+        if self._dialled or self._lines.all_connected():
             self._asked = self._dialled = True
             self._lines.send(wire.control_request_stop(signum, now))
             return
@@ -278,8 +279,7 @@ class MpiJob:
 
     def stop_at(self, step: int) -> None:
         """The job's step, to each agent on its dial-back connection (mpirun carries nothing to one agent)."""
-        if self._lines is not None:
-            self._lines.send(wire.control_stop_at(step))
+        self._lines.send(wire.control_stop_at(step))
 
     def signal(self, signum: int) -> None:
         try:

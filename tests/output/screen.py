@@ -7,6 +7,7 @@ import os
 import pty
 import select
 import struct
+import subprocess
 import termios
 import time
 
@@ -34,6 +35,15 @@ class Screen:
                     return
                 self.raw += data
                 self.stream.feed(data)
+
+    def follow(self, proc: subprocess.Popen[str] | subprocess.Popen[bytes], timeout: float) -> int:
+        """Read the screen until ``proc`` (writing to it) exits, within ``timeout``; its exit code."""
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None and time.monotonic() < deadline:
+            self.pump(0.2)
+        code = proc.wait(timeout=10)
+        self.pump(0.5)
+        return code
 
     def lines(self) -> list[str]:
         return [line.rstrip() for line in self.screen.display if line.strip()]

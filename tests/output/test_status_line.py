@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -136,12 +135,7 @@ def _run_under_pty(args: list[str], rows: int = 200) -> tuple[int, Screen]:
         [*DSLAUNCH, "--master-port", "0", *args],
         stdin=subprocess.DEVNULL, stdout=screen.slave, stderr=screen.slave, env=env, start_new_session=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while proc.poll() is None and time.monotonic() < deadline:
-        screen.pump(0.2)
-    code = proc.wait(timeout=10)
-    screen.pump(0.5)
-    return code, screen
+    return screen.follow(proc, 60), screen
 
 
 @pytest.mark.launch
@@ -197,12 +191,9 @@ def test_a_coordinator_pod_on_a_terminal_shows_the_whole_jobs_line(tmp_path: Pat
     )  # fmt: skip
     other = start_pod(pod_env(1, port, run_id, TERM="xterm"), args, cwd=tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        while coordinator.poll() is None and time.monotonic() < deadline:
-            screen.pump(0.2)
-        screen.pump(0.5)
+        code0 = screen.follow(coordinator, 60)
         ((code1, out1, err1),) = finish([other])
-        assert (coordinator.wait(10), code1) == (0, 0), (screen.lines(), err1)
+        assert (code0, code1) == (0, 0), (screen.lines(), err1)
         assert b"4/4 ranks" in screen.raw, screen.raw[-2000:]
         lines = screen.lines()
         assert not any(" ranks | " in line for line in lines), lines  # erased at the end

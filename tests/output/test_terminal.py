@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -56,11 +55,7 @@ def test_a_remote_job_on_a_terminal_keeps_the_line_below_every_writer(
         env=clean_env({"TERM": "xterm"}), start_new_session=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 90
-        while proc.poll() is None and time.monotonic() < deadline:
-            screen.pump(0.2)
-        code = proc.wait(timeout=10)
-        screen.pump(0.5)
+        code = screen.follow(proc, 90)
         lines = screen.lines()
         assert code == 0, lines
         drawn = _drawn(screen.raw)
