@@ -1,4 +1,4 @@
-"""What the pods' per-message MAC costs (pods/link.py ``Sealer``): messages per second through one link, and the
+"""What the pods' per-message MAC costs (channel/link.py ``Sealer``): messages per second through one link, and the
 launcher's CPU while 64 pods' heartbeats come and go, with and without MACs.
 
     python bench/bench_pods_mac.py [--messages 20000] [--pods 64] [--seconds 10] [--write docs/benchmarks.md]
@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root
 from bench.docblock import write_block
 from dslaunch import wire
-from dslaunch.auth import handshake
-from dslaunch.pods.link import Link
+from dslaunch.channel import handshake
+from dslaunch.channel.link import Link
 
 KEYS = handshake.session_keys(os.urandom(32), "bench", "a" * 32, "b" * 32)
 

@@ -225,8 +225,8 @@ LEAVES: dict[str, tuple[str, ...]] = {
     "dslaunch.slurmlib.lost_nodes": (),
     "dslaunch.slurmlib.step_code": ("dslaunch.slurmlib.lost_nodes",),
     # the handshake of the job's control channels, for the pods and the pdsh dial-back
-    "dslaunch.auth.handshake": (),
-    "dslaunch.auth.line_reader": (),
+    "dslaunch.channel.handshake": (),
+    "dslaunch.channel.line_reader": (),
     # the one place that decides whether another attempt may run
     "dslaunch.job.restart_policy": ("dslaunch.job.result", "dslaunch.plan"),
 }
@@ -329,7 +329,7 @@ PACKAGE_RULES: dict[str, tuple[str, ...]] = {
     "oslib": BASE,  # Linux helpers
     "slurmlib": (*BASE, "plan", "wire"),  # Slurm's pure side
     "output": (*BASE, "plan", "wire"),  # rank output, on both sides of the wire
-    "auth": (),  # the handshake of the job's control channels: a pdsh job agent's dial-back and the pods'
+    "channel": (),  # the handshake of the job's control channels: a pdsh job agent's dial-back and the pods'
     "logs": (*BASE, "mesh", "oslib"),
     "report": (*BASE, "inputs", "logs"),
     # seeing a running job: each rank's timer windows (rank side), their relay (agent side), the breakdown,
@@ -340,19 +340,19 @@ PACKAGE_RULES: dict[str, tuple[str, ...]] = {
     "compat": (*BASE, "bootstrap", "mesh"),
     "dslaunch": ("bootstrap", "logs"),  # the public facade: engine(), get_logger(), heartbeat()
     # the node agent: runs ranks (its zygote runs the bootstrap), never the launcher's code; a pdsh job agent dials
-    # back with the handshake of auth/ (agent/dialback_client.py)
+    # back with the handshake of channel/ (agent/dialback_client.py)
     "agent": (
         *BASE,
-        *("auth", "bootstrap", "failure_bounds", "logs", "masking", "nesting", "observe", "oslib", "output", "plan"),
+        *("channel", "bootstrap", "failure_bounds", "logs", "masking", "nesting", "observe", "oslib", "output", "plan"),
         "wire",
     ),
     # the launcher side
     "job": (*BASE, "failure_bounds", "logs", "mesh", "observe", "output", "plan", "wire"),  # the job core: no transport
     # the control channel between one job's pods, and each pod's side of an attempt (no agent code)
-    "pods": (*BASE, "auth", "job", "logs", "mesh", "output", "plan", "wire", "wire_check"),
+    "pods": (*BASE, "channel", "job", "logs", "mesh", "output", "plan", "wire", "wire_check"),
     "runners": (
         *BASE,
-        *("agent", "auth", "dslaunch", "job", "logs", "masking", "mesh", "oslib", "output", "plan", "pods"),
+        *("agent", "channel", "dslaunch", "job", "logs", "masking", "mesh", "oslib", "output", "plan", "pods"),
         *("slurmlib", "wire", "wire_check"),  # wire_check: the Slurm tasks' stop channel checks its messages
     ),
     "cli": (

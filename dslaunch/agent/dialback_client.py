@@ -3,7 +3,7 @@
 pdsh gives an agent no stdin, so the launcher listens on a port and each of its agents dials back, to the address
 the host's sshd saw the launcher come from (``SSH_CONNECTION``, or ``DSLAUNCH_DIAL_ADDR`` when the launcher is
 reached otherwise), and proves with the job's dial-back secret (a staged 0600 file, read and deleted here) that it
-is one of the job's agents, as the pods of a job prove it to their coordinator (auth/handshake.py). That
+is one of the job's agents, as the pods of a job prove it to their coordinator (channel/handshake.py). That
 connection is then the agent's control channel, as stdin is over ssh: attempts, stops, signals; its EOF (the job's
 end, the launcher's death) or its silence (TCP keepalive, ``oslib/tcp.DEAD_AFTER``) ends the agent.
 """
@@ -19,8 +19,8 @@ import time
 from collections.abc import Mapping
 
 from dslaunch import wire
-from dslaunch.auth import handshake
-from dslaunch.auth.line_reader import read_handshake_line
+from dslaunch.channel import handshake
+from dslaunch.channel.line_reader import read_handshake_line
 from dslaunch.oslib.tcp import keep_alive
 
 ADDR_VAR = "DSLAUNCH_DIAL_ADDR"

@@ -6,7 +6,7 @@ authenticated connection), tells them all to start, and then is one :class:`PodL
 relayed to them at once, so every pod's launcher knows the job's root cause. A pod whose connection drops or goes
 silent is lost. At the attempt's end every pod gets the job's exit code and whether another attempt follows.
 
-A connection is admitted only after the handshake (``auth/handshake.py``), which ``pods/admission.py`` runs on one
+A connection is admitted only after the handshake (``channel/handshake.py``), which ``channel/door.py`` runs on one
 thread for every connection, bounded in time, bytes and count: a pod proves itself in its first line, so junk,
 slow clients and floods cost bounded memory, never reach the job, and never keep a real pod out.
 """
@@ -19,12 +19,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 
 from dslaunch import wire
-from dslaunch.auth import handshake
+from dslaunch.channel import handshake
+from dslaunch.channel.door import Door
+from dslaunch.channel.link import SILENT, Link
 from dslaunch.pods import assign, messages
 from dslaunch.pods import shape as pod_shape
-from dslaunch.pods.admission import Door
 from dslaunch.pods.assign import Shape, Waiting
-from dslaunch.pods.link import SILENT, Link
 from dslaunch.wire_check import Malformed
 
 END_DRAIN = 2.0  # how long the coordinator waits for the pods to take the end of an attempt
@@ -48,7 +48,7 @@ class Coordinator:
 
     @property
     def turned_away(self) -> int:
-        """Connections dropped before they joined (pods/admission.py)."""
+        """Connections dropped before they joined (channel/door.py)."""
         return self._door.turned_away
 
     def listen(self, port: int) -> None:
@@ -134,7 +134,7 @@ class Coordinator:
     def _waiting(self) -> list[Waiting]:
         return [w for w, link in self.joined.values() if not link.closed]
 
-    # ---- admission (pods/admission.py checks who it is; this decides whether it joins) ---------------------------
+    # ---- admission (channel/door.py checks who it is; this decides whether it joins) ---------------------------
     def _admit(self, conn: socket.socket, joiner: handshake.Joiner, server_nonce: str, rest: bytes) -> None:
         """(Raises OSError for a connection that fails meanwhile: the door closes it.)"""
         conn.settimeout(SILENT)

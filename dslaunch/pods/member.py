@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from dslaunch import wire
-from dslaunch.auth import handshake
-from dslaunch.auth.line_reader import read_handshake_line
+from dslaunch.channel import handshake
+from dslaunch.channel.line_reader import read_handshake_line
+from dslaunch.channel.link import Link
 from dslaunch.job.protocols import AgentHandle
 from dslaunch.pods import messages
-from dslaunch.pods.link import Link
 from dslaunch.wire_check import Malformed
 
 RETRY = 0.5  # between attempts to reach a coordinator that is not listening yet

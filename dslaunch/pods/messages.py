@@ -15,8 +15,8 @@ from dataclasses import replace
 from typing import Any
 
 from dslaunch import wire
+from dslaunch.channel.link import MAX_LINE
 from dslaunch.limits import MAX_WORLD_SIZE
-from dslaunch.pods.link import MAX_LINE
 from dslaunch.wire_check import Bool, Int, ListOf, Malformed, Rejects, Spec, Text, fields, load_object
 
 _ATTEMPT = Int(0, 1 << 20)

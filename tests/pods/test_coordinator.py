@@ -11,8 +11,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
-from dslaunch.auth import handshake
-from dslaunch.pods import admission
+from dslaunch.channel import door as admission
+from dslaunch.channel import handshake
 from dslaunch.pods.assign import Shape
 from dslaunch.pods.coordinator import Coordinator
 from dslaunch.pods.member import Ended, Joined, Orphaned, join

@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dslaunch import wire
+from dslaunch.channel.link import MAX_LINE, Link
 from dslaunch.pods import messages
 from dslaunch.pods.assign import Shape
 from dslaunch.pods.coordinator import Coordinator, PodLink
-from dslaunch.pods.link import MAX_LINE, Link
 from dslaunch.pods.member import CoordinatorLink, Joined
 from dslaunch.wire_check import Malformed
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dslaunch.pods.link import SILENT
+from dslaunch.channel.link import SILENT
 from testbeds.netns_cluster import NetnsCluster
 from tests.helpers import wait_for_file
 from tests.runners.pods import JOB, finish, nothing_left, pod_env, start_pod

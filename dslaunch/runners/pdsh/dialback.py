@@ -4,7 +4,7 @@ end, with no session per message. Their output still comes through pdsh (demux.p
 
 The launcher listens on a port of its own (remote/dial_listener.py); each host gets a staged 0600 file with that
 port, the job's dial-back secret and its name (``agent/dialback_client.dialback_text``), and its agent proves it
-holds the secret (auth/handshake.py) before it is trusted. A connection that ends (the agent died) or goes silent
+holds the secret (channel/handshake.py) before it is trusted. A connection that ends (the agent died) or goes silent
 (TCP keepalive, ``oslib/tcp.DEAD_AFTER``) ends that host's stream at once: the attempt names the node lost.
 Hosts that need an agent later (a lost node, spares) get a pdsh of their own.
 """

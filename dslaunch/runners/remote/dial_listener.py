@@ -1,5 +1,5 @@
 """The launcher's port for the agents that dial back to it (agent/dialback_client.py): pdsh's job agents and
-one-attempt agents, and the agents mpirun starts. Each proves with the job's dial-back secret (auth/handshake.py)
+one-attempt agents, and the agents mpirun starts. Each proves with the job's dial-back secret (channel/handshake.py)
 that it is one of the job's agents before its connection is kept, by the name it gave; a flood of connections that
 prove nothing costs no threads beyond ``MAX_GREETING``."""
 
@@ -10,8 +10,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from dslaunch.auth import handshake
-from dslaunch.auth.line_reader import read_handshake_line
+from dslaunch.channel import handshake
+from dslaunch.channel.line_reader import read_handshake_line
 from dslaunch.oslib.tcp import keep_alive
 
 GREET_WAIT = 10.0  # how long a connection may take to prove it is one of the job's agents

@@ -3,8 +3,8 @@
 Each srun task is its own launcher (``in_step.py``), so no launcher sees every node's stop step. Node 0's task
 listens on the first free of ``layout.stop_channel_ports(master_port)`` (:class:`Hub`); every other task connects
 (to each in turn) at its first attempt, retrying for ``CONNECT_TIME`` while node 0's is not up yet (:class:`Spoke`),
-and keeps the connection for every attempt. The connection is the pods' (``auth/handshake.py`` through
-``pods/admission.py``'s door, then a ``pods/link.Link``: every line MACed, heartbeats, bounded lines), under the
+and keeps the connection for every attempt. The connection is the pods' (``channel/handshake.py`` through
+``channel/door.py``'s door, then a ``pods/link.Link``: every line MACed, heartbeats, bounded lines), under the
 job's secret (``DSLAUNCH_JOB_SECRET``; ``--launcher slurm`` makes one for its step). Two messages, checked field by
 field, anything else ends the link:
 
@@ -29,11 +29,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from dslaunch.auth import handshake
+from dslaunch.channel import handshake
+from dslaunch.channel.door import Door
+from dslaunch.channel.link import SILENT, Link
 from dslaunch.job.stop_gather import GATHER_BOUND, StopStepGather
 from dslaunch.pods import messages
-from dslaunch.pods.admission import Door
-from dslaunch.pods.link import SILENT, Link
 from dslaunch.pods.member import open_link
 from dslaunch.wire_check import Int, Malformed, Maybe, Spec
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from dslaunch import wire
-from dslaunch.auth import handshake
-from dslaunch.auth.line_reader import read_handshake_line
+from dslaunch.channel import handshake
+from dslaunch.channel.line_reader import read_handshake_line
 from dslaunch.oslib.tcp import DEAD_AFTER
 from dslaunch.runners.remote.dial_listener import DialBackListener
 from testbeds.netns_cluster import NetnsCluster

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dslaunch.channel.link import Link
 from dslaunch.job import stop_gather
 from dslaunch.pods import secret
-from dslaunch.pods.link import Link
 from dslaunch.pods.member import open_link
 from dslaunch.runners.slurm import in_step, stop_channel
 from dslaunch.runners.slurm.stop_channel import Hub, Spoke

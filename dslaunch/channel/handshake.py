@@ -50,7 +50,7 @@ def line(obj: dict[str, Any]) -> bytes:
 
 def hello(key: bytes, run_id: str, client_nonce: str) -> bytes:
     """A pod's first line, sent as soon as it connects: a proof, over a nonce of its own, that it holds the key. The
-    coordinator checks it before it spends anything on the connection (``pods/admission.py``): a connection that
+    coordinator checks it before it spends anything on the connection (``channel/door.py``): a connection that
     sends no valid hello stays in the small pending set a flood competes for, one that does leaves it at once.
     (Replayable on its own; the challenge and answer that follow are not.)"""
     return line({"hello": VERSION, "nonce": client_nonce, "mac": mac(key, "hello", run_id, client_nonce)})

@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dslaunch.auth import handshake
+from dslaunch.channel import handshake
 
 MAX_PENDING = 256  # connections that have sent no valid hello yet; a new one past this drops the oldest
 MAX_PROVEN = 64  # connections that sent a valid hello and owe the answer to their challenge

@@ -1,4 +1,4 @@
-"""One control-channel connection (pods/link.py) over a real socket pair: heartbeats keep it alive, silence and
+"""One control-channel connection (channel/link.py) over a real socket pair: heartbeats keep it alive, silence and
 oversized lines end it, with how; the size bound is exact."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from dslaunch.auth import handshake
-from dslaunch.pods import link as link_mod
-from dslaunch.pods.link import Link, Sealer
+from dslaunch.channel import handshake
+from dslaunch.channel import link as link_mod
+from dslaunch.channel.link import Link, Sealer
 
 
 def test_lines_come_through_without_the_heartbeats_and_a_close_is_a_drop() -> None:

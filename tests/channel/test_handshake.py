@@ -1,4 +1,4 @@
-"""The pods' challenge and response (auth/handshake.py), as tables, and fuzzed: nothing but an answer made with
+"""The pods' challenge and response (channel/handshake.py), as tables, and fuzzed: nothing but an answer made with
 the job's key, to this challenge, for this run id, gets a pod in."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dslaunch.auth import handshake
+from dslaunch.channel import handshake
 
 KEY, RUN = b"k" * 16, "run-1"
 SERVER, CLIENT = "a" * 32, "b" * 32

@@ -1,4 +1,4 @@
-"""Admission to the coordinator (pods/admission.py) under a sustained flood, and joining bounded by join_timeout in
+"""Admission to the coordinator (channel/door.py) under a sustained flood, and joining bounded by join_timeout in
 every path (pods/member.py): on a real loopback port."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from dslaunch.auth import handshake
-from dslaunch.pods import admission
+from dslaunch.channel import door as admission
+from dslaunch.channel import handshake
 from dslaunch.pods.assign import Shape
 from dslaunch.pods.coordinator import Coordinator
 from dslaunch.pods.member import Joined, join

@@ -1,0 +1,9 @@
+"""A job's control channels, below all their users (stdlib only): the pods' launchers joining their coordinator
+(``pods/``), the Slurm tasks' stop channel (``runners/slurm/stop_channel.py``) and a pdsh or MPI job agent dialling
+back to its launcher (``agent/dialback_client.py``, ``runners/pdsh/dialback.py``).
+
+- ``handshake``: the HMAC hello, challenge and response both ways, and each line's keys after it (pure).
+- ``line_reader``: one bounded handshake line off a socket, before a deadline.
+- ``door``: who gets as far as the handshake, at what cost: a flood never keeps a real peer out.
+- ``link``: one authenticated connection: bounded, MACed lines, heartbeats, silence detection.
+"""
