@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dslaunch.bootstrap.mesh_names import check_private, name_views
 from dslaunch.mesh import (
     EXPERT_VIEWS,
     ORDER,
@@ -148,8 +149,11 @@ class BuiltMesh:
 
 
 def check_torch(layout: MeshLayout) -> None:
-    """Views need DeviceMesh._flatten (torch >= 2.5); two or more expert dims > 1 need _unflatten (>= 2.10)."""
+    """Views need DeviceMesh._flatten (torch >= 2.5); two or more expert dims > 1 need _unflatten (>= 2.10); the
+    names on the root need the private members of mesh_names (checked on a mesh made from WORLD: no new group).
+    """
     import torch
+    import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
 
     dense = [n for n in ("dp_shard", "cp", "sp", "tp") if getattr(layout, n) > 1]
@@ -166,6 +170,8 @@ def check_torch(layout: MeshLayout) -> None:
                 f"mesh: {layout.summary()} needs torch >= {version} for {why} "
                 f"(DeviceMesh.{attr}); this is torch {torch.__version__}"
             )
+    world = dist.group.WORLD  # not None: the default group exists before the mesh
+    check_private(DeviceMesh, DeviceMesh.from_group(world, "cpu"), torch.__version__)  # type: ignore[arg-type]
 
 
 def build(layout: MeshLayout, device_type: str, rank: int) -> BuiltMesh:
@@ -183,32 +189,8 @@ def build(layout: MeshLayout, device_type: str, rank: int) -> BuiltMesh:
     meshes.update(_expert(layout, root, by_members))
     # One rank: its data-parallel views are the root's one dim, by name too (submesh() still answers None).
     one_rank = {v: root for v, m in VIEWS.items() if "dp_shard" in m} if layout.world_size == 1 else {}
-    _name_views(root, {**one_rank, **meshes})
+    name_views(root, {**one_rank, **meshes})
     return BuiltMesh(layout=layout, rank=rank, root=root, meshes=meshes, embedding=_embedding(layout, rank))
-
-
-def _name_views(root: Any, meshes: dict[str, Any]) -> None:
-    """Give the root every view's name that torch does not know yet, over the view's own process group (no new
-    one): a view aliased to a dim or another view (``dp`` of ``dp=2,tp=2`` is the ``dp_shard`` mesh; ``batch``
-    is ``dp``), and the expert views. ``root["dp"]``, ``root["dp", "tp"]`` and ``root.get_group("dp")`` then work
-    as torchtitan's flattened names do, for every spec; a later ``_flatten`` to the same name and ranks returns it.
-    """
-    from torch.distributed.device_mesh import DeviceMesh
-
-    known = {*(root.mesh_dim_names or ()), *root._flatten_mapping}
-    for name, mesh in meshes.items():
-        if name in known or mesh.ndim != 1:
-            continue
-        alias = DeviceMesh(
-            root.device_type,
-            mesh_dim_names=(name,),
-            _layout=mesh._layout,
-            _rank_map=root._rank_map,
-            _root_mesh=root,
-            _init_backend=False,
-        )
-        alias._dim_group_names = list(mesh._dim_group_names)
-        root._flatten_mapping[name] = alias
 
 
 def _embedding(layout: MeshLayout, rank: int) -> Any:

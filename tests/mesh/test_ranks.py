@@ -127,8 +127,21 @@ try:
 except MeshConfigError as exc:
     assert "needs torch >= 2.10 for the expert dims efsdp=2 ep=4 (DeviceMesh._unflatten)" in str(exc), exc
 
+import functools
 import torch.distributed.device_mesh as dm
 from dslaunch.bootstrap.mesh_build import bootstrap
+real_init = DeviceMesh.__init__
+@functools.wraps(real_init)
+def init_without_names(self, *args, **kwargs):  # a torch whose meshes keep no _flatten_mapping
+    real_init(self, *args, **kwargs)
+    del self._flatten_mapping
+DeviceMesh.__init__ = init_without_names
+try:
+    bootstrap("dp=-1", 1, "cpu")  # fails in the guard, before any group: the next build is not refused
+    raise SystemExit("no error without DeviceMesh._flatten_mapping")
+except MeshConfigError as exc:
+    assert str(exc).startswith(f"mesh: torch {torch.__version__} has no DeviceMesh._flatten_mapping: "), exc
+DeviceMesh.__init__ = real_init
 def broken(*args, **kwargs):
     raise RuntimeError("boom")
 dm.init_device_mesh = broken  # group creation failing part-way
