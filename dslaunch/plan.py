@@ -18,10 +18,14 @@ from typing import Any, Literal
 # 6: remote.spare_check (ssh spares' health checks); job agents take plans per attempt.
 # 7: no_restart_on (--no-restart-on).
 # 8: stop_grace, stop_exit_code, stop_signal (a requested stop, docs/stopping.md).
-PLAN_VERSION = 8
+# 9: restarts.repeat_window (--repeat-window).
+PLAN_VERSION = 9
 # --stop-grace's default: with --shutdown-timeout's 5 s and a few seconds for the launcher and agents to end, a stop
 # fits Kubernetes' terminationGracePeriodSeconds and Slurm's KillWait, both 30 s by default (docs/stopping.md).
 DEFAULT_STOP_GRACE = 20.0
+# --repeat-window's default: a script without progress beats fails "before the first step" only this early
+# (a bad import, a missing file); a failure later may be hours into training (docs/restarts.md).
+DEFAULT_REPEAT_WINDOW = 300.0
 # In the plan's env (and so each rank's) as "0" when --no-collapse-output: the agents and the launcher read it.
 COLLAPSE_VAR = "DSLAUNCH_COLLAPSE_OUTPUT"
 
@@ -77,11 +81,14 @@ class SlurmSettings:
 
 @dataclass(frozen=True)
 class Restarts:
-    """``--max-restarts``/``--restart-delay``, and which attempt this plan is (0 the first)."""
+    """``--max-restarts``/``--restart-delay``/``--repeat-window``, and which attempt this plan is (0 the first)."""
 
     max_restarts: int = 0
     delay: float = 1.0
     count: int = 0
+    # --repeat-window: in a job without progress beats, only a failure this early in its attempt counts as before the
+    # first step, for the repeat rule (job/restart_policy.py); 0: no repeat ends a job
+    repeat_window: float = DEFAULT_REPEAT_WINDOW
 
 
 @dataclass(frozen=True)
@@ -203,6 +210,11 @@ class LaunchPlan:
             "log_dir": self.log_dir,
             "max_restarts": self.restarts.max_restarts,
             "restart_delay": self.restarts.delay,
+            **(
+                {"repeat_window": self.restarts.repeat_window}
+                if self.restarts.repeat_window != DEFAULT_REPEAT_WINDOW
+                else {}
+            ),
             "hang_timeout": self.hang_timeout,
             **({"no_restart_on": list(self.no_restart_on)} if self.no_restart_on else {}),
             "stop_grace": self.stop_grace,

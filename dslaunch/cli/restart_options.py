@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 MAX_RESTARTS = 10_000
 # Restarts().delay, kept in step by a test (tests/cli/test_areas.py): importing dslaunch.plan here would slow --help.
 DEFAULT_DELAY = 1.0
+DEFAULT_REPEAT_WINDOW = 300.0  # Restarts().repeat_window, kept in step the same way
+MAX_REPEAT_WINDOW = 7 * 86400.0
 _CODE = re.compile(r"[0-9]{1,3}")
 
 
@@ -67,6 +69,18 @@ PARAMS: list[click.Parameter] = [
         "at once, whatever --max-restarts allows.",
     ),
     Option(
+        ["--repeat-window"],
+        section=RESTARTS,
+        type=Seconds(0, MAX_REPEAT_WINDOW),
+        default=DEFAULT_REPEAT_WINDOW,
+        show_default=True,
+        metavar="SECONDS",
+        help="A failure that repeats the same way (same rank, exit code and error) in two attempts in a row, before "
+        "any rank's progress beat, ends the job. A script that never beats (no dslaunch.engine() or "
+        "dslaunch.heartbeat(), e.g. one written for torchrun) is judged so only when both failures came within "
+        "SECONDS of their attempt's start; later ones get every restart. 0: no repeat ends the job.",
+    ),
+    Option(
         ["--restart-delay"],
         section=RESTARTS,
         type=Seconds(0, 86400),
@@ -81,7 +95,9 @@ PARAMS: list[click.Parameter] = [
 def parse(values: Mapping[str, Any]) -> Restarts:
     from dslaunch.plan import Restarts
 
-    return Restarts(max_restarts=values["max_restarts"], delay=values["restart_delay"])
+    return Restarts(
+        max_restarts=values["max_restarts"], delay=values["restart_delay"], repeat_window=values["repeat_window"]
+    )
 
 
 def no_restart_on(values: Mapping[str, Any]) -> tuple[int, ...]:

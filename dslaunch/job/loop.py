@@ -132,7 +132,11 @@ def _drive(
 ) -> Outcome:
     stop_nodes = frozenset(n for h in handles for n in nodes_of(h))
     state = JobState(
-        plan, [(h.node_rank, h.host) for h in handles], decides_stop_step=decides_stop_step, stop_nodes=stop_nodes
+        plan,
+        [(h.node_rank, h.host) for h in handles],
+        decides_stop_step=decides_stop_step,
+        stop_nodes=stop_nodes,
+        started=time.monotonic(),
     )
     observer = observe.for_attempt(plan)  # the job-wide breakdown, stragglers, metrics (docs/observability.md)
     while True:
@@ -235,6 +239,7 @@ def report(outcome: Outcome, plan: LaunchPlan) -> JobResult:
         blamed=blamed_hosts(outcome),
         failures=failures_of(outcome),
         stepped=stepped(outcome),
+        failed_after=outcome.failed_after,
         stopped_by=outcome.stopped_by,
     )
 

@@ -8,6 +8,11 @@ back belongs here as well: a failure that repeats the same way before the first 
 A failure that comes back the same way before any rank reached a step (the same rank, the same exit code and the
 same exception type and message, in two attempts in a row) is deterministic: a bad import, a missing file, a bad
 config. A third attempt would fail the same way, so the job ends with it and says why (docs/restarts.md).
+
+"Before any step" is known only of a script that makes progress beats. A job none of whose ranks has made one (a
+script written for torchrun: no ``dslaunch.engine()``, no ``dslaunch.heartbeat()``) may fail hours into training,
+so there only failures within ``--repeat-window`` seconds of their attempt's start are compared: the early ones
+that a bad import or a missing file make.
 """
 
 from __future__ import annotations
@@ -52,9 +57,20 @@ def may_restart(results: Sequence[JobResult], restarts: Restarts, no_restart_on:
     listed = next((f for f in last.failures if f.code in no_restart_on), None)
     if listed is not None:
         return Verdict(False, f"{_who(listed)} exited with code {listed.code}, which --no-restart-on lists", say=True)
-    if len(results) >= 2 and repeats(results[-2], last):
-        return Verdict(False, repeat_line(last.failures[0], used), say=True)
-    return Verdict(True)
+    repeated = _repeated(results, restarts.repeat_window)
+    return Verdict(False, repeated, say=True) if repeated else Verdict(True)
+
+
+def _repeated(results: Sequence[JobResult], repeat_window: float) -> str | None:
+    """Why the last two attempts failed the same way before the first step; None when they did not."""
+    if len(results) < 2 or repeat_window <= 0:
+        return None
+    # A job that made a beat is known to make them: an attempt without one failed before its first step, however
+    # late; without any, only an early failure is taken for one (--repeat-window).
+    window = None if any(r.stepped for r in results) else repeat_window
+    if not repeats(results[-2], results[-1], window):
+        return None
+    return repeat_line(results[-1].failures[0], attempt_number(results) + 1, window)
 
 
 def may_start(attempt: int, restarts: Restarts) -> Verdict:
@@ -69,10 +85,13 @@ def budget_spent(used: int, restarts: Restarts) -> str:
     return f"the job has run {used} attempt(s), all --max-restarts {restarts.max_restarts} allows"
 
 
-def repeats(before: JobResult, after: JobResult) -> bool:
+def repeats(before: JobResult, after: JobResult, window: float | None = None) -> bool:
     """Whether ``after`` failed the way ``before`` did, both before any rank reached a step: the same root-cause
-    rank, exit code and exception (or none in both)."""
+    rank, exit code and exception (or none in both). ``window``: both failures must also have come within this
+    many seconds of their attempt's start (None: whenever they came)."""
     if before.stepped or after.stepped or not before.failures or not after.failures:
+        return False
+    if window is not None and not (_early(before, window) and _early(after, window)):
         return False
     if None not in (before.attempt, after.attempt) and after.attempt != (before.attempt or 0) + 1:
         return False  # not in a row: a pod that sat out the attempt between
@@ -80,14 +99,19 @@ def repeats(before: JobResult, after: JobResult) -> bool:
     return (first.rank, first.code, first.exception) == (second.rank, second.code, second.exception)
 
 
-def repeat_line(failure: RankFailure, number: int) -> str:
+def repeat_line(failure: RankFailure, number: int, window: float | None = None) -> str:
     """Why a job ends on a repeat; ``number``: the attempt that repeated it, as people count (1 the
-    first)."""
+    first); ``window``: the --repeat-window that both failures came within (None: it did not apply)."""
     what = _shown(failure.exception) if failure.exception else f"exit code {failure.code}"
+    early = "" if window is None else f", within {window:g} s of their start (--repeat-window),"
     return (
-        f"{_who(failure)} failed the same way in attempts {number - 1} and {number} before any rank reached a step "
-        f"({what}); another attempt would fail the same way"
+        f"{_who(failure)} failed the same way in attempts {number - 1} and {number}{early} before any rank reached "
+        f"a step ({what}); another attempt would fail the same way"
     )
+
+
+def _early(result: JobResult, window: float) -> bool:
+    return result.failed_after is not None and result.failed_after <= window
 
 
 def exception_of(error: str | None) -> str | None:

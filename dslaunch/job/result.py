@@ -33,6 +33,9 @@ class JobResult:
     # stay out of it.
     failures: tuple[RankFailure, ...] = ()
     stepped: bool = False  # a rank of the attempt reached a step (a progress beat: docs/restarts.md)
+    # Seconds from the attempt's start (this launcher began to supervise its ranks) to its first rank failing on its
+    # own, by this launcher's clock; None: none did. --repeat-window reads it (job/restart_policy.py).
+    failed_after: float | None = None
     # A requested stop by this signal ended the attempt (SIGTERM from Kubernetes or Slurm...): never restarted.
     stopped_by: int | None = None
     # The restarts counter's cause (observe.restart_cause), where the runner knows it better than the fields above:

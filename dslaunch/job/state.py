@@ -83,6 +83,7 @@ class Outcome:
     stopped_by: int | None = None  # a requested stop by this signal ended the job (no rank failed first)
     stop_requested_at: float | None = None  # wall time of that request, as the earliest node saw it
     stop_signals: int = 0  # how many stop signals dslaunch itself received
+    failed_after: float | None = None  # seconds from the attempt's start to its first rank's own failure
 
 
 @dataclass(frozen=True)
@@ -120,11 +121,15 @@ class JobState:
         *,
         decides_stop_step: bool = True,
         stop_nodes: frozenset[int] | None = None,
+        started: float = 0.0,
     ) -> None:
         """``decides_stop_step``: this launcher answers the agents' stop steps (not a pod that is not the
         coordinator: the coordinator answers for every pod); ``stop_nodes``: the nodes whose proposals it waits for
-        (default: its handles'; mpirun's one handle carries every node's)."""
+        (default: its handles'; mpirun's one handle carries every node's); ``started``: the attempt's start, on the
+        clock of every ``now`` given."""
         self.plan = plan
+        self.started = started
+        self.failed_at: float | None = None  # when the first rank that failed on its own was reported
         self.nodes = tuple(nodes)  # (node_rank, host) of each handle
         self.watch = hang.HangWatch(plan, [node_rank for node_rank, _host in self.nodes])
         self.open_streams = len(self.nodes)
@@ -180,6 +185,8 @@ class JobState:
         self.exits.append(event)
         if not event.failed or event.by_agent:
             return ()
+        if self.failed_at is None:
+            self.failed_at = now
         if self.root_cause is None or _order(event) < _order(self.root_cause):
             self.root_cause = event  # a rank that failed on its own before one whose peer went away
         return self._stop_all(now)
@@ -251,6 +258,7 @@ class JobState:
             stopped_by,
             self.requested_at if stopped_by is not None else None,
             self.stop_signals,
+            failed_after=None if self.failed_at is None else self.failed_at - self.started,
         )
 
     def _watch_hang(self, now: float) -> tuple[Action, ...]:

@@ -13,6 +13,10 @@ def test_restart_delay_default_is_the_plans() -> None:
     assert restart_options.DEFAULT_DELAY == Restarts().delay
 
 
+def test_repeat_window_default_is_the_plans() -> None:
+    assert restart_options.DEFAULT_REPEAT_WINDOW == Restarts().repeat_window
+
+
 def test_the_stop_graces_default_is_the_plans() -> None:
     from dslaunch.cli import stop_options
     from dslaunch.plan import DEFAULT_STOP_GRACE, LaunchPlan

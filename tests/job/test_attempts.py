@@ -7,7 +7,10 @@ import subprocess
 import time
 from pathlib import Path
 
+import click
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.helpers import DSLAUNCH, SCRIPTS, run_cli, wait_for_file, wait_until_gone
 from tests.plans import cli_error, plan_of
@@ -68,9 +71,9 @@ def test_the_same_import_error_twice_before_a_step_is_not_restarted_again(tmp_pa
     assert res.returncode == 1, res.stderr
     assert sorted({a for a, _r in _attempts2(tmp_path)}) == [0, 1]
     assert (
-        "dslaunch: not restarting: rank 1 on localhost failed the same way in attempts 1 and 2 before any rank "
-        "reached a step (ModuleNotFoundError: No module named 'dslaunch_repeat_fail_no_such_module'); another "
-        "attempt would fail the same way" in res.stderr
+        "dslaunch: not restarting: rank 1 on localhost failed the same way in attempts 1 and 2, within 300 s of "
+        "their start (--repeat-window), before any rank reached a step (ModuleNotFoundError: No module named "
+        "'dslaunch_repeat_fail_no_such_module'); another attempt would fail the same way" in res.stderr
     )
     assert "the job ran 2 times (--max-restarts 5)" in res.stderr
 
@@ -80,7 +83,10 @@ def test_the_same_exit_code_twice_before_a_step_is_not_restarted_again(tmp_path:
     res = _repeat_fail(tmp_path, 5, "exit")
     assert res.returncode == 7, res.stderr
     assert sorted({a for a, _r in _attempts2(tmp_path)}) == [0, 1]
-    assert "failed the same way in attempts 1 and 2 before any rank reached a step (exit code 7)" in res.stderr
+    assert (
+        "in attempts 1 and 2, within 300 s of their start (--repeat-window), before any rank reached a step "
+        "(exit code 7)" in res.stderr
+    )
 
 
 @pytest.mark.launch
@@ -104,6 +110,50 @@ def test_a_failure_that_differs_or_comes_after_a_step_gets_every_restart(tmp_pat
     assert "the job ran 4 times (--max-restarts 3)" in res.stderr
     if mode == "flaky":
         assert all(f"RuntimeError: flaky failure number {n}" in res.stderr for n in range(3)), res.stderr
+
+
+LATE_ERROR = "RuntimeError: NCCL watchdog: collective timed out"
+
+
+def _plain(tmp_path: Path, window: str, mode: str, given: str) -> subprocess.CompletedProcess[str]:
+    """A script written for torchrun (no engine, no heartbeat: no progress beat), --max-restarts 2."""
+    return run_cli(
+        ["--nproc-per-node", "2", "--master-port", "0", "--max-restarts", "2", "--restart-delay", "0",
+         "--repeat-window", window, REPEAT_FAIL, str(tmp_path), mode, given]
+    )  # fmt: skip
+
+
+@pytest.mark.launch
+@pytest.mark.parametrize(("window", "mode", "given"), [("0.5", "late", "2"), ("0", "import", "1")])
+def test_a_plain_script_failing_the_same_way_past_the_repeat_window_gets_every_restart(
+    tmp_path: Path, window: str, mode: str, given: str
+) -> None:
+    """Rank 1 fails the same way in every attempt, 2 s in, past a --repeat-window of 0.5 s (hours into training,
+    as far as the rule can tell): every restart, and the last attempt (which the script lets pass) ends 0. A
+    window of 0 turns the rule off: the same import error at once gets every restart too."""
+    res = _plain(tmp_path, window, mode, given)
+    assert res.returncode == 0, res.stderr
+    assert sorted({a for a, _r in _attempts2(tmp_path)}) == [0, 1, 2]
+    assert "not restarting" not in res.stderr
+    assert "the job ran 3 times (--max-restarts 2)" in res.stderr
+    if mode == "late":
+        assert res.stderr.count(LATE_ERROR) >= 2, res.stderr
+
+
+@pytest.mark.launch
+def test_a_plain_script_failing_the_same_way_within_the_repeat_window_is_stopped_after_the_second(
+    tmp_path: Path,
+) -> None:
+    """The same script and failure, 2 s in, within a --repeat-window of 60 s: the job ends after attempt 2."""
+    res = _plain(tmp_path, "60", "late", "2")
+    assert res.returncode == 1, res.stderr
+    assert sorted({a for a, _r in _attempts2(tmp_path)}) == [0, 1]
+    assert (
+        "dslaunch: not restarting: rank 1 on localhost failed the same way in attempts 1 and 2, within 60 s of their "
+        f"start (--repeat-window), before any rank reached a step ({LATE_ERROR}); another attempt would fail the "
+        "same way" in res.stderr
+    )
+    assert "the job ran 2 times (--max-restarts 2)" in res.stderr
 
 
 def _attempts2(folder: Path) -> set[tuple[int, int]]:
@@ -219,6 +269,10 @@ def test_a_signal_during_an_attempt_is_never_restarted(tmp_path: Path) -> None:
         (["--no-restart-on", "3,,4"], "'' in '3,,4' is not an exit code"),
         (["--no-restart-on", "-3"], "--no-restart-on"),
         (["--no-restart-on", "٣"], "is not an exit code"),
+        (["--repeat-window", "-1"], "Invalid value for '--repeat-window': '-1' is not a number of seconds"),
+        (["--repeat-window", "five"], "'five' is not a number of seconds, e.g. 5 or 0.5"),
+        (["--repeat-window", "nan"], "--repeat-window"),
+        (["--repeat-window", "604801"], "604801 is not in the range 0<=x<=604800"),
     ],
 )
 def test_bad_restart_values_exit_2(args: list[str], words: str) -> None:
@@ -231,3 +285,24 @@ def test_bad_restart_values_exit_2(args: list[str], words: str) -> None:
 def test_no_restart_on_reaches_the_plan(given: str, codes: tuple[int, ...]) -> None:
     assert plan_of(["--no-restart-on", given, FLAKY]).no_restart_on == codes
     assert plan_of([FLAKY], env={"DSLAUNCH_NO_RESTART_ON": given}).no_restart_on == codes
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(alphabet="0123456789.-e+nainf _x", max_size=8))
+def test_any_repeat_window_value_is_seconds_or_a_usage_error(value: str) -> None:
+    try:
+        window = plan_of(["--repeat-window", value, FLAKY]).restarts.repeat_window
+    except click.ClickException as exc:
+        assert exc.exit_code == 2 and "--repeat-window" in exc.format_message(), exc.format_message()
+    else:
+        assert 0 <= window <= 7 * 86400 and window == float(value)
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "window"),
+    [([], {}, 300.0), (["--repeat-window", "1.5"], {}, 1.5), ([], {"DSLAUNCH_REPEAT_WINDOW": "0"}, 0.0)],
+)
+def test_repeat_window_reaches_the_plan(args: list[str], env: dict[str, str], window: float) -> None:
+    plan = plan_of([*args, FLAKY], env=env)
+    assert plan.restarts.repeat_window == window
+    assert plan.summary().get("repeat_window") == (None if window == 300.0 else window)  # --dry-run: when not 300

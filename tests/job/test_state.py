@@ -439,3 +439,12 @@ def test_peer_gone_reads_the_error_and_the_stderr_tail() -> None:
 
 def _texts(event: RankExit) -> tuple[str | None, tuple[str, ...]]:
     return event.error, event.stderr_tail
+
+
+def test_failed_after_is_from_the_start_to_the_first_rank_failing_on_its_own() -> None:
+    """--repeat-window reads it: a rank the agent stopped does not count, nor does a later failure."""
+    state = JobState(PLAN, NODES, started=100.0)
+    for now, event in ((101.0, _exit(0, 143, by_agent=True)), (102.5, _exit(2, 7)), (103.0, _exit(1, 1, ts=0.1))):
+        state.on_event(0, event, now)
+    assert state.outcome().failed_after == 2.5 and state.outcome().root_cause.rank == 1  # type: ignore[union-attr]
+    assert _run(DONE_OK)[0].outcome().failed_after is None

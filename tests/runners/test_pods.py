@@ -111,17 +111,21 @@ def test_restarts_are_the_jobs_and_a_recreated_pod_joins_the_next_attempt(tmp_pa
 @pytest.mark.parametrize(
     ("options", "mode", "codes", "attempts", "said"),
     [
-        (["--max-restarts", "5"], ["import"], (1, 1), [0, 1], "failed the same way in attempts 1 and 2 before any"),
+        (["--max-restarts", "5"], ["import"], (1, 1), [0, 1], "failed the same way in attempts 1 and 2, within 300"),
         (["--max-restarts", "5", "--no-restart-on", "3"], ["exit", "3"], (3, 3), [0], "which --no-restart-on lists"),
         (["--max-restarts", "2"], ["flaky"], (0, 0), [0, 1, 2], None),
+        # a script without beats failing the same way 2 s in: past --repeat-window 0.5, every restart; within 60, not
+        (["--max-restarts", "2", "--repeat-window", "0.5"], ["late", "2"], (0, 0), [0, 1, 2], None),
+        (["--max-restarts", "5", "--repeat-window", "60"], ["late", "2"], (1, 1), [0, 1], "within 60 s of their"),
     ],
 )
 def test_the_coordinator_decides_restarts_for_every_pod(
     tmp_path: Path, options: list[str], mode: list[str], codes: tuple[int, int], attempts: list[int], said: str | None
 ) -> None:
-    """Rank 1 (pod 0) fails before any step: the same way twice ends the job on both pods after attempt 2, a
-    --no-restart-on code after attempt 1; a different failure each time gets every restart."""
-    run_id = f"podrules{mode[0]}{os.getpid()}"
+    """Rank 1 (pod 0) fails before any step: the same way twice ends the job on both pods after attempt 2 (for a
+    script without beats, only within --repeat-window), a --no-restart-on code after attempt 1; a different failure
+    each time, or the same one past the window, gets every restart."""
+    run_id = f"podrules{mode[0]}{options[-1]}{os.getpid()}"
     script = [str(SCRIPTS / "repeat_fail.py"), str(tmp_path), *mode]
     pods = _two_pods(tmp_path, run_id, ["--restart-delay", "0", *options, *script])
     (code0, _, err0), (code1, _, err1) = finish(pods)

@@ -1,10 +1,12 @@
-"""A rank for the restart rules: ``repeat_fail.py DIR MODE [CODE]``. Each rank appends "attempt rank" to
+"""A rank for the restart rules: ``repeat_fail.py DIR MODE [CODE or SECONDS]``. Each rank appends "attempt rank" to
 DIR/attempts.txt; rank 1 then fails, before any step, in every attempt:
 
 - ``import``: the same ModuleNotFoundError each time;
 - ``exit``: exits CODE;
 - ``flaky``: raises a RuntimeError whose message names the attempt (a different failure each time);
-- ``stepped``: makes a progress beat (a step), then exits CODE.
+- ``stepped``: makes a progress beat (a step), then exits CODE;
+- ``late``: as a script written for torchrun (no engine, no heartbeat) that trains a while: sleeps SECONDS,
+  then raises the same RuntimeError each time (exit 1).
 
 The other ranks sleep until they are stopped; every rank of the last attempt allowed (``TORCHELASTIC_MAX_RESTARTS``)
 exits 0, so a job that gets every restart ends 0.
@@ -15,7 +17,7 @@ import sys
 import time
 
 folder, mode = sys.argv[1], sys.argv[2]
-code = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+given = sys.argv[3] if len(sys.argv) > 3 else "1"
 attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 rank = int(os.environ["RANK"])
 with open(os.path.join(folder, "attempts.txt"), "a") as f:
@@ -28,11 +30,14 @@ if rank != 1:
 if mode == "import":
     import dslaunch_repeat_fail_no_such_module  # noqa: F401
 elif mode == "exit":
-    sys.exit(code)
+    sys.exit(int(given))
 elif mode == "flaky":
     raise RuntimeError(f"flaky failure number {attempt}")
 elif mode == "stepped":
     import dslaunch
 
     dslaunch.heartbeat()
-    sys.exit(code)
+    sys.exit(int(given))
+elif mode == "late":
+    time.sleep(float(given))
+    raise RuntimeError("NCCL watchdog: collective timed out")
