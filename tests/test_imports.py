@@ -329,7 +329,8 @@ PACKAGE_RULES: dict[str, tuple[str, ...]] = {
     "oslib": BASE,  # Linux helpers
     "slurmlib": (*BASE, "plan", "wire"),  # Slurm's pure side
     "output": (*BASE, "plan", "wire"),  # rank output, on both sides of the wire
-    "channel": (),  # the handshake of the job's control channels: a pdsh job agent's dial-back and the pods'
+    "channel": (),  # the handshake of the job's control channels: the pods', the dial-back of an agent pdsh or mpirun
+    # started (agent/dialback_client.py, runners/remote/dial_listener.py), the Slurm tasks' stop channel
     "logs": (*BASE, "mesh", "oslib"),
     "report": (*BASE, "inputs", "logs"),
     # seeing a running job: each rank's timer windows (rank side), their relay (agent side), the breakdown,
@@ -339,8 +340,8 @@ PACKAGE_RULES: dict[str, tuple[str, ...]] = {
     "bootstrap": (*BASE, "failure_bounds", "inputs", "logs", "mesh", "observe", "oslib", "slurmlib"),
     "compat": (*BASE, "bootstrap", "mesh"),
     "dslaunch": ("bootstrap", "logs"),  # the public facade: engine(), get_logger(), heartbeat()
-    # the node agent: runs ranks (its zygote runs the bootstrap), never the launcher's code; a pdsh job agent dials
-    # back with the handshake of channel/ (agent/dialback_client.py)
+    # the node agent: runs ranks (its zygote runs the bootstrap), never the launcher's code; an agent pdsh or mpirun
+    # started dials back with the handshake of channel/ (agent/dialback_client.py)
     "agent": (
         *BASE,
         *("channel", "bootstrap", "failure_bounds", "logs", "masking", "nesting", "observe", "oslib", "output", "plan"),

@@ -214,10 +214,10 @@ def _check_node_range(c: Choices, slurm_mode: str | None) -> None:
     """--nnodes MIN:MAX needs one launcher and a hostfile (or an allocation); refused with --node-rank and in a step."""
     given = c.core.nnodes_range
     if given is None or (given[0] == given[1] and c.core.pool is None):
-        return  # --nnodes N alone: torchrun's one launcher per node (_pod_nodes)
+        return  # --nnodes N alone: torchrun's one launcher per node (pod_plan.pod_nodes)
     text = f"{given[0]}:{given[1]}"
     if c.core.pool is None and slurm_mode is None:
-        return  # one launcher per pod, an elastic range (_elastic_pod_range); torchrun ignores --node-rank there
+        return  # one launcher per pod, an elastic range (pod_plan.elastic_range); torchrun ignores --node-rank there
     if c.remote.node_rank is not None:
         raise DslaunchError(
             f"--nnodes {text} with --node-rank: one launcher per node has no elastic node range or spares yet; "

@@ -1,7 +1,7 @@
 """Whether another attempt may run (pure): the one place the restart budget is decided.
 
 Every launcher that numbers attempts asks here: ``job/attempts.py::run_attempts`` (one launcher for the job) and
-the pods' coordinator and members (``pods/attempts.py``, one launcher per pod). Slurm's node mode restarts inside
+the pods' coordinator and members (``pods/pod_launcher.py``, one launcher per pod). Slurm's node mode restarts inside
 its task through ``run_attempts`` too. The decision sees every attempt of the job so far, so a rule that looks
 back belongs here as well: a failure that repeats the same way before the first step, and ``--no-restart-on``.
 

@@ -15,7 +15,7 @@ from dslaunch.channel import handshake
 from dslaunch.pods.assign import Shape
 from dslaunch.pods.coordinator import Coordinator
 from dslaunch.pods.member import Joined, join
-from tests.runners.pods import Flood, free_port_pair
+from tests.pods.pods import Flood, free_port_pair
 
 KEY, RUN = b"job-secret", "run-5"
 

@@ -29,7 +29,7 @@ def test_lines_come_through_without_the_heartbeats_and_a_close_is_a_drop() -> No
 
 
 def test_a_silent_peer_is_lost_within_the_silence_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    """(The 4 s of the real bound are measured across a network partition: tests/runners/test_pods_partition.py.)"""
+    """(The 4 s of the real bound are measured across a network partition: tests/pods/test_pods_partition.py.)"""
     monkeypatch.setattr(link_mod, "SILENT", 1.0)
     a, _b = socket.socketpair()  # _b is held open and never written: no FIN, no reset, like a partition
     here = Link(a, "there")

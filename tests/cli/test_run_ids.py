@@ -17,7 +17,7 @@ import pytest
 from dslaunch import nesting
 from tests.helpers import DSLAUNCH, SCRIPTS
 from tests.plans import cli_error, plan_of
-from tests.runners.pods import free_port_pair
+from tests.pods.pods import free_port_pair
 
 SCRIPT = str(SCRIPTS / "pod_env.py")
 POD = ["--nnodes", "2", "--nproc-per-node", "2", "--master-addr", "127.0.0.1"]
@@ -25,7 +25,7 @@ CLEAN = {"DSLAUNCH_RUN_ID": None, "PET_RDZV_ID": None, "PBS_JOBID": None, nestin
 
 
 def _pods(tmp_path: Path, extra: dict[str, str]) -> list[dict[str, str]]:
-    """Node 0 and node 1 of one job on this machine (one job: their launchers end together, tests/runners/
+    """Node 0 and node 1 of one job on this machine (one job: their launchers end together, tests/pods/
     test_pods.py); each node's sweep keeps to its own NODE_RANK (tests/oslib/test_procs.py)."""
     port = free_port_pair()
     env = {k: v for k, v in os.environ.items() if k not in CLEAN} | {

@@ -221,7 +221,7 @@ def test_prometheus_scrapes_a_running_two_node_job(prometheus: tuple[int, int], 
 
 
 def test_in_pods_the_coordinator_names_a_straggler_of_another_pod() -> None:
-    from tests.runners.pods import free_port_pair
+    from tests.pods.pods import free_port_pair
 
     port, t0 = free_port_pair(), time.time() + 3.0
     pods = []
@@ -244,7 +244,7 @@ def test_in_pods_the_coordinator_names_a_straggler_of_another_pod() -> None:
 def test_in_pods_the_coordinators_restarts_counter_names_a_ranks_failure(tmp_path: Path) -> None:
     """The coordinator decides its pods' restarts itself (pods/pod_launcher.py) and hands run_attempts no
     failures: the counter's cause comes with its result. Rank 3, the second pod's, fails at step 10 of attempt 0."""
-    from tests.runners.pods import free_port_pair
+    from tests.pods.pods import free_port_pair
 
     port, t0 = free_port_pair(), time.time() + 3.0
     metrics = tmp_path / "coordinator.prom"

@@ -180,7 +180,7 @@ def test_the_option_refuses_other_words() -> None:
 def test_a_coordinator_pod_on_a_terminal_shows_the_whole_jobs_line(tmp_path: Path) -> None:
     """Pods (one launcher a node): the coordinator's own agent is its terminal's one writer and draws the job's
     line, every pod's ranks counted; the other pod, in a pipe, writes nothing extra."""
-    from tests.runners.pods import finish, free_port_pair, pod_env, start_pod
+    from tests.pods.pods import finish, free_port_pair, pod_env, start_pod
 
     port, run_id = free_port_pair(), f"podline{os.getpid()}"
     screen = Screen(rows=200, columns=120)

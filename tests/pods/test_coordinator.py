@@ -16,7 +16,7 @@ from dslaunch.channel import handshake
 from dslaunch.pods.assign import Shape
 from dslaunch.pods.coordinator import Coordinator
 from dslaunch.pods.member import Ended, Joined, Orphaned, join
-from tests.runners.pods import free_port_pair
+from tests.pods.pods import free_port_pair
 
 KEY, RUN = b"job-secret", "run-7"
 

@@ -13,7 +13,7 @@ from dslaunch.pods.assign import Shape
 from dslaunch.pods.coordinator import Coordinator
 from dslaunch.pods.member import Joined, join
 from tests.plans import plan_of
-from tests.runners.pods import free_port_pair
+from tests.pods.pods import free_port_pair
 
 KEY, RUN = b"job-secret", "run-9"
 

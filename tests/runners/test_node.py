@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import DSLAUNCH, SCRIPTS
 from tests.plans import cli_error, dry_run_json
-from tests.runners.pods import free_port_pair
+from tests.pods.pods import free_port_pair
 
 
 def _pod(node_rank: int, port: int, script: str, extra: dict[str, str] | None = None) -> subprocess.Popen[str]:

@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers import wait_until_gone
 from tests.plans import cli_error, dry_run_output
-from tests.runners.pods import free_port_pair
+from tests.pods.pods import free_port_pair
 from tests.runners.remote.launch import SCRIPT, clean_overlay, records, start
 
 SECRET = {"DSLAUNCH_JOB_SECRET": "per-node-test-secret"}

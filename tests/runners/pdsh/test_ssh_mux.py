@@ -1,4 +1,4 @@
-"""The pdsh runner's shared connections (remote/ssh_mux.py): one master per host, ended with the job."""
+"""The pdsh runner's shared connections (runners/pdsh/ssh_mux.py): one master per host, ended with the job."""
 
 from __future__ import annotations
 

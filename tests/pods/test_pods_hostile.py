@@ -20,7 +20,7 @@ from dslaunch.pods import shape
 from dslaunch.pods.member import Joined, join
 from tests.helpers import wait_for_file
 from tests.plans import plan_of
-from tests.runners.pods import JOB, SECRET, Flood, finish, free_port_pair, nothing_left, pod_env, start_pod
+from tests.pods.pods import JOB, SECRET, Flood, finish, free_port_pair, nothing_left, pod_env, start_pod
 
 pytestmark = [pytest.mark.launch]
 

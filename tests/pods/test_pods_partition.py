@@ -14,7 +14,7 @@ import pytest
 from dslaunch.channel.link import SILENT
 from testbeds.netns_cluster import NetnsCluster
 from tests.helpers import wait_for_file
-from tests.runners.pods import JOB, finish, nothing_left, pod_env, start_pod
+from tests.pods.pods import JOB, finish, nothing_left, pod_env, start_pod
 
 pytestmark = [pytest.mark.launch, pytest.mark.cluster]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import SCRIPTS, wait_for_file
-from tests.runners.pods import JOB, elastic_env, finish, free_port_pair, nothing_left, start_pod
+from tests.pods.pods import JOB, elastic_env, finish, free_port_pair, nothing_left, start_pod
 
 pytestmark = [pytest.mark.launch]
 ATTEMPTS = str(SCRIPTS / "pod_attempts.py")

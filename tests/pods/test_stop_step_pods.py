@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runners.pods import finish, free_port_pair, nothing_left, pod_env, start_pod
+from tests.pods.pods import finish, free_port_pair, nothing_left, pod_env, start_pod
 from tests.runners.stop_steps import RANKS, TORCH_RANKS, saved, wait_ready
 
 pytestmark = [pytest.mark.launch]
