@@ -16,6 +16,7 @@ from dslaunch.channel import handshake
 from dslaunch.pods.assign import Shape
 from dslaunch.pods.coordinator import Coordinator
 from dslaunch.pods.member import Ended, Joined, Orphaned, join
+from tests.channel.clients import SimPod
 from tests.runners.pods import free_port_pair
 
 KEY, RUN = b"job-secret", "run-7"
@@ -142,5 +143,43 @@ def test_a_pod_rejoining_while_the_last_attempt_drains_joins_the_next() -> None:
         coordinator.start(1, "pod-0", lambda hosts: None)
         new = _result(again)
         assert isinstance(new, Joined) and new.attempt == 1, new
+    finally:
+        coordinator.close(0)
+
+
+def test_500_pods_join_at_once_on_one_connection_each_with_no_thread_per_pod() -> None:
+    """A synchronized start: every pod connects and says hello (as a pod does, at once), then every pod answers its
+    challenge and is welcomed; the coordinator's threads stay what they were with none. Then a dropped pod is told
+    to every other pod."""
+    count = 500
+    port = free_port_pair()
+    coordinator = Coordinator(KEY, RUN, Shape(count + 1, count + 1, fixed=True))
+    coordinator.listen(port)
+    try:
+        threads = threading.active_count()
+        pods = [SimPod(KEY, RUN, r) for r in range(1, count + 1)]
+        for pod in pods:
+            pod.connect(port)
+            pod.hello()
+        deadline = time.monotonic() + 20
+        assert all(pod.answer(deadline) for pod in pods)
+        assert all(pod.welcomed(deadline) for pod in pods)
+        assert coordinator.gather(deadline, [])
+        assert (coordinator.tries, coordinator.turned_away) == (count, 0)  # one connection each
+        assert threading.active_count() <= threads
+        attempt, _hosts = coordinator.start(0, "pod-0", lambda hosts: None)
+        assert threading.active_count() <= threads
+        for pod in pods:
+            assert b'"t":"start"' in (pod.message(deadline) or b"")
+        got: list[str] = []
+        reading = threading.Thread(target=lambda: got.extend(attempt.lines()), daemon=True)  # supervise's one pump
+        reading.start()
+        dropped = time.monotonic()
+        pods[7].close()
+        told = [pod.message(time.monotonic() + 5) for pod in pods if pod is not pods[7]]
+        took = time.monotonic() - dropped
+        assert all(t is not None and b'"ev":"lost"' in t and b'"node_rank":8' in t for t in told), told[:3]
+        assert took < 2.0, f"{took:.2f} s to tell {count - 1} pods"
+        assert '"node_rank":8' in got[0]
     finally:
         coordinator.close(0)
