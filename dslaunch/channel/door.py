@@ -2,20 +2,22 @@
 connection: it runs on a :class:`~dslaunch.channel.loop.Loop`, its own or its owner's).
 
 A peer proves it holds the job's key in its first line (``handshake.hello``), sent as soon as it connects; only then
-does the server spend anything on it (a nonce, a challenge, room among the connections that are answering one).
-Until then a connection is *pending*: at most ``MAX_PENDING`` are, and a new connection past that drops the oldest
-pending one instead of being turned away. So a flood of clients without the secret, however they reconnect, never
-keeps a real peer out: its hello is read as soon as its connection is accepted, and a flood can only push out
-connections that have not sent one. A wrong hello is told why (``refused``) and dropped; a hello's nonce seen
-before (a replay) is dropped. Connections that sent a valid hello and owe their answer (*proven*) are bounded by
-``MAX_PROVEN``, sized for a synchronized start of every pod of a large job: each costs one connection, not several.
-A handshake must end within ``HANDSHAKE_TIME`` of the connection; lines are bounded (``handshake.MAX_LINE``) so
-memory per connection is too.
+does the server spend anything on it (a nonce, a challenge, room among the connections that are answering one). Until
+then a connection is *pending*: at most ``MAX_PENDING`` are (and a share of the open-files limit), and a new
+connection past that drops the oldest pending one instead of being turned away. (A pod sends its hello with its
+connection, so it is pending for a moment at most; a simulator of thousands of pods in one process may take longer.)
+So a flood of clients without the secret, however they reconnect, never keeps a real peer out: its hello is read as
+soon as its connection is accepted, and a flood can only push out connections that have not sent one. A wrong hello is
+told why (``refused``) and dropped; a hello's nonce seen before (a replay) is dropped. Connections that sent a valid
+hello and owe their answer (*proven*) are bounded by ``MAX_PROVEN``, sized for a synchronized start of every pod of a
+large job: each costs one connection, not several. A handshake must end within ``HANDSHAKE_TIME`` of the connection;
+lines are bounded (``handshake.MAX_LINE``) so memory per connection is too.
 """
 
 from __future__ import annotations
 
 import errno
+import resource
 import socket
 import time
 from collections import OrderedDict
@@ -24,7 +26,8 @@ from collections.abc import Callable
 from dslaunch.channel import handshake
 from dslaunch.channel.loop import Loop
 
-MAX_PENDING = 256  # connections that have sent no valid hello yet; a new one past this drops the oldest
+MAX_PENDING = 4096  # connections that have sent no valid hello yet; a new one past this drops the oldest
+FD_SHARE = 4  # ... and at most this share of the open-files limit: the rest of the process needs room too
 MAX_PROVEN = 32768  # connections that sent a valid hello and owe the answer to their challenge
 HANDSHAKE_TIME = 5.0  # from the connection to the answer
 SWEEP = 0.1  # how often handshakes past their time are ended
@@ -83,11 +86,15 @@ class Door:
         self._server: socket.socket | None = None
         self._listening = _Listening(self)
         self._closed = False
+        self._fd_room = 1 << 30
 
     def open(self, server: socket.socket) -> None:
         """Serve ``server`` (a listening socket) from now on."""
         server.setblocking(False)
         self._server = server
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft != resource.RLIM_INFINITY:
+            self._fd_room = max(64, soft // FD_SHARE)
         self._loop.call_soon(self._open)
         if self._own:
             self._loop.start()
@@ -134,7 +141,7 @@ class Door:
                 return  # none left, or closed
             self.tries += 1
             conn.setblocking(False)
-            while len(self._pending) >= MAX_PENDING:  # the oldest that has not proven itself makes room
+            while len(self._pending) >= min(MAX_PENDING, self._fd_room):  # the oldest not proven makes room
                 self._drop(next(iter(self._pending.values())))
             caller = _Caller(self, conn, time.monotonic())
             self._pending[caller.fd] = caller

@@ -51,6 +51,7 @@ class Coordinator:
         self.seen = -1  # the latest attempt a joining pod took part in (a recreated coordinator goes on from it)
         self.loop = Loop("pods coordinator")
         self.clock = LinkClock(self.loop)
+        self._holders: dict[int, LoopLink] = {}  # a fixed job's node ranks: the link of the pod that joined as it
         self._held: dict[LoopLink, list[bytes]] = {}  # lines pods sent before their attempt started (the loop's)
         self._joins = 0
         self._cond = threading.Condition()
@@ -123,8 +124,11 @@ class Coordinator:
 
     def _begin(self, pods: AttemptPods, attempt: int, hosts: list[str], standing_by: list[LoopLink]) -> None:
         pods.attach(self._held)
+        # An elastic job's pods lay the attempt out on every pod's host; a fixed job's need only ours (every host
+        # to every pod is N^2 bytes, and past a few thousand pods a line over the link's bound).
+        told = hosts if not self.shape.fixed else hosts[:1]
         for pod in pods:
-            pod.link.send({"t": "start", "attempt": attempt, "node_rank": pod.node_rank, "hosts": hosts})
+            pod.link.send({"t": "start", "attempt": attempt, "node_rank": pod.node_rank, "hosts": told})
         standby = handshake.line({"t": "standby", "attempt": attempt, "nnodes": len(hosts)})
         for link in standing_by:
             link.send_raw(standby)
@@ -140,6 +144,9 @@ class Coordinator:
         back once every pod took it and closed its side, or after ``END_DRAIN``."""
         with self._cond:  # a pod re-joining for the next attempt while these links drain is no duplicate
             ending, self.current = self.current, None
+            for pod in ending or ():
+                if self._holders.get(pod.node_rank) is pod.link:
+                    del self._holders[pod.node_rank]
         if ending is not None:
             end = handshake.line({"t": "end", "code": code, "last": last, "cause": cause[:1000]})
             self._drain([pod.link for pod in ending], end)
@@ -151,6 +158,7 @@ class Coordinator:
         with self._cond:
             pairs, self.joined = list(self.joined.values()), {}
             running, self.current = self.current, None
+            self._holders.clear()
         said = handshake.line({"t": "refused", "why": why} if why else {"t": "end", "code": code, "last": True})
         self._drain([link for _waiting, link in pairs], said)
         if running is not None:
@@ -213,11 +221,13 @@ class Coordinator:
                 link.on_end = self._gone
                 self._joins += 1
                 self.joined[self._joins] = (Waiting(self._joins, joiner.node_rank, joiner.host), link)
+                self._holders[joiner.node_rank] = link
                 self.seen = max(self.seen, joiner.seen)
                 link.start()
                 if self.current is not None and not link.closed:  # an attempt runs without it: it stands by
                     link.send({"t": "standby", "attempt": self.attempt, "nnodes": 1 + len(self.current)})
-                self._cond.notify_all()
+                if len(self.joined) + 1 >= self.shape.nnodes_min:  # gather counts again (else on its next look)
+                    self._cond.notify_all()
                 return
         try:
             conn.send(handshake.line({"t": "refused", "why": why}))  # in the handshake: no MAC yet
@@ -257,10 +267,8 @@ class Coordinator:
         if not 0 < node_rank < self.shape.nnodes_max:
             last = self.shape.nnodes_max - 1
             return f"node rank {node_rank} is not one of this job's (0..{last}; 0 is the coordinator)"
-        held = next((link for w, link in self.joined.values() if w.node_rank == node_rank and not link.closed), None)
-        running = self.current or ()
-        held = held or next((p.link for p in running if p.node_rank == node_rank and not p.link.closed), None)
-        if held is not None:
+        held = self._holders.get(node_rank)
+        if held is not None and not held.closed:
             return f"node rank {node_rank} has already joined (from {held.peer})"
         return None
 

@@ -35,7 +35,7 @@ class Joined:
     lines: Iterator[str]
     attempt: int
     node_rank: int  # this pod's in the attempt (an elastic job's coordinator assigns it)
-    hosts: tuple[str, ...]  # every node's host, by node rank: the coordinator's first
+    hosts: tuple[str, ...]  # every node's host, by node rank (a fixed job: the coordinator's alone); its first
 
     @property
     def host(self) -> str:

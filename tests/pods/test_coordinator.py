@@ -54,8 +54,22 @@ def test_the_pods_join_and_start_the_attempt_the_coordinator_names(door: tuple[C
     assert [p.node_rank for p in links] == [1, 2] and hosts == ["pod-0", "pod-1", "pod-2"]
     joined = [_result(p) for p in pods]
     assert [(j.attempt, j.node_rank, j.hosts) for j in joined if isinstance(j, Joined)] == [
-        (3, r, ("pod-0", "pod-1", "pod-2")) for r in (1, 2)
+        (3, r, ("pod-0",)) for r in (1, 2)  # a fixed job's pods need the coordinator's host only (not N^2 bytes)
     ], joined
+
+
+def test_an_elastic_jobs_pods_are_told_every_host() -> None:
+    port = free_port_pair()
+    coordinator = Coordinator(KEY, RUN, Shape(3, 3, fixed=False))
+    coordinator.listen(port)
+    try:
+        pods = [_join_in_thread(port, -1) for _ in (1, 2)]
+        assert coordinator.gather(time.monotonic() + 10, [])
+        coordinator.start(0, "pod-0", lambda hosts: None)
+        joined = [_result(p) for p in pods]
+        assert sorted(j.hosts for j in joined if isinstance(j, Joined)) == [("pod-0", "pod--1", "pod--1")] * 2
+    finally:
+        coordinator.close(0)
 
 
 def test_a_pod_with_another_secret_or_node_rank_is_told_why(door: tuple[Coordinator, int]) -> None:
