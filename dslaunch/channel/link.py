@@ -35,7 +35,8 @@ class Sealer:
     fails the next check."""
 
     def __init__(self, key: bytes) -> None:
-        self._key = hmac.new(key, digestmod=sha256)  # copied per line: the key's pads are computed once
+        outer = hmac.new(key, digestmod=sha256)  # copied per line: the key's pads are computed once
+        self._key = getattr(outer, "_hmac", outer)  # OpenSSL's own where there is one: its copy is one C call
         self.seq = 0
 
     def _tag(self, payload: bytes) -> bytes:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import select
 import selectors
 import socket
 import threading
@@ -21,6 +22,8 @@ from typing import Any, Protocol
 READ = selectors.EVENT_READ
 WRITE = selectors.EVENT_WRITE
 IDLE_WAIT = 1.0  # the longest select while no timer is due (a stop comes through the wakeup anyway)
+BATCH = 512  # sockets served per turn at most: timers and calls run between batches (heartbeats keep flowing
+# while thousands of handshakes are ready at once)
 
 
 class Handler(Protocol):
@@ -43,11 +46,11 @@ class Timer:
 class Loop:
     def __init__(self, name: str = "dslaunch channel") -> None:
         self.name = name
-        self._sel = selectors.DefaultSelector()
+        self._poll = _Poller()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._sel.register(self._wake_r, READ, None)
+        self._poll.register(self._wake_r, READ, None)
         self._calls: deque[tuple[Callable[..., object], tuple[Any, ...]]] = deque()
         self._woken = False
         self._timers: list[tuple[float, int, Timer]] = []
@@ -110,18 +113,15 @@ class Loop:
         return timer
 
     def watch(self, sock: socket.socket, handler: Handler, events: int = READ) -> None:
-        self._sel.register(sock, events, handler)
+        self._poll.register(sock, events, handler)
 
     def interest(self, sock: socket.socket, handler: Handler, events: int) -> None:
         """What ``sock`` is watched for from now on: ``READ``, ``WRITE`` or both."""
-        self._sel.modify(sock, events, handler)
+        self._poll.modify(sock, events, handler)
 
     def forget(self, sock: socket.socket) -> None:
         """Stop watching ``sock`` (before closing it); a socket not watched is fine."""
-        try:
-            self._sel.unregister(sock)
-        except (KeyError, ValueError):
-            pass
+        self._poll.unregister(sock)
 
     def _set_stopping(self) -> None:
         self._stopping = True
@@ -141,8 +141,7 @@ class Loop:
             wait = min(IDLE_WAIT, max(0.0, self._timers[0][0] - time.monotonic()))
         else:
             wait = IDLE_WAIT
-        for key, mask in self._sel.select(wait):
-            handler = key.data
+        for handler, mask in self._poll.ready(wait):
             if handler is None:
                 self._drain_wakeup()
                 continue
@@ -187,6 +186,73 @@ class Loop:
         get_logger("launcher").exception(what, loop=self.name)
 
     def _close(self) -> None:
-        self._sel.close()
+        self._poll.close()
         self._wake_r.close()
         self._wake_w.close()
+
+
+class _Poller:
+    """The sockets watched, their handlers, and which are ready: epoll where there is one (at most ``BATCH`` a
+    turn; the rest stay ready for the next), else ``selectors``."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[int, Handler | None] = {}
+        self._epoll = select.epoll() if hasattr(select, "epoll") else None
+        self._sel = selectors.DefaultSelector() if self._epoll is None else None
+
+    def register(self, sock: socket.socket, events: int, handler: Handler | None) -> None:
+        fd = sock.fileno()
+        if self._epoll is not None:
+            self._epoll.register(fd, _epoll_mask(events))
+        else:
+            assert self._sel is not None
+            self._sel.register(fd, events, handler)
+        self._handlers[fd] = handler
+
+    def modify(self, sock: socket.socket, events: int, handler: Handler) -> None:
+        fd = sock.fileno()
+        if self._epoll is not None:
+            self._epoll.modify(fd, _epoll_mask(events))
+        else:
+            assert self._sel is not None
+            self._sel.modify(fd, events, handler)
+        self._handlers[fd] = handler
+
+    def unregister(self, sock: socket.socket) -> None:
+        fd = sock.fileno()
+        if self._handlers.pop(fd, _NOT_WATCHED) is _NOT_WATCHED or fd < 0:
+            return
+        try:
+            if self._epoll is not None:
+                self._epoll.unregister(fd)
+            else:
+                assert self._sel is not None
+                self._sel.unregister(fd)
+        except (KeyError, ValueError, OSError):
+            pass
+
+    def ready(self, wait: float | None) -> list[tuple[Handler | None, int]]:
+        handlers = self._handlers
+        if self._epoll is None:
+            assert self._sel is not None
+            return [(handlers.get(key.fd), mask) for key, mask in self._sel.select(wait)]
+        got = []
+        for fd, mask in self._epoll.poll(-1 if wait is None else wait, BATCH):
+            if fd in handlers:
+                events = (READ if mask & _EPOLL_READ else 0) | (WRITE if mask & select.EPOLLOUT else 0)
+                got.append((handlers[fd], events or READ))  # an error or a hang-up: the read finds out
+        return got
+
+    def close(self) -> None:
+        if self._epoll is not None:
+            self._epoll.close()
+        if self._sel is not None:
+            self._sel.close()
+
+
+_NOT_WATCHED = object()
+_EPOLL_READ = getattr(select, "EPOLLIN", 1) | getattr(select, "EPOLLHUP", 16) | getattr(select, "EPOLLERR", 8)
+
+
+def _epoll_mask(events: int) -> int:
+    return (select.EPOLLIN if events & READ else 0) | (select.EPOLLOUT if events & WRITE else 0)

@@ -54,7 +54,8 @@ def test_the_pods_join_and_start_the_attempt_the_coordinator_names(door: tuple[C
     assert [p.node_rank for p in links] == [1, 2] and hosts == ["pod-0", "pod-1", "pod-2"]
     joined = [_result(p) for p in pods]
     assert [(j.attempt, j.node_rank, j.hosts) for j in joined if isinstance(j, Joined)] == [
-        (3, r, ("pod-0",)) for r in (1, 2)  # a fixed job's pods need the coordinator's host only (not N^2 bytes)
+        (3, r, ("pod-0",))
+        for r in (1, 2)  # a fixed job's pods need the coordinator's host only (not N^2 bytes)
     ], joined
 
 
