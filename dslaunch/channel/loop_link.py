@@ -72,8 +72,13 @@ class LinkClock:
         beat_before = now - blocking.HEARTBEAT * 0.75  # looked at every HEARTBEAT / 2: a beat every HEARTBEAT or so
         for link in list(slot) if slot else ():
             if link.last_heard < silent_since:
-                link.end("silent")
-            elif link.last_sent < beat_before:
+                link.on_readable()  # what waits unread is no silence (a loop behind its sockets)
+                if link.closed:
+                    continue
+                if link.last_heard < silent_since:
+                    link.end("silent")
+                    continue
+            if link.last_sent < beat_before:
                 link.send_raw(_HB)
 
 

@@ -200,3 +200,20 @@ def test_finish_sends_everything_then_shuts_our_side(served: Served) -> None:
     assert _read_lines(pod, 0.3)[-1] == b'{"t":"end"}'  # then the end of the stream: our side is shut
     pod.close()
     assert served.wait_for(lambda: 1 in served.ended) and served.ended[1] == "closed"
+
+
+def test_a_line_waiting_unread_is_no_silence_when_the_loop_is_behind(served: Served) -> None:
+    """The clock finds a link quiet for SILENT while its line sits unread (the loop serves thousands of sockets a
+    batch at a time): it reads it first, and the link lives."""
+    link, pod = served.link(1)
+    served.run(lambda: served.loop.forget(link.sock))  # the loop does not get to this socket
+    pod.sendall(_pods_lines(b'{"t":"late"}'))
+    time.sleep(0.2)
+
+    def clock_looks() -> None:
+        link.last_heard -= link_mod.SILENT + 1
+        for _ in range(5):  # every slot of the wheel
+            served.clock._visit()
+
+    served.run(clock_looks)
+    assert 1 not in served.ended and served.heard[1] == [b'{"t":"late"}']
