@@ -221,8 +221,10 @@ class Door:
     def _expire(self) -> None:
         now = time.monotonic()
         for waiting in (self._pending, self._proven):
-            while waiting and now - next(iter(waiting.values())).since > HANDSHAKE_TIME:
-                self._drop(next(iter(waiting.values())))
+            while waiting and now - (caller := next(iter(waiting.values()))).since > HANDSHAKE_TIME:
+                self._read(caller)  # a line waiting unread is the peer on time and the loop behind
+                if waiting.get(caller.fd) is caller:
+                    self._drop(caller)
 
     def _drop(self, caller: _Caller) -> None:
         self.turned_away += 1

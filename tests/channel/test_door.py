@@ -149,3 +149,32 @@ def test_thousands_of_idle_connections_without_the_secret_and_a_pod_gets_in_on_i
         for s in flood:
             s.close()
         coordinator.close(0)
+
+
+def test_an_answer_waiting_unread_at_the_deadline_is_taken_not_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deadline is the peer's, not the loop's: an answer that came in time but sits unread (the loop serving
+    thousands of sockets a batch at a time) is read when the sweep finds the handshake past its time."""
+    monkeypatch.setattr(admission, "HANDSHAKE_TIME", 0.5)
+    monkeypatch.setattr(admission, "SWEEP", 3600.0)  # the sweep runs when the test says
+    admitted: list[int] = []
+    door = admission.Door(KEY, RUN, lambda sock, joiner, _nonce, _rest: admitted.append(joiner.node_rank))
+    server = socket.create_server(("127.0.0.1", 0))
+    door.open(server)
+    try:
+        pod = SimPod(KEY, RUN, 1)
+        pod.connect(server.getsockname()[1])
+        pod.hello()
+        got = pod.line(time.monotonic() + 3)
+        assert got is not None and handshake.read_challenge(got) is not None
+        pod.buf = got + b"\n" + pod.buf  # answer() takes the challenge again
+        on_loop = threading.Event()
+        door._loop.call_soon(lambda: ([door._loop.forget(c.sock) for c in door._proven.values()], on_loop.set()))
+        assert on_loop.wait(3)
+        assert pod.answer(time.monotonic() + 3)
+        time.sleep(0.7)  # past the deadline, the answer unread
+        swept = threading.Event()
+        door._loop.call_soon(lambda: (door._expire(), swept.set()))
+        assert swept.wait(3)
+        assert admitted == [1] and door.turned_away == 0
+    finally:
+        door.close()
