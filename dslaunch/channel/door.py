@@ -1,5 +1,5 @@
 """The door of a control channel's server: who gets as far as the handshake, and at what cost (no thread per
-connection: it runs on a :class:`~dslaunch.channel.loop.Loop`, its own or its owner's).
+connection: it runs on a :class:`~dslaunch.channel.event_loop.Loop`, its own or its owner's).
 
 A peer proves it holds the job's key in its first line (``handshake.hello``), sent as soon as it connects; only then
 does the server spend anything on it (a nonce, a challenge, room among the connections that are answering one). Until
@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from dslaunch.channel import handshake
-from dslaunch.channel.loop import Loop
+from dslaunch.channel.event_loop import Loop
 
 MAX_PENDING = 4096  # connections that have sent no valid hello yet; a new one past this drops the oldest
 FD_SHARE = 4  # ... and at most this share of the open-files limit: the rest of the process needs room too

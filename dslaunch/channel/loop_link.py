@@ -1,4 +1,4 @@
-"""One authenticated connection served on a :class:`~dslaunch.channel.loop.Loop` (no thread of its own): the
+"""One authenticated connection served on a :class:`~dslaunch.channel.event_loop.Loop` (no thread of its own): the
 event loop's side of what ``channel/link.Link`` is with a thread, line for line the same on the wire.
 
 Reads are bounded (``link.MAX_LINE`` a line, its MAC not counted) and every line's MAC is checked (``Sealer``);
@@ -21,8 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from dslaunch.channel import link as blocking
+from dslaunch.channel.event_loop import READ, WRITE, Loop
 from dslaunch.channel.link import TAG, Sealer
-from dslaunch.channel.loop import READ, WRITE, Loop
 
 MAX_OUT = 4 << 20  # bytes waiting for a peer past what its socket holds; more: it does not read, it is ended
 _HB_PAYLOAD = b'{"t":"hb"}'

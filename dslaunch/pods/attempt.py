@@ -1,7 +1,7 @@
 """An attempt's member pods as the coordinator's ONE handle in ``job/loop.py`` (as mpirun's one handle carries
 every node's stream, ``job/protocols.nodes_of``): one reader thread in ``supervise`` for every pod, however many.
 
-The coordinator's loop (``channel/loop.py``) reads each pod's link and puts its lines, and its end, in one queue;
+The coordinator's loop (``channel/event_loop.py``) reads each pod's link and puts its lines, and its end, in one queue;
 :meth:`AttemptPods.lines` checks each (``pods/messages.py``) and passes the pods' events on, each with its own node
 rank: a rank exit goes to every other pod at once, a pod's ``Done`` says that node ended, and a pod that is lost
 (its connection dropped, went silent, failed its MAC, sent a malformed or oversized line, or did not read what it
@@ -14,17 +14,17 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dslaunch import wire
 from dslaunch.channel import handshake
+from dslaunch.channel.event_loop import Loop
 from dslaunch.channel.link import SILENT
 from dslaunch.channel.loop_link import LoopLink
 from dslaunch.pods import messages
 from dslaunch.wire_check import Malformed
 
-if TYPE_CHECKING:
-    from dslaunch.pods.coordinator import Coordinator
+Relay = Callable[[wire.Event, int], None]  # an event to every pod of the attempt but one node rank's
 
 
 class Pod:
@@ -44,8 +44,10 @@ class Pod:
 class AttemptPods:
     """The attempt's member pods, by node rank, as one ``AgentHandle`` (``job/protocols.py``)."""
 
-    def __init__(self, coordinator: Coordinator, pods: list[Pod]) -> None:
-        self.coordinator = coordinator
+    def __init__(self, loop: Loop, relay: Relay, pods: list[Pod]) -> None:
+        """``loop``: the coordinator's, which serves every pod's link; ``relay``: the coordinator's."""
+        self.loop = loop
+        self.relay = relay
         self.pods = pods
         self.node_ranks = tuple(pod.node_rank for pod in pods)  # job/protocols.nodes_of
         self.node_rank = pods[0].node_rank if pods else -1
@@ -102,24 +104,24 @@ class AttemptPods:
             event = messages.from_pod(line, pod.node_rank, pod.ranks)
         except Malformed as exc:  # the pod is lost, with why; nothing it said is acted on
             messages.note(str(exc), pod.host)
-            self.coordinator.loop.call_soon(pod.link.refuse, str(exc))
+            self.loop.call_soon(pod.link.refuse, str(exc))
             return self._lost(pod, lost_why("malformed", "its launcher", str(exc)))
         if isinstance(event, wire.RankExit):
             pod.failed_rank |= event.failed and not event.by_agent
-            self.coordinator.relay(event, pod.node_rank)
+            self.relay(event, pod.node_rank)
         elif isinstance(event, wire.Done):
             self._over(pod)
             left = left_by_signal(event, pod.failed_rank or self._asked_to_stop, pod.host)
             if left is None:
                 return [line]
-            self.coordinator.relay(left, pod.node_rank)
+            self.relay(left, pod.node_rank)
             return [wire.encode(left), line]
         return [wire.encode(event)]  # one of messages.POD_EVENTS, re-encoded from what was checked
 
     def _lost(self, pod: Pod, why: str) -> list[str]:
         self._over(pod)
         lost = wire.NodeLost(pod.node_rank, pod.host, None, why)
-        self.coordinator.relay(lost, pod.node_rank)
+        self.relay(lost, pod.node_rank)
         return [wire.encode(lost)]
 
     def _over(self, pod: Pod) -> None:
@@ -128,7 +130,7 @@ class AttemptPods:
 
     # ---- the job loop's thread (supervise) ---------------------------------------------------------------------
     def _broadcast(self, obj: dict[str, Any]) -> None:
-        self.coordinator.loop.call_soon(self.send_all, handshake.line(obj))
+        self.loop.call_soon(self.send_all, handshake.line(obj))
 
     def stop(self) -> None:
         if not self._asked_to_stop:
@@ -148,7 +150,7 @@ class AttemptPods:
             self._broadcast({"t": "signal", "signum": int(signum)})
 
     def kill(self) -> None:
-        self.coordinator.loop.call_soon(self._close_all)
+        self.loop.call_soon(self._close_all)
 
     def wait(self, timeout: float | None) -> int | None:
         return 0 if self._ended.wait(timeout) else None

@@ -6,7 +6,7 @@ authenticated connection), tells them all to start, and then is one handle for a
 pods) are relayed to them at once, so every pod's launcher knows the job's root cause. A pod whose connection drops
 or goes silent is lost. At the attempt's end every pod gets the job's exit code and whether another attempt follows.
 
-Every connection is served on ONE thread (``channel/loop.py``), however many pods: the door (``channel/door.py``)
+Every connection is served on ONE thread (``channel/event_loop.py``), however many pods: the door (``channel/door.py``)
 runs the handshake (``channel/handshake.py``), bounded in time, bytes and count: a pod proves itself in its first
 line, so junk, slow clients and floods cost bounded memory, never reach the job, and never keep a real pod out.
 Each admitted pod is a ``channel/loop_link.LoopLink``: MACed lines, heartbeats and silence, a bounded write buffer.
@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dslaunch import wire
 from dslaunch.channel import handshake
 from dslaunch.channel.door import Door
-from dslaunch.channel.loop import Loop
+from dslaunch.channel.event_loop import Loop
 from dslaunch.channel.loop_link import LinkClock, LoopLink
 from dslaunch.pods import assign, messages
 from dslaunch.pods import shape as pod_shape
@@ -115,7 +115,9 @@ class Coordinator:
             self.joined = {key: waiting[key] for key in standbys}
             self.attempt = attempt
             # under the lock: a pod joining from now on hears that it stands by (_admit)
-            pods = AttemptPods(self, [Pod(rank, waiting[key][0].host, waiting[key][1]) for rank, key in by_rank])
+            pods = AttemptPods(
+                self.loop, self.relay, [Pod(rank, waiting[key][0].host, waiting[key][1]) for rank, key in by_rank]
+            )
             self.current = pods
             standing_by = [self.joined[key][1] for key in standbys]
         hosts = [host, *(pod.host for pod in pods)]

@@ -13,8 +13,8 @@ import pytest
 
 from dslaunch.channel import handshake
 from dslaunch.channel import link as link_mod
+from dslaunch.channel.event_loop import Loop
 from dslaunch.channel.link import Sealer
-from dslaunch.channel.loop import Loop
 from dslaunch.channel.loop_link import MAX_OUT, LinkClock, LoopLink
 
 KEYS = handshake.session_keys(b"job-secret", "run-3", "a" * 32, "b" * 32)  # (to the pod, to the coordinator)

@@ -154,7 +154,9 @@ def test_the_coordinator_ends_a_pods_link_for_a_bad_message_and_relays_nothing(c
     coordinator.loop.start()
     ends = [socket.socketpair() for _ in (1, 2)]
     links = [LoopLink(coordinator.clock, here, f"pod-{i}", None) for i, (here, _there) in enumerate(ends, 1)]
-    pods = AttemptPods(coordinator, [Pod(i, f"pod-{i}", link) for i, link in enumerate(links, 1)])
+    pods = AttemptPods(
+        coordinator.loop, coordinator.relay, [Pod(i, f"pod-{i}", link) for i, link in enumerate(links, 1)]
+    )
     for pod in pods:
         pod.ranks = frozenset({2 * pod.node_rank, 2 * pod.node_rank + 1})
     coordinator.current = pods

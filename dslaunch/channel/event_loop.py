@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import select
 import selectors
 import socket
@@ -181,9 +182,7 @@ class Loop:
 
     def _log(self, what: str) -> None:
         self.errors += 1
-        from dslaunch.logs import get_logger
-
-        get_logger("launcher").exception(what, loop=self.name)
+        logging.getLogger("dslaunch.channel").exception("%s (%s)", what, self.name)
 
     def _close(self) -> None:
         self._poll.close()

@@ -1,4 +1,4 @@
-"""The channel's event loop (channel/loop.py): calls from other threads, timers, and a failing handler that ends
+"""The channel's event loop (channel/event_loop.py): calls from other threads, timers, and a failing handler that ends
 nothing else, on a real socket pair."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from dslaunch.channel.loop import READ, Loop
+from dslaunch.channel.event_loop import READ, Loop
 
 
 @pytest.fixture
