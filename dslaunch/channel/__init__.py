@@ -4,6 +4,8 @@ back to its launcher (``agent/dialback_client.py``, ``runners/pdsh/dialback.py``
 
 - ``handshake``: the HMAC hello, challenge and response both ways, and each line's keys after it (pure).
 - ``line_reader``: one bounded handshake line off a socket, before a deadline.
-- ``door``: who gets as far as the handshake, at what cost: a flood never keeps a real peer out.
-- ``link``: one authenticated connection: bounded, MACed lines, heartbeats, silence detection.
+- ``event_loop``: one thread serving many sockets: a selector, a timer heap, calls handed in from other threads.
+- ``door``: who gets as far as the handshake, at what cost: a flood never keeps a real peer out (on a loop).
+- ``link``: one authenticated connection on threads of its own: bounded, MACed lines, heartbeats, silence detection.
+- ``loop_link``: the same on an event loop: a bounded write buffer, heartbeats and silence on a wheel.
 """

@@ -1,13 +1,13 @@
 """One authenticated connection between two pods' launchers: whole JSON lines both ways, heartbeats, and how
 it ended.
 
-Each side sends a heartbeat every ``HEARTBEAT`` seconds whatever else it sends; a side that hears nothing for
-``SILENT`` seconds takes the other as lost (a powered-off pod or a partition sends no reset). A line longer than
-``MAX_LINE`` bytes (its newline and its MAC not counted) ends the connection, whether its newline came in the
-same read or not: memory per connection stays bounded whatever the other side sends. What a line says is checked
-by its reader (``pods/messages.py``), which ends the link for a malformed one (``refuse``). With keys from the
-handshake every line, heartbeats included, carries a MAC over its sequence number (:class:`Sealer`): a line that
-fails it ends the connection ("forged").
+Each side sends a heartbeat when it has sent nothing else for ``HEARTBEAT`` seconds, and any line it hears counts as
+one: a side that hears nothing for ``SILENT`` seconds takes the other as lost (a powered-off pod or a partition sends
+no reset). A line longer than ``MAX_LINE`` bytes (its newline and its MAC not counted) ends the connection, whether
+its newline came in the same read or not: memory per connection stays bounded whatever the other side sends. What a
+line says is checked by its reader (``pods/messages.py``), which ends the link for a malformed one (``refuse``). With
+keys from the handshake every line, heartbeats included, carries a MAC over its sequence number (:class:`Sealer`): a
+line that fails it ends the connection ("forged").
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import json
 import queue
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from hashlib import sha256
 from typing import Any
@@ -34,7 +35,8 @@ class Sealer:
     fails the next check."""
 
     def __init__(self, key: bytes) -> None:
-        self._key = hmac.new(key, digestmod=sha256)  # copied per line: the key's pads are computed once
+        outer = hmac.new(key, digestmod=sha256)  # copied per line: the key's pads are computed once
+        self._key = getattr(outer, "_hmac", outer)  # OpenSSL's own where there is one: its copy is one C call
         self.seq = 0
 
     def _tag(self, payload: bytes) -> bytes:
@@ -71,6 +73,7 @@ class Link:
         self._end_lock = threading.Lock()
         self._closed = threading.Event()
         self._buf = pending
+        self.last_sent = time.monotonic()
         sock.settimeout(SILENT)
 
     @property
@@ -89,6 +92,7 @@ class Link:
                 if self._out is not None:
                     data = b"".join(self._out.seal(line) for line in data.split(b"\n")[:-1])
                 self.sock.sendall(data)
+                self.last_sent = time.monotonic()
             return True
         except TimeoutError:
             self._end("silent")
@@ -160,8 +164,15 @@ class Link:
         return self._closed.wait(timeout)
 
     def _beat(self) -> None:
-        while not self._closed.wait(HEARTBEAT):
-            self.send_raw(_HB)
+        """A heartbeat whenever nothing else was sent for ``HEARTBEAT`` seconds."""
+        wait = HEARTBEAT
+        while not self._closed.wait(wait):
+            idle = time.monotonic() - self.last_sent
+            if idle >= HEARTBEAT * 0.95:
+                self.send_raw(_HB)
+                wait = HEARTBEAT
+            else:
+                wait = HEARTBEAT - idle
 
     def _end(self, why: str) -> None:
         with self._end_lock:

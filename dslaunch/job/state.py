@@ -131,7 +131,9 @@ class JobState:
         self.started = started
         self.failed_at: float | None = None  # when the first rank that failed on its own was reported
         self.nodes = tuple(nodes)  # (node_rank, host) of each handle
-        self.watch = hang.HangWatch(plan, [node_rank for node_rank, _host in self.nodes])
+        # the nodes of its own handles: a Slurm task supervises its node alone (each decides its step alone)
+        expected = stop_nodes if stop_nodes is not None else frozenset(node_rank for node_rank, _host in self.nodes)
+        self.watch = hang.HangWatch(plan, sorted(expected))  # a handle may carry several nodes (nodes_of)
         self.open_streams = len(self.nodes)
         self.done: dict[int, int] = {}  # handle index -> its agent's Done code
         self.finished: set[int] = set()  # node ranks
@@ -146,8 +148,6 @@ class JobState:
         self.stop_request: int | None = None  # a requested stop's signal (ours, or one a node reported)
         self.in_grace = False  # a requested stop whose grace the agents still give
         self.requested_at: float | None = None  # the earliest node's wall time of the request
-        # the nodes of its own handles: a Slurm task supervises its node alone (each decides its step alone)
-        expected = stop_nodes if stop_nodes is not None else frozenset(node_rank for node_rank, _host in self.nodes)
         self.stop_step = StopStepGather(expected) if decides_stop_step else None
         self.stop_signals = 0
 
@@ -174,7 +174,7 @@ class JobState:
             return self._stop_all(now)
         elif isinstance(event, wire.Done):
             self.finished.add(event.node_rank)
-            self.done[index] = event.code
+            self.done[index] = self.done.get(index) or event.code  # a handle of several nodes: the first failure
             if event.stopped_by is not None:  # its StopAsked came first (a node that lost it: as if it had)
                 return self._request(event.stopped_by, now)
             if event.code != 0:

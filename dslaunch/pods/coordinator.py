@@ -1,33 +1,40 @@
 """Node rank 0's side of the pods' control channel: the job's meeting point.
 
 The coordinator listens for the whole job. For each attempt it waits until every other pod has joined (each a new,
-authenticated connection), tells them all to start, and then is one :class:`PodLink` handle per pod in
-``job/loop.py``: a pod's events come in on its link, and the ones the other pods need (rank exits, lost pods) are
-relayed to them at once, so every pod's launcher knows the job's root cause. A pod whose connection drops or goes
-silent is lost. At the attempt's end every pod gets the job's exit code and whether another attempt follows.
+authenticated connection), tells them all to start, and then is one handle for all of them in ``job/loop.py``
+(``pods/attempt.py``): the pods' events come in on their links, and the ones the other pods need (rank exits, lost
+pods) are relayed to them at once, so every pod's launcher knows the job's root cause. A pod whose connection drops
+or goes silent is lost. At the attempt's end every pod gets the job's exit code and whether another attempt follows.
 
-A connection is admitted only after the handshake (``channel/handshake.py``), which ``channel/door.py`` runs on one
-thread for every connection, bounded in time, bytes and count: a pod proves itself in its first line, so junk,
-slow clients and floods cost bounded memory, never reach the job, and never keep a real pod out.
+Every connection is served on ONE thread (``channel/event_loop.py``), however many pods: the door (``channel/door.py``)
+runs the handshake (``channel/handshake.py``), bounded in time, bytes and count: a pod proves itself in its first
+line, so junk, slow clients and floods cost bounded memory, never reach the job, and never keep a real pod out.
+Each admitted pod is a ``channel/loop_link.LoopLink``: MACed lines, heartbeats and silence, a bounded write buffer.
+The decisions (``pods/assign.py``, ``job/state.py``) stay pure; this is their shell.
 """
 
 from __future__ import annotations
 
+import resource
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 
 from dslaunch import wire
 from dslaunch.channel import handshake
 from dslaunch.channel.door import Door
-from dslaunch.channel.link import SILENT, Link
+from dslaunch.channel.event_loop import Loop
+from dslaunch.channel.loop_link import LinkClock, LoopLink
 from dslaunch.pods import assign, messages
 from dslaunch.pods import shape as pod_shape
 from dslaunch.pods.assign import Shape, Waiting
-from dslaunch.wire_check import Malformed
+from dslaunch.pods.attempt import AttemptPods, Pod, left_by_signal, lost_why
+
+__all__ = ["Coordinator", "left_by_signal", "lost_why"]
 
 END_DRAIN = 2.0  # how long the coordinator waits for the pods to take the end of an attempt
+MAX_HELD = 16  # lines a pod may send before its attempt starts (none is expected); more: it is refused
 
 
 class Coordinator:
@@ -38,26 +45,38 @@ class Coordinator:
         self.shape = shape
         self.agreed = agreed
         self.mismatch = ""  # a fixed job's pod refused for its shape: the job cannot start (in these words)
-        self.joined: dict[int, tuple[Waiting, Link]] = {}  # pods waiting for the next attempt, by join order
-        self.current: list[PodLink] = []
+        self.joined: dict[int, tuple[Waiting, LoopLink]] = {}  # pods waiting for the next attempt, by join order
+        self.current: AttemptPods | None = None
         self.attempt = 0  # the attempt running, or last run
         self.seen = -1  # the latest attempt a joining pod took part in (a recreated coordinator goes on from it)
+        self.loop = Loop("pods coordinator")
+        self.clock = LinkClock(self.loop)
+        self._holders: dict[int, LoopLink] = {}  # a fixed job's node ranks: the link of the pod that joined as it
+        self._held: dict[LoopLink, list[bytes]] = {}  # lines pods sent before their attempt started (the loop's)
         self._joins = 0
         self._cond = threading.Condition()
-        self._door = Door(key, run_id, self._admit)
+        self._door = Door(key, run_id, self._admit, loop=self.loop, blocking=False)
 
     @property
     def turned_away(self) -> int:
         """Connections dropped before they joined (channel/door.py)."""
         return self._door.turned_away
 
+    @property
+    def tries(self) -> int:
+        """Connections accepted (channel/door.py)."""
+        return self._door.tries
+
     def listen(self, port: int) -> None:
         """Listen on every address of this pod (raises OSError if the port is taken)."""
+        more_open_files()
+        backlog = listen_backlog()
         if socket.has_dualstack_ipv6():
-            server = socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True, backlog=128)
+            server = socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True, backlog=backlog)
         else:
-            server = socket.create_server(("", port), backlog=128)
+            server = socket.create_server(("", port), backlog=backlog)
         self._door.open(server)
+        self.loop.start()
 
     def gather(self, deadline: float, stopped: list[int]) -> bool:
         """Wait until the next attempt can start (``assign.ready``), the deadline passes or a signal comes."""
@@ -84,10 +103,10 @@ class Coordinator:
             return f"node(s) {', '.join(map(str, sorted(assign.missing(self.shape, waiting))))}"
         return f"pods: {1 + len(waiting)} of at least {self.shape.nnodes_min}"
 
-    def start(self, attempt: int, host: str, check: Callable[[list[str]], object]) -> tuple[list[PodLink], list[str]]:
-        """Start ``attempt`` (``host``: ours) on the pods ``assign`` picks: their handles in node-rank order, and
-        every node's host; the pods left over are told they stand by. ``check(hosts)`` runs first: what it raises
-        starts nothing (the pods stay joined)."""
+    def start(self, attempt: int, host: str, check: Callable[[list[str]], object]) -> tuple[AttemptPods, list[str]]:
+        """Start ``attempt`` (``host``: ours) on the pods ``assign`` picks: their handle (its pods in node-rank
+        order), and every node's host; the pods left over are told they stand by. ``check(hosts)`` runs first: what
+        it raises starts nothing (the pods stay joined)."""
         with self._cond:
             waiting = {key: pair for key, pair in self.joined.items() if not pair[1].closed}
             ranks, standbys = assign.assign(self.shape, [w for w, _link in waiting.values()])
@@ -95,31 +114,44 @@ class Coordinator:
             check([host, *(waiting[key][0].host for _rank, key in by_rank)])
             self.joined = {key: waiting[key] for key in standbys}
             self.attempt = attempt
-            # under the lock: a pod joining from now on hears that it stands by (_handshake)
-            self.current = [PodLink(self, rank, waiting[key][0].host, waiting[key][1]) for rank, key in by_rank]
-        hosts = [host, *(pod.host for pod in self.current)]
-        for pod in self.current:
-            pod.link.send({"t": "start", "attempt": attempt, "node_rank": pod.node_rank, "hosts": hosts})
-        for key in standbys:
-            self.joined[key][1].send({"t": "standby", "attempt": attempt, "nnodes": len(hosts)})
-        return self.current, hosts
+            # under the lock: a pod joining from now on hears that it stands by (_admit)
+            pods = AttemptPods(
+                self.loop, self.relay, [Pod(rank, waiting[key][0].host, waiting[key][1]) for rank, key in by_rank]
+            )
+            self.current = pods
+            standing_by = [self.joined[key][1] for key in standbys]
+        hosts = [host, *(pod.host for pod in pods)]
+        self._call(self._begin, pods, attempt, hosts, standing_by)
+        return pods, hosts
+
+    def _begin(self, pods: AttemptPods, attempt: int, hosts: list[str], standing_by: list[LoopLink]) -> None:
+        pods.attach(self._held)
+        # An elastic job's pods lay the attempt out on every pod's host; a fixed job's need only ours (every host
+        # to every pod is N^2 bytes, and past a few thousand pods a line over the link's bound).
+        told = hosts if not self.shape.fixed else hosts[:1]
+        for pod in pods:
+            pod.link.send({"t": "start", "attempt": attempt, "node_rank": pod.node_rank, "hosts": told})
+        standby = handshake.line({"t": "standby", "attempt": attempt, "nnodes": len(hosts)})
+        for link in standing_by:
+            link.send_raw(standby)
 
     def relay(self, event: wire.Event, source: int) -> None:
-        """Send ``event`` to every pod of the attempt but ``source`` (the node rank it concerns)."""
-        data = messages.encoded(event)
-        for pod in self.current:
-            if pod.node_rank != source:
-                pod.link.send_raw(data)
+        """Send ``event`` to every pod of the attempt but ``source`` (the node rank it concerns), from any thread."""
+        current = self.current
+        if current is not None:
+            self._call(current.send_all, messages.encoded(event), source)
 
     def finish(self, code: int, last: bool, cause: str = "") -> None:
-        """End the attempt on every pod: the job's exit code, whether no attempt follows, and its cause in words."""
+        """End the attempt on every pod: the job's exit code, whether no attempt follows, and its cause in words;
+        back once every pod took it and closed its side, or after ``END_DRAIN``."""
         with self._cond:  # a pod re-joining for the next attempt while these links drain is no duplicate
-            ending, self.current = self.current, []
-        for pod in ending:
-            pod.link.send({"t": "end", "code": code, "last": last, "cause": cause[:1000]})
-        deadline = time.monotonic() + END_DRAIN
-        for pod in ending:
-            pod.drain(deadline)
+            ending, self.current = self.current, None
+            for pod in ending or ():
+                if self._holders.get(pod.node_rank) is pod.link:
+                    del self._holders[pod.node_rank]
+        if ending is not None:
+            end = handshake.line({"t": "end", "code": code, "last": last, "cause": cause[:1000]})
+            self._drain([pod.link for pod in ending], end)
 
     def close(self, code: int, why: str = "") -> None:
         """The job is over: stop listening, and end the pods still waiting (standbys) with ``code``; ``why``:
@@ -127,34 +159,92 @@ class Coordinator:
         self._door.close()
         with self._cond:
             pairs, self.joined = list(self.joined.values()), {}
-        for _waiting, link in pairs:
-            link.send({"t": "refused", "why": why} if why else {"t": "end", "code": code, "last": True})
-            link.close()
+            running, self.current = self.current, None
+            self._holders.clear()
+        said = handshake.line({"t": "refused", "why": why} if why else {"t": "end", "code": code, "last": True})
+        self._drain([link for _waiting, link in pairs], said)
+        if running is not None:
+            self._call(running.kill)
+        if self.loop.running:
+            self._call(self.clock.stop)
+            self.loop.stop()
+
+    def _drain(self, links: list[LoopLink], data: bytes) -> None:
+        """Send ``data`` to each link and shut our side; wait until each pod closed its own (so what we sent is not
+        cut off by a reset), or ``END_DRAIN``; then end every link."""
+        if not links or not self.loop.running:
+            return
+        drained = threading.Event()
+        self._call(self._drain_now, links, data, drained)
+        drained.wait(END_DRAIN + 1.0)
+
+    def _drain_now(self, links: list[LoopLink], data: bytes, drained: threading.Event) -> None:
+        left = [link for link in links if not link.closed]
+
+        def one_more(_link: LoopLink) -> None:
+            left.pop()
+            if not left:
+                drained.set()
+
+        for link in list(left):
+            link.on_end = one_more
+            link.send_raw(data)
+            link.finish()
+
+        def give_up() -> None:
+            for link in list(left):
+                link.close()
+            drained.set()
+
+        if left:
+            self.loop.call_later(END_DRAIN, give_up)
+        else:
+            drained.set()
+
+    def _call(self, fn: Callable[..., object], *args: object) -> None:
+        """``fn(*args)`` on the loop's thread (at once if this is it, or if the loop does not run)."""
+        if self.loop.in_loop() or not self.loop.running:
+            fn(*args)
+        else:
+            self.loop.call_soon(fn, *args)
 
     def _waiting(self) -> list[Waiting]:
         return [w for w, link in self.joined.values() if not link.closed]
 
-    # ---- admission (channel/door.py checks who it is; this decides whether it joins) ---------------------------
+    # ---- admission (channel/door.py checks who it is; this decides whether it joins; the loop's thread) ---------
     def _admit(self, conn: socket.socket, joiner: handshake.Joiner, server_nonce: str, rest: bytes) -> None:
-        """(Raises OSError for a connection that fails meanwhile: the door closes it.)"""
-        conn.settimeout(SILENT)
         with self._cond:
             why = self._refusal(joiner.node_rank) or self._misfit(joiner)
             if why is None:
-                conn.sendall(handshake.welcome(self.key, self.run_id, server_nonce, joiner.nonce))
+                welcome = handshake.welcome(self.key, self.run_id, server_nonce, joiner.nonce)
                 to_pod, from_pod = handshake.session_keys(self.key, self.run_id, server_nonce, joiner.nonce)
-                link = Link(conn, joiner.host, rest, keys=(to_pod, from_pod))
-                link.start_reader()
-                link.start_heartbeats()
+                link = LoopLink(self.clock, conn, joiner.host, (to_pod, from_pod), pending=rest, greeting=welcome)
+                link.on_line = self._before_start
+                link.on_end = self._gone
                 self._joins += 1
                 self.joined[self._joins] = (Waiting(self._joins, joiner.node_rank, joiner.host), link)
+                self._holders[joiner.node_rank] = link
                 self.seen = max(self.seen, joiner.seen)
-                if self.current:  # an attempt runs without it: it stands by for the next
+                link.start()
+                if self.current is not None and not link.closed:  # an attempt runs without it: it stands by
                     link.send({"t": "standby", "attempt": self.attempt, "nnodes": 1 + len(self.current)})
-                self._cond.notify_all()
+                if len(self.joined) + 1 >= self.shape.nnodes_min:  # gather counts again (else on its next look)
+                    self._cond.notify_all()
                 return
-        conn.sendall(handshake.line({"t": "refused", "why": why}))  # in the handshake: no MAC yet
+        try:
+            conn.send(handshake.line({"t": "refused", "why": why}))  # in the handshake: no MAC yet
+        except OSError:
+            pass
         conn.close()
+
+    def _before_start(self, link: LoopLink, payload: bytes) -> None:
+        held = self._held.setdefault(link, [])
+        held.append(payload)
+        if len(held) > MAX_HELD:
+            link.refuse(f"more than {MAX_HELD} messages before the attempt started")
+
+    def _gone(self, link: LoopLink) -> None:
+        self._held.pop(link, None)
 
     def _misfit(self, joiner: handshake.Joiner) -> str | None:
         """Why a pod given another shape than ours cannot join (said here too; called with the lock held), or None.
@@ -179,108 +269,30 @@ class Coordinator:
         if not 0 < node_rank < self.shape.nnodes_max:
             last = self.shape.nnodes_max - 1
             return f"node rank {node_rank} is not one of this job's (0..{last}; 0 is the coordinator)"
-        held = next((link for w, link in self.joined.values() if w.node_rank == node_rank and not link.closed), None)
-        held = held or next((p.link for p in self.current if p.node_rank == node_rank and not p.link.closed), None)
-        if held is not None:
+        held = self._holders.get(node_rank)
+        if held is not None and not held.closed:
             return f"node rank {node_rank} has already joined (from {held.peer})"
         return None
 
 
-class PodLink:
-    """The coordinator's handle on one pod for one attempt (an ``AgentHandle``, ``job/protocols.py``)."""
+def listen_backlog() -> int:
+    """As many connections waiting to be accepted as the kernel allows (a synchronized start of thousands of pods
+    otherwise overflows it, and each pod waits out a SYN retry)."""
+    try:
+        with open("/proc/sys/net/core/somaxconn", encoding="ascii") as f:
+            return max(128, min(65535, int(f.read())))
+    except (OSError, ValueError):
+        return 4096
 
-    def __init__(self, coordinator: Coordinator, node_rank: int, host: str, link: Link) -> None:
-        self.coordinator = coordinator
-        self.node_rank = node_rank
-        self.host = host
-        self.link = link
-        self.ranks: frozenset[int] | None = None  # its ranks in the attempt, once laid out: it speaks for no other
-        self._lines = link.received()
-        self._ended = threading.Event()
-        self._asked_to_stop = False
-        self._failed_rank = False
 
-    def lines(self) -> Iterator[str]:
+def more_open_files() -> None:
+    """The soft limit on open files raised to the hard one: a socket per pod (and the door's)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
         try:
-            for line in self._lines:
-                try:
-                    event = messages.from_pod(line, self.node_rank, self.ranks)
-                except Malformed as exc:  # the pod is lost, with why; nothing it said is acted on
-                    messages.note(str(exc), self.host)
-                    self.link.refuse(str(exc))
-                    break
-                if isinstance(event, wire.RankExit):
-                    self._failed_rank |= event.failed and not event.by_agent
-                    self.coordinator.relay(event, self.node_rank)
-                elif isinstance(event, wire.Done):
-                    left = left_by_signal(event, self._failed_rank or self._asked_to_stop, self.host)
-                    if left is not None:
-                        self.coordinator.relay(left, self.node_rank)
-                        yield wire.encode(left)
-                    yield line
-                    return
-                yield wire.encode(event)  # one of messages.POD_EVENTS, re-encoded from what was checked
-            why = lost_why(self.link.why, "its launcher", self.link.detail)
-            lost = wire.NodeLost(self.node_rank, self.host, None, why)
-            self.coordinator.relay(lost, self.node_rank)
-            yield wire.encode(lost)
-        finally:
-            self._ended.set()
-
-    def stop(self) -> None:
-        if not self._asked_to_stop:
-            self._asked_to_stop = True
-            self.link.send({"t": "stop"})
-
-    def request_stop(self, signum: int, *, now: bool = False) -> None:
-        if not self._asked_to_stop or now:
-            self._asked_to_stop = True
-            self.link.send({"t": "stop", "signum": int(signum), "now": now})
-
-    def stop_at(self, step: int) -> None:
-        self.link.send({"t": "stop_at", "step": int(step)})
-
-    def signal(self, signum: int) -> None:
-        if signum == wire.STACKS_SIGNAL:  # the hang watch's request; users' signals stay on the pod they reach
-            self.link.send({"t": "signal", "signum": int(signum)})
-
-    def kill(self) -> None:
-        self.link.close()
-
-    def wait(self, timeout: float | None) -> int | None:
-        return 0 if self._ended.wait(timeout) else None
-
-    def drain(self, deadline: float) -> None:
-        """Wait until the pod closes its side (so the end message is not cut off by a reset), or the deadline."""
-        try:
-            self.link.sock.shutdown(socket.SHUT_WR)
-        except OSError:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
+        except (ValueError, OSError):
             pass
-        self.link.wait_closed(max(0.0, deadline - time.monotonic()))  # its reader sees the pod's side close
-        self.link.close()
-
-
-def left_by_signal(done: wire.Done, explained: bool, host: str) -> wire.NodeLost | None:
-    """A pod that ended with 128+N, no failed rank and no stop asked of it: its launcher got signal N (a requested
-    stop is no loss: its ``StopAsked`` stopped every pod)."""
-    if explained or done.code <= 128 or done.stopped_by is not None:
-        return None
-    signum = done.code - 128
-    name = wire.exit_code_of(-signum)[1] or f"signal {signum}"
-    return wire.NodeLost(done.node_rank, host, -signum, f"its launcher received {name}")
-
-
-def lost_why(how: str, who: str, detail: str = "") -> str:
-    """Words for how a link ended (``Link.why``; ``detail``: ``Link.detail``)."""
-    if how == "malformed":
-        return f"{who} sent a malformed message ({detail})"
-    if how == "forged":
-        return f"a message on {who}'s connection failed its MAC (altered, replayed, reordered or injected?)"
-    if how == "silent":
-        return f"nothing heard from {who} for {SILENT:g} s (powered off or cut off from the network?)"
-    if how == "oversized":
-        return f"{who} sent a message over the size limit"
-    return f"{who}'s connection dropped"
 
 
 def _say(text: str) -> None:

@@ -35,7 +35,7 @@ class Joined:
     lines: Iterator[str]
     attempt: int
     node_rank: int  # this pod's in the attempt (an elastic job's coordinator assigns it)
-    hosts: tuple[str, ...]  # every node's host, by node rank: the coordinator's first
+    hosts: tuple[str, ...]  # every node's host, by node rank (a fixed job: the coordinator's alone); its first
 
     @property
     def host(self) -> str:
@@ -236,7 +236,7 @@ class CoordinatorLink:
                     self.link.close()
                     yield wire.encode(wire.Done(self.node_rank, 0))
                     return
-            from dslaunch.pods.coordinator import lost_why
+            from dslaunch.pods.attempt import lost_why
 
             why = lost_why(self.link.why, "the coordinator", self.link.detail)
             yield wire.encode(wire.NodeLost(0, self.host, None, why))
@@ -282,7 +282,7 @@ class Forwarding:
         self.failed_rank = False
 
     def lines(self) -> Iterator[str]:
-        from dslaunch.pods.coordinator import left_by_signal
+        from dslaunch.pods.attempt import left_by_signal
 
         for line in self.agent.lines():
             event = wire.decode(line)

@@ -123,7 +123,7 @@ class PodLauncher:
         local = Forwarding(
             self._new_agent(plan, 0, None), lambda event: coordinator.relay(event, 0), to_coordinator=False
         )
-        outcome = supervise(plan, [local, *pods])
+        outcome = supervise(plan, [local, pods] if len(pods) else [local])
         if outcome.signal is not None and outcome.stopped_by is None:  # the pods stopped on our word: say why
             name = wire.exit_code_of(-outcome.signal)[1]
             why = f"its launcher (the coordinator) received {name}"

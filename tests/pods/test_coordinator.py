@@ -16,6 +16,7 @@ from dslaunch.channel import handshake
 from dslaunch.pods.assign import Shape
 from dslaunch.pods.coordinator import Coordinator
 from dslaunch.pods.member import Ended, Joined, Orphaned, join
+from tests.channel.clients import SimPod
 from tests.pods.pods import free_port_pair
 
 KEY, RUN = b"job-secret", "run-7"
@@ -53,8 +54,23 @@ def test_the_pods_join_and_start_the_attempt_the_coordinator_names(door: tuple[C
     assert [p.node_rank for p in links] == [1, 2] and hosts == ["pod-0", "pod-1", "pod-2"]
     joined = [_result(p) for p in pods]
     assert [(j.attempt, j.node_rank, j.hosts) for j in joined if isinstance(j, Joined)] == [
-        (3, r, ("pod-0", "pod-1", "pod-2")) for r in (1, 2)
+        (3, r, ("pod-0",))
+        for r in (1, 2)  # a fixed job's pods need the coordinator's host only (not N^2 bytes)
     ], joined
+
+
+def test_an_elastic_jobs_pods_are_told_every_host() -> None:
+    port = free_port_pair()
+    coordinator = Coordinator(KEY, RUN, Shape(3, 3, fixed=False))
+    coordinator.listen(port)
+    try:
+        pods = [_join_in_thread(port, -1) for _ in (1, 2)]
+        assert coordinator.gather(time.monotonic() + 10, [])
+        coordinator.start(0, "pod-0", lambda hosts: None)
+        joined = [_result(p) for p in pods]
+        assert sorted(j.hosts for j in joined if isinstance(j, Joined)) == [("pod-0", "pod--1", "pod--1")] * 2
+    finally:
+        coordinator.close(0)
 
 
 def test_a_pod_with_another_secret_or_node_rank_is_told_why(door: tuple[Coordinator, int]) -> None:
@@ -142,5 +158,43 @@ def test_a_pod_rejoining_while_the_last_attempt_drains_joins_the_next() -> None:
         coordinator.start(1, "pod-0", lambda hosts: None)
         new = _result(again)
         assert isinstance(new, Joined) and new.attempt == 1, new
+    finally:
+        coordinator.close(0)
+
+
+def test_500_pods_join_at_once_on_one_connection_each_with_no_thread_per_pod() -> None:
+    """A synchronized start: every pod connects and says hello (as a pod does, at once), then every pod answers its
+    challenge and is welcomed; the coordinator's threads stay what they were with none. Then a dropped pod is told
+    to every other pod."""
+    count = 500
+    port = free_port_pair()
+    coordinator = Coordinator(KEY, RUN, Shape(count + 1, count + 1, fixed=True))
+    coordinator.listen(port)
+    try:
+        threads = threading.active_count()
+        pods = [SimPod(KEY, RUN, r) for r in range(1, count + 1)]
+        for pod in pods:
+            pod.connect(port)
+            pod.hello()
+        deadline = time.monotonic() + 20
+        assert all(pod.answer(deadline) for pod in pods)
+        assert all(pod.welcomed(deadline) for pod in pods)
+        assert coordinator.gather(deadline, [])
+        assert (coordinator.tries, coordinator.turned_away) == (count, 0)  # one connection each
+        assert threading.active_count() <= threads
+        attempt, _hosts = coordinator.start(0, "pod-0", lambda hosts: None)
+        assert threading.active_count() <= threads
+        for pod in pods:
+            assert b'"t":"start"' in (pod.message(deadline) or b"")
+        got: list[str] = []
+        reading = threading.Thread(target=lambda: got.extend(attempt.lines()), daemon=True)  # supervise's one pump
+        reading.start()
+        dropped = time.monotonic()
+        pods[7].close()
+        told = [pod.message(time.monotonic() + 5) for pod in pods if pod is not pods[7]]
+        took = time.monotonic() - dropped
+        assert all(t is not None and b'"ev":"lost"' in t and b'"node_rank":8' in t for t in told), told[:3]
+        assert took < 2.0, f"{took:.2f} s to tell {count - 1} pods"
+        assert '"node_rank":8' in got[0]
     finally:
         coordinator.close(0)

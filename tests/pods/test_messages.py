@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 from dataclasses import asdict
 from typing import Any
 
@@ -16,9 +17,11 @@ from hypothesis import strategies as st
 
 from dslaunch import wire
 from dslaunch.channel.link import MAX_LINE, Link
+from dslaunch.channel.loop_link import LoopLink
 from dslaunch.pods import messages
 from dslaunch.pods.assign import Shape
-from dslaunch.pods.coordinator import Coordinator, PodLink
+from dslaunch.pods.attempt import AttemptPods, Pod
+from dslaunch.pods.coordinator import Coordinator
 from dslaunch.pods.member import CoordinatorLink, Joined
 from dslaunch.wire_check import Malformed
 
@@ -148,20 +151,25 @@ class _Local:
 @pytest.mark.parametrize("case", sorted(REFUSED_FROM_POD))
 def test_the_coordinator_ends_a_pods_link_for_a_bad_message_and_relays_nothing(case: str) -> None:
     coordinator = Coordinator(b"k", "run", Shape(3, 3, fixed=True))
+    coordinator.loop.start()
     ends = [socket.socketpair() for _ in (1, 2)]
-    links = [Link(here, f"pod-{i}") for i, (here, _there) in enumerate(ends, 1)]
-    pods = [PodLink(coordinator, i, f"pod-{i}", link) for i, link in enumerate(links, 1)]
-    for pod, link in zip(pods, links):
-        link.start_reader()
+    links = [LoopLink(coordinator.clock, here, f"pod-{i}", None) for i, (here, _there) in enumerate(ends, 1)]
+    pods = AttemptPods(
+        coordinator.loop, coordinator.relay, [Pod(i, f"pod-{i}", link) for i, link in enumerate(links, 1)]
+    )
+    for pod in pods:
         pod.ranks = frozenset({2 * pod.node_rank, 2 * pod.node_rank + 1})
     coordinator.current = pods
+    attached = threading.Event()
+    coordinator.loop.call_soon(lambda: ([link.start() for link in links], pods.attach({}), attached.set()))
+    assert attached.wait(5)
     ends[0][1].sendall(REFUSED_FROM_POD[case][0].encode() + _exit().encode())  # then a good one: not read
     rejected = messages.rejected.count
-    got = [wire.decode(line) for line in pods[0].lines()]
+    lines = pods.lines()
+    got = [wire.decode(next(lines))]
     assert messages.rejected.count == rejected + 1  # counted (the launcher's first is logged at debug)
     assert len(got) == 1 and isinstance(got[0], wire.NodeLost), got
     assert got[0].why.startswith("its launcher sent a malformed message ("), got[0]
-    assert links[0].why == "malformed" and links[0].closed
     ends[1][1].settimeout(0.3)
     heard = b""
     while True:
@@ -169,8 +177,14 @@ def test_the_coordinator_ends_a_pods_link_for_a_bad_message_and_relays_nothing(c
             heard += ends[1][1].recv(1 << 16)
         except TimeoutError:
             break
+    assert links[0].why == "malformed" and links[0].closed
     # the other pod hears of the loss, and nothing of what the lost pod said (not even the good line after)
-    assert [wire.decode(line) for line in heard.decode().splitlines(keepends=True)] == got
+    told = [line for line in heard.decode().splitlines(keepends=True) if line != '{"t":"hb"}\n']
+    assert [wire.decode(line) for line in told] == got
+    ends[1][1].close()  # the other pod goes too: the handle's stream ends, with nothing more from the first
+    rest = [wire.decode(line) for line in lines]
+    assert [(type(e).__name__, getattr(e, "node_rank", None)) for e in rest] == [("NodeLost", 2)], rest
+    coordinator.close(0)
 
 
 @pytest.mark.parametrize("bad", ['{"t":"end","code":"1","last":true}', '{"t":"stop","x":1}', _exit()])
