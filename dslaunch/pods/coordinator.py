@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 
 from dslaunch import wire
-from dslaunch.channel import handshake
+from dslaunch.channel import admit, handshake
 from dslaunch.channel.door import Door
 from dslaunch.channel.link import SILENT, Link
 from dslaunch.pods import assign, messages
@@ -137,13 +137,10 @@ class Coordinator:
     # ---- admission (channel/door.py checks who it is; this decides whether it joins) ---------------------------
     def _admit(self, conn: socket.socket, joiner: handshake.Joiner, server_nonce: str, rest: bytes) -> None:
         """(Raises OSError for a connection that fails meanwhile: the door closes it.)"""
-        conn.settimeout(SILENT)
         with self._cond:
             why = self._refusal(joiner.node_rank) or self._misfit(joiner)
             if why is None:
-                conn.sendall(handshake.welcome(self.key, self.run_id, server_nonce, joiner.nonce))
-                to_pod, from_pod = handshake.session_keys(self.key, self.run_id, server_nonce, joiner.nonce)
-                link = Link(conn, joiner.host, rest, keys=(to_pod, from_pod))
+                link = admit.welcome(conn, joiner, server_nonce, rest, key=self.key, run_id=self.run_id)
                 link.start_reader()
                 link.start_heartbeats()
                 self._joins += 1
@@ -153,8 +150,7 @@ class Coordinator:
                     link.send({"t": "standby", "attempt": self.attempt, "nnodes": 1 + len(self.current)})
                 self._cond.notify_all()
                 return
-        conn.sendall(handshake.line({"t": "refused", "why": why}))  # in the handshake: no MAC yet
-        conn.close()
+        admit.refuse(conn, why)
 
     def _misfit(self, joiner: handshake.Joiner) -> str | None:
         """Why a pod given another shape than ours cannot join (said here too; called with the lock held), or None.
