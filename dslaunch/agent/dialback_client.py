@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -94,6 +95,7 @@ def connect_back(
     port, secret, host = parse_dialback(text)
     host = name or host
     address = launcher_address(environ)
+    _check_resolves(address, port)
     who = (secret, run_id, (node_rank, host, -1), None)
     got = dial([(address, port)], who, time.monotonic() + timeout, names=NAMES, max_line=MAX_PLAN_LINE)
     if isinstance(got, Link):
@@ -103,6 +105,17 @@ def connect_back(
     if got.kind == "no handshake":
         raise DialBackError(f"{address} port {port} did not answer as a dslaunch launcher")
     raise DialBackError(f"cannot reach the launcher at {address} port {port}: {got.why or 'no time left to try'}")
+
+
+def _check_resolves(address: str, port: int) -> None:
+    """A launcher's name that does not resolve here will not later (it listens before its agents start): said at
+    once, not tried again, so an agent under mpirun decides a stop's step alone before mpirun's SIGKILL. (A name
+    server that does not answer now may later: ``dial`` tries again.)"""
+    try:
+        socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        if exc.errno != socket.EAI_AGAIN:
+            raise DialBackError(f"cannot reach the launcher at {address} port {port}: {exc.strerror}") from None
 
 
 def forward_lines(link: Link, forward: int | None) -> None:
