@@ -86,7 +86,7 @@ def test_the_agent_tries_again_until_its_launcher_listens() -> None:
         text = dialback_client.dialback_text(port, secret, "node1")
         link, host = connect_back(text, "r1", {ADDR_VAR: "127.0.0.1"}, 10.0)
         assert host == "node1" and isinstance(link, Link)
-        assert 0.8 <= time.monotonic() - began < 3.0
+        assert 0.8 <= time.monotonic() - began < 4.0  # at most a pause (1 s) after it listens, and load
         taken = links.take(["node1"], time.monotonic() + 5, lambda _h: False)
         assert list(taken) == ["node1"] and taken["node1"].send_raw(b"stop-at 3\n")
         assert next(link.lines()) == "stop-at 3\n"  # MACed by the launcher, checked here
