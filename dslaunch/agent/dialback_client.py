@@ -129,10 +129,10 @@ def forward_lines(link: Link, forward: int | None) -> None:
                 break
     finally:
         link.close()
+        if link.why in _SAID:  # before the EOF below: the agent may exit at once then
+            print(f"dslaunch agent: the launcher's connection ended: {_SAID[link.why]}", file=sys.stderr, flush=True)
         if forward is not None:
             os.close(forward)
-    if link.why in _SAID:
-        print(f"dslaunch agent: the launcher's connection ended: {_SAID[link.why]}", file=sys.stderr, flush=True)
 
 
 _SAID = {
