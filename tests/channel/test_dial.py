@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from dslaunch.channel import admit, handshake
+from dslaunch.channel import admit, door, handshake
 from dslaunch.channel.dial import BACKOFF, Backoff, Failed, dial
 from dslaunch.channel.door import Door
 from dslaunch.channel.link import Link
@@ -164,3 +164,30 @@ def test_a_stop_ends_the_dial_within_a_pause_slice(free_port: int) -> None:
     got = dial([("127.0.0.1", free_port)], WHO, began + 10, stopped=stop.is_set, backoff=Backoff(5.0, 5.0))
     assert isinstance(got, Failed)
     assert time.monotonic() - began < 2.0  # not the 5 s pause
+
+
+def test_clients_pushed_out_of_the_doors_proven_set_try_again_and_all_get_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many clients at once: the door keeps few that owe their answer, and drops the oldest for a newer one. A
+    client whose connection closes after its answer was pushed out (its hello proved the key): it tries again."""
+    monkeypatch.setattr(door, "MAX_PROVEN", 2)
+    server = Server()
+    start = threading.Barrier(30)
+    got: list[Link | Failed] = []
+
+    def client(n: int) -> None:
+        start.wait()
+        got.append(dial([("127.0.0.1", server.port)], (KEY, RUN, (n, f"c{n}", -1), None), time.monotonic() + 20))
+
+    clients = [threading.Thread(target=client, args=(n,)) for n in range(30)]
+    try:
+        for thread in clients:
+            thread.start()
+        for thread in clients:
+            thread.join(30)
+        assert [g for g in got if not isinstance(g, Link)] == [] and len(got) == 30
+        assert server.door.turned_away > 0, "no client was pushed out: the case was not exercised"
+    finally:
+        for link in got:
+            if isinstance(link, Link):
+                link.close()
+        server.close()
