@@ -160,6 +160,21 @@ def load_object(raw: str | bytes) -> dict[str, Any]:
     return obj
 
 
+# Control messages (``{"t": KIND, ...}``) by kind: each kind's required fields, then its optional fields
+Kinds = Mapping[str, tuple[Mapping[str, Spec], Mapping[str, Spec]]]
+
+
+def control(line: str | bytes, kinds: Kinds) -> dict[str, Any]:
+    """A control message of one of ``kinds``, its fields checked (the pods' and the Slurm tasks' links); raises
+    :class:`Malformed`."""
+    obj = load_object(line)
+    kind = obj.pop("t", None)
+    if type(kind) is not str or kind not in kinds:
+        raise Malformed(f"no message kind {str(kind)[:40]!r}")
+    required, optional = kinds[kind]
+    return {"t": kind, **fields(obj, required, optional)}
+
+
 @dataclass
 class Rejects:
     """The malformed messages one side has seen: counted, and the first one's reason kept (for one debug line)."""

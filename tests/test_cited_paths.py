@@ -4,7 +4,7 @@ A cited path is a run of path characters with a ``/`` in it, either
 - from one of the repository's top-level folders, ending in a file name with an extension or in ``/``
   (``dslaunch/job/attempts.py``, ``tests/pods/``, ``bench/bench_pods.py``): it must exist from the root, or from a
   folder above the file that cites it (``scripts/engine_api.py`` in a test is ``tests/scripts/engine_api.py``); or
-- from a package of ``dslaunch/`` and ending in ``.py`` (``pods/pod_launcher.py``, ``remote/dial_listener.py``: the
+- from a package of ``dslaunch/`` and ending in ``.py`` (``pods/pod_launcher.py``, ``remote/agent_links.py``: the
   package-relative spelling docstrings use): some file of the repository must end with it.
 Absolute paths, home and dot paths, URLs and patterns (``tests/<package>/``, ``test_*.py``, ``{log_dir}/...``) are not
 the repository's and are skipped, and so is prose with slashes (``dslaunch/torchrun/Slurm``). A path cited with a

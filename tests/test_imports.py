@@ -224,7 +224,7 @@ LEAVES: dict[str, tuple[str, ...]] = {
     "dslaunch.slurmlib.task_plan": ("dslaunch.plan", "dslaunch.slurmlib.layout"),
     "dslaunch.slurmlib.lost_nodes": (),
     "dslaunch.slurmlib.step_code": ("dslaunch.slurmlib.lost_nodes",),
-    # the handshake of the job's control channels, for the pods and the pdsh dial-back
+    # the handshake of the job's control channels, for the pods, the Slurm tasks and the pdsh and MPI dial-back
     "dslaunch.channel.handshake": (),
     "dslaunch.channel.line_reader": (),
     # the one place that decides whether another attempt may run
@@ -329,8 +329,9 @@ PACKAGE_RULES: dict[str, tuple[str, ...]] = {
     "oslib": BASE,  # Linux helpers
     "slurmlib": (*BASE, "plan", "wire"),  # Slurm's pure side
     "output": (*BASE, "plan", "wire"),  # rank output, on both sides of the wire
-    "channel": (),  # the handshake of the job's control channels: the pods', the dial-back of an agent pdsh or mpirun
-    # started (agent/dialback_client.py, runners/remote/dial_listener.py), the Slurm tasks' stop channel
+    # a job's control channels, for every transport: the pods', the Slurm tasks' stop channel, the pdsh and MPI
+    # agents' dial-back (the stdlib, and DslaunchError for a bad secret)
+    "channel": BASE,
     "logs": (*BASE, "mesh", "oslib"),
     "report": (*BASE, "inputs", "logs"),
     # seeing a running job: each rank's timer windows (rank side), their relay (agent side), the breakdown,
@@ -380,6 +381,14 @@ def test_each_package_imports_only_what_its_rule_allows(package: str) -> None:
     ]
     if bad:
         pytest.fail(f"{package} may import {', '.join(sorted(allowed)) or 'nothing'}; it imports:\n" + "\n".join(bad))
+
+
+def test_the_slurm_runner_knows_no_pods() -> None:
+    """Slurm's stop channel is the pods' kind of channel, from channel/, not from pods/ (issue 54)."""
+    bad = [
+        str(i) for i in imports() if _under(i.src, ("dslaunch.runners.slurm",)) and _under(i.dst, ("dslaunch.pods",))
+    ]
+    assert not bad, "runners/slurm imports pods/: take it from channel/ (or wire_check):\n" + "\n".join(bad)
 
 
 def test_the_job_core_and_output_know_no_transport() -> None:

@@ -86,9 +86,11 @@ def _watch_launcher(
 
     side, forward = os.pipe()
     if mpi_dial is not None:
-        watch_launcher(mpi_dial[0], run_id, mpi_dial[1], forward, mpi_env.dial_name(node_rank))
+        watch_launcher(
+            mpi_dial[0], run_id, mpi_dial[1], forward, name=mpi_env.dial_name(node_rank), node_rank=node_rank
+        )
     elif dial is not None:
-        watch_launcher(dial, run_id, os.environ, forward)
+        watch_launcher(dial, run_id, os.environ, forward, node_rank=node_rank)
     return side
 
 
@@ -120,16 +122,25 @@ def _for_job(dial_file: str | None) -> int:
 
 
 def _dialled(path: str) -> int:
-    from dslaunch.agent.dialback_client import DialBackError, dial_back
+    """A job agent on the link it dialled back on: its lines, each checked against its MAC, come through a pipe
+    (``dialback_client.forward_lines``), whose EOF is the link's end."""
+    import threading
+
+    from dslaunch.agent.dialback_client import DialBackError, dial_back, forward_lines
     from dslaunch.agent.job_agent import serve
 
     try:
-        sock, pending, host = dial_back(path, os.environ.get("DSLAUNCH_RUN_ID", ""), os.environ)
+        link, host = dial_back(path, os.environ.get("DSLAUNCH_RUN_ID", ""), os.environ)
     except (DialBackError, wire.WireError) as exc:
         print(f"dslaunch agent: {exc}", file=sys.stderr, flush=True)
         return 2
-    with sock, sock.makefile("rb", buffering=0) as control:
-        return serve(control, pending, host)  # type: ignore[arg-type]  # a raw socket file: fileno() is what it takes
+    side, forward = os.pipe()
+    threading.Thread(target=forward_lines, args=(link, forward), name="launcher link", daemon=True).start()
+    try:
+        with open(side, "rb", buffering=0) as control:
+            return serve(control, b"", host)
+    finally:
+        link.close()
 
 
 def _write_pid(plan_file: str | None) -> str | None:

@@ -23,6 +23,7 @@ MAX_SHAPE = 16  # entries in an answer's shape (pods/shape.py), each name and va
 _SHAPE_NAME, _SHAPE_VALUE = 64, 256
 _HEX = frozenset("0123456789abcdef")
 MAX_HOST = 253  # a DNS name's longest
+MAX_WHY = 4096  # a refusal's words
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,18 @@ def check_welcome(key: bytes, run_id: str, server_nonce: str, client_nonce: str,
     proof = obj.get("mac") if obj is not None else None
     expected = mac(key, "welcome", run_id, client_nonce, server_nonce)
     return isinstance(proof, str) and hmac.compare_digest(expected, proof)
+
+
+def refusal(why: str) -> bytes:
+    """The server's no, in the handshake (no MAC yet): said to a peer it will not admit, which then stops trying."""
+    return line({"t": "refused", "why": why[:MAX_WHY]})
+
+
+def read_refusal(raw: bytes) -> str | None:
+    """Why the server said no (``refusal``), or None for any other line."""
+    obj = _object(raw)
+    why = obj.get("why") if obj is not None and obj.get("t") == "refused" and len(obj) == 2 else None
+    return why if isinstance(why, str) and len(why) <= MAX_WHY else None
 
 
 def session_keys(key: bytes, run_id: str, server_nonce: str, client_nonce: str) -> tuple[bytes, bytes]:

@@ -59,11 +59,18 @@ class Sealer:
 
 class Link:
     def __init__(
-        self, sock: socket.socket, peer: str, pending: bytes = b"", keys: tuple[bytes, bytes] | None = None
+        self,
+        sock: socket.socket,
+        peer: str,
+        pending: bytes = b"",
+        keys: tuple[bytes, bytes] | None = None,
+        max_line: int = MAX_LINE,
     ) -> None:
         """``pending``: what the handshake read past its last line; ``keys``: this side's sending and receiving
-        keys (``handshake.session_keys``), every line MACed both ways; None: lines as they are."""
+        keys (``handshake.session_keys``), every line MACed both ways; None: lines as they are. ``max_line``: the
+        longest line the other side may send (a job agent's ``run`` line carries the whole plan)."""
         self.sock = sock
+        self.max_line = max_line
         self.peer = peer
         self._out: Sealer | None = Sealer(keys[0]) if keys else None
         self._in: Sealer | None = Sealer(keys[1]) if keys else None
@@ -102,7 +109,7 @@ class Link:
 
     def lines(self) -> Iterator[str]:
         """Every line the other side sends, heartbeats left out, until the connection ends (``why`` says how)."""
-        limit = MAX_LINE + (TAG if self._in is not None else 0)
+        limit = self.max_line + (TAG if self._in is not None else 0)
         while True:
             cut = self._buf.find(b"\n")
             while cut >= 0:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from dslaunch import wire
-from dslaunch.channel import handshake
+from dslaunch.channel import admit, handshake
 from dslaunch.channel.door import Door
 from dslaunch.channel.event_loop import Loop
 from dslaunch.channel.loop_link import LinkClock, LoopLink
@@ -231,11 +231,7 @@ class Coordinator:
                 if len(self.joined) + 1 >= self.shape.nnodes_min:  # gather counts again (else on its next look)
                     self._cond.notify_all()
                 return
-        try:
-            conn.send(handshake.line({"t": "refused", "why": why}))  # in the handshake: no MAC yet
-        except OSError:
-            pass
-        conn.close()
+        admit.refuse(conn, why)  # in the handshake: no MAC yet
 
     def _before_start(self, link: LoopLink, payload: bytes) -> None:
         held = self._held.setdefault(link, [])

@@ -1,30 +1,27 @@
 """Every other pod's side of the control channel: join the coordinator for an attempt, and the handles that
 connect this pod's agent to the rest of the job.
 
-:func:`join` connects (retrying while the coordinator's pod is not up yet), proves the job's secret, checks the
-coordinator's proof, and waits for the attempt's start. :class:`CoordinatorLink` is the coordinator as a handle in
-``job/loop.py``: the other pods' rank exits and losses come in on it, and its stop and stacks requests go to this
-pod's agent. :class:`Forwarding` wraps the local agent's handle to send its events to the coordinator.
+:func:`join` dials the coordinator (``channel/dial.py``: retrying while its pod is not up yet, proving the job's
+secret, checking the coordinator's proof), and waits for the attempt's start. :class:`CoordinatorLink` is the
+coordinator as a handle in ``job/loop.py``: the other pods' rank exits and losses come in on it, and its stop and
+stacks requests go to this pod's agent. :class:`Forwarding` wraps the local agent's handle to send its events to the
+coordinator.
 """
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from dslaunch import wire
-from dslaunch.channel import handshake
-from dslaunch.channel.line_reader import read_handshake_line
+from dslaunch.channel.dial import dial
 from dslaunch.channel.link import Link
 from dslaunch.job.protocols import AgentHandle
 from dslaunch.pods import messages
 from dslaunch.wire_check import Malformed
 
-RETRY = 0.5  # between attempts to reach a coordinator that is not listening yet
-HANDSHAKE_TIME = 5.0  # one connection's handshake, within the join's own deadline
 # What the coordinator may send before the attempt starts (pods/messages.py checks each field)
 _BEFORE_START = {k: messages.FROM_COORDINATOR[k] for k in ("start", "standby", "end", "refused")}
 
@@ -69,64 +66,17 @@ def join(
 ) -> Joined | Ended | Orphaned | str:
     """This pod (``me``: node rank, host, last attempt taken part in; ``shape``: what it was given that every pod
     must agree on, pods/shape.py) in the coordinator's next attempt, or why not."""
+    got = dial([address], (key, run_id, me, shape), deadline, stopped=lambda: bool(stopped))
+    if isinstance(got, Link):
+        return _wait_for_start(got, deadline, stopped)
+    if stopped:
+        return "stopped by a signal while joining"
     where = f"the coordinator at {address[0]}:{address[1]}"
-    why = f"{where} did not answer"
-    while not stopped and (left := deadline - time.monotonic()) > 0:
-        try:
-            sock = socket.create_connection(address, timeout=min(2.0, max(0.05, left)))
-        except OSError as exc:
-            why = f"{where} did not answer ({exc.strerror or exc})"
-            time.sleep(min(RETRY, max(0.0, deadline - time.monotonic())))
-            continue
-        got = open_link(sock, (key, run_id, me, shape), min(time.monotonic() + HANDSHAKE_TIME, deadline))
-        if isinstance(got, Link):
-            return _wait_for_start(got, deadline, stopped)
-        sock.close()
-        if got:
-            return got
-        why = f"{where} accepted the connection but did not complete the handshake (not a dslaunch coordinator?)"
-        time.sleep(min(RETRY, max(0.0, deadline - time.monotonic())))
-    return why if not stopped else "stopped by a signal while joining"
-
-
-_Who = tuple[bytes, str, tuple[int, str, int], Mapping[str, str] | None]  # key, run id, me, shape (as join's)
-
-
-def open_link(sock: socket.socket, who: _Who, deadline: float) -> Link | str:
-    """The client's side of the handshake on a connected ``sock`` (also the Slurm tasks' stop channel's,
-    runners/slurm/stop_channel.py): the authenticated link; a refusal's text; "" when the connection went wrong or
-    ``deadline`` (monotonic, capped by the join's) passed (worth another try while the join's time lasts)."""
-    key, run_id, me, shape = who
-    client_nonce = handshake.nonce()
-    got = _exchange(sock, handshake.hello(key, run_id, client_nonce), deadline)  # first: admission's proof
-    server_nonce = handshake.read_challenge(got[0]) if got else None
-    if got is None or server_nonce is None:
-        return (_refusal(got[0]) if got else None) or ""
-    got = _exchange(sock, handshake.answer(key, run_id, me, server_nonce, client_nonce, shape=shape), deadline)
-    if got is None:
-        return "the coordinator closed the connection: this pod does not hold the job's secret (or has another run id)"
-    if handshake.check_welcome(key, run_id, server_nonce, client_nonce, got[0]):
-        to_pod, to_coordinator = handshake.session_keys(key, run_id, server_nonce, client_nonce)
-        return Link(sock, "the coordinator", got[1], keys=(to_coordinator, to_pod))
-    return _refusal(got[0]) or "the coordinator could not prove it holds this job's secret"
-
-
-def _exchange(sock: socket.socket, data: bytes, deadline: float) -> tuple[bytes, bytes] | None:
-    """Send ``data``, then the answering line (and what came after it) before ``deadline``; None if none."""
-    try:
-        sock.settimeout(max(0.01, deadline - time.monotonic()))
-        sock.sendall(data)
-    except OSError:
-        return None
-    return read_handshake_line(sock, handshake.MAX_LINE, deadline)
-
-
-def _refusal(raw: bytes) -> str | None:
-    try:
-        refused = messages.control(raw, {"refused": messages.FROM_COORDINATOR["refused"]})
-    except Malformed:
-        return None  # not a refusal
-    return f"the coordinator refused this pod: {refused['why']}"
+    if got.kind == "refused":
+        return got.why
+    if got.kind == "no handshake":
+        return f"{where} accepted the connection but did not complete the handshake (not a dslaunch coordinator?)"
+    return f"{where} did not answer ({got.why})" if got.why else f"{where} did not answer"
 
 
 def _wait_for_start(link: Link, deadline: float, stopped: list[int]) -> Joined | Ended | Orphaned | str:

@@ -10,14 +10,14 @@ another version, a compromised pod) is lost like a pod whose connection dropped,
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import replace
 from typing import Any
 
-from dslaunch import wire
+from dslaunch import wire, wire_check
 from dslaunch.channel.link import MAX_LINE
 from dslaunch.limits import MAX_WORLD_SIZE
-from dslaunch.wire_check import Bool, Int, ListOf, Malformed, Rejects, Spec, Text, fields, load_object
+from dslaunch.wire_check import Bool, Int, ListOf, Malformed, Rejects, Spec, Text
 
 _ATTEMPT = Int(0, 1 << 20)
 _NODE = Int(0, MAX_WORLD_SIZE)
@@ -46,17 +46,8 @@ POD_EVENTS = (
     wire.TimerWindow,
 )
 
+control = wire_check.control  # a control message of given kinds, checked (shared with the Slurm tasks' channel)
 rejected = Rejects()  # every malformed message this launcher has read on a pods' link
-
-
-def control(line: str | bytes, kinds: Mapping[str, tuple[dict[str, Spec], dict[str, Spec]]]) -> dict[str, Any]:
-    """A control message of one of ``kinds``, its fields checked; raises ``Malformed``."""
-    obj = load_object(line)
-    kind = obj.pop("t", None)
-    if type(kind) is not str or kind not in kinds:
-        raise Malformed(f"no message kind {str(kind)[:40]!r}")
-    required, optional = kinds[kind]
-    return {"t": kind, **fields(obj, required, optional)}
 
 
 def from_pod(line: str, node_rank: int, ranks: Collection[int] | None) -> wire.Event:

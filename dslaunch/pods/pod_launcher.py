@@ -79,7 +79,7 @@ class PodLauncher:
 
     def job_key(self, plan: LaunchPlan) -> bytes:
         if self._key is None:
-            from dslaunch.pods import secret
+            from dslaunch.channel import secret
 
             given = secret.take(os.environ)
             if given is None:

@@ -8,9 +8,10 @@ in any argv). One handle wraps the whole ``mpirun``: the agents' event lines
 come through its stdout, so exit codes are the ranks' own, never MPI's.
 
 mpirun carries nothing from the launcher to one agent, so each agent dials back
-to the launcher (``remote/dial_listener.py``, the port and a secret of the job's
+to the launcher (``remote/agent_links.py``, the port and a secret of the job's
 exported as ``DSLAUNCH_MPI_DIAL``): a requested stop's step, agreed here from
-every node's proposal, goes to every agent on its connection (docs/stopping.md).
+every node's proposal, goes to every agent on its connection, MACed as every line
+there (``channel/link.Link``; docs/stopping.md).
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ from dslaunch.job.result import START_FAILED, JobResult, stopped
 from dslaunch.oslib import prctl
 from dslaunch.output.lanes import ErrLane
 from dslaunch.plan import LaunchPlan, RemoteSettings
+from dslaunch.runners.remote.agent_links import AgentLinks
 from dslaunch.runners.remote.base import relay_lines
-from dslaunch.runners.remote.dial_listener import DialBackListener
 
 HOSTFILE_TOKEN = "{hostfile}"  # replaced by the per-job hostfile's path
 SSH_TOKEN = "{ssh}"  # replaced by the per-job ssh wrapper's path (MPICH)
@@ -199,7 +200,7 @@ ANSWER_WAIT = 10.0  # an agent that has not dialled back yet when the stop step 
 class AgentLines:
     """Control lines to every agent, on the connection it dialled back on (mpirun carries nothing to one agent)."""
 
-    def __init__(self, listener: DialBackListener, nodes: int) -> None:
+    def __init__(self, listener: AgentLinks, nodes: int) -> None:
         self.listener, self.nodes = listener, nodes
 
     def all_connected(self) -> bool:
@@ -336,7 +337,7 @@ class _MpiRunner(Runner):
                 os.chmod(ssh, 0o700)
             argv = mpi_argv(plan, self.flavour, program, hostfile, ssh=ssh)
             secret = secrets.token_bytes(32)
-            listener = DialBackListener(plan.run_id, secret)
+            listener = AgentLinks(plan.run_id, secret)
             err = ErrLane()
             try:
                 env = mpi_env_for(plan, dict(os.environ), dialback_text(listener.port, secret, "mpi"))

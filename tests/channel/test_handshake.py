@@ -62,6 +62,25 @@ def test_any_bytes_are_refused_without_an_exception(raw: bytes) -> None:
     assert handshake.check_answer(KEY, RUN, SERVER, raw) is None
     assert not handshake.check_welcome(KEY, RUN, SERVER, CLIENT, raw)
     handshake.read_challenge(raw)
+    handshake.read_refusal(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        (handshake.refusal("node 4 is not one of 1..3"), "node 4 is not one of 1..3"),
+        (handshake.refusal("x" * 5000), "x" * handshake.MAX_WHY),  # cut to the bound
+        (b'{"t":"refused","why":"a"}', "a"),
+        (b'{"t":"refused","why":5}', None),
+        (b'{"t":"refused"}', None),
+        (b'{"t":"refused","why":"a","and":1}', None),
+        (b'{"t":"start","why":"a"}', None),
+        (handshake.challenge(SERVER), None),
+        (b"refused", None),
+    ],
+)
+def test_a_refusal_is_read_only_from_a_refusal(raw: bytes, why: str | None) -> None:
+    assert handshake.read_refusal(raw.rstrip(b"\n")) == why
 
 
 def test_a_hello_proves_the_key_for_this_run_only() -> None:

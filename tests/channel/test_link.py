@@ -3,7 +3,9 @@ oversized lines end it, with how; the size bound is exact."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
 import time
 
 import pytest
@@ -59,6 +61,24 @@ def test_the_size_bound_is_exact_a_line_one_byte_over_is_refused(newline_with_it
     assert next(lines) == "x" * link_mod.MAX_LINE + "\n"
     b.sendall(b"y" * (link_mod.MAX_LINE + 1) + (b"\n" if newline_with_it else b""))
     assert list(lines) == [] and here.why == "oversized"
+
+
+def test_a_link_may_take_longer_lines_where_its_reader_says_so() -> None:
+    """A job agent's link (agent/dialback_client.py) takes its launcher's ``run`` lines, the whole plan in each."""
+    a, b = socket.socketpair()
+    here = Link(a, "there", max_line=4 * link_mod.MAX_LINE)
+
+    def send() -> None:
+        with contextlib.suppress(OSError):  # the link ends before the last line is all sent
+            b.sendall(b"x" * 4 * link_mod.MAX_LINE + b"\n" + b"y" * (4 * link_mod.MAX_LINE + 1))
+
+    sending = threading.Thread(target=send)
+    sending.start()  # more than the socket pair holds: sent while it is read
+    lines = here.lines()
+    assert next(lines) == "x" * 4 * link_mod.MAX_LINE + "\n"
+    assert list(lines) == [] and here.why == "oversized"
+    sending.join(5)
+    b.close()
 
 
 def test_a_line_a_few_bytes_over_is_refused_though_a_good_line_shares_its_read() -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from dslaunch.agent.dialback_client import connect_back, dialback_text
 from dslaunch.runners import mpi
-from dslaunch.runners.remote.dial_listener import DialBackListener
+from dslaunch.runners.remote.agent_links import AgentLinks
 from testbeds.ssh_cluster import SshCluster
 from tests.helpers import DSLAUNCH, wait_until_gone
 from tests.runners.stop_steps import RANKS, finish, saved, start, wait_ready
@@ -108,18 +108,17 @@ def test_the_answer_reaches_an_agent_that_dials_back_late() -> None:
     """The step is decided before an agent's connection is up (a stop in the first instant): it gets it once it is;
     the one already connected gets it at once."""
     secret = secrets.token_bytes(32)
-    listener = DialBackListener("r1", secret)
+    listener = AgentLinks("r1", secret)
     try:
         line = dialback_text(listener.port, secret, "mpi")
         env = {"DSLAUNCH_DIAL_ADDR": "127.0.0.1"}
-        early, _pending, _host = connect_back(line, "r1", env, 5.0, "mpi-node-0")
+        early, _host = connect_back(line, "r1", env, 5.0, name="mpi-node-0", node_rank=0)
         mpi.AgentLines(listener, 2).send(b"stop-at 7\n")
         time.sleep(0.3)
-        late, _pending, _host = connect_back(line, "r1", env, 5.0, "mpi-node-1")
-        for sock in (early, late):
-            with sock:
-                sock.settimeout(5.0)
-                assert sock.makefile("rb").readline() == b"stop-at 7\n"
+        late, _host = connect_back(line, "r1", env, 5.0, name="mpi-node-1", node_rank=1)
+        for link in (early, late):
+            assert next(link.lines()) == "stop-at 7\n"  # MACed by the launcher, checked by the agent's side
+            link.close()
     finally:
         listener.close()
 

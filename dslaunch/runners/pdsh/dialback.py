@@ -2,10 +2,11 @@
 (agent/dialback_client.py), and that connection carries every attempt, stop, signal and stack request, and the job's
 end, with no session per message. Their output still comes through pdsh (demux.py).
 
-The launcher listens on a port of its own (remote/dial_listener.py); each host gets a staged 0600 file with that
+The launcher listens on a port of its own (remote/agent_links.py); each host gets a staged 0600 file with that
 port, the job's dial-back secret and its name (``agent/dialback_client.dialback_text``), and its agent proves it
-holds the secret (channel/handshake.py) before it is trusted. A connection that ends (the agent died) or goes silent
-(TCP keepalive, ``oslib/tcp.DEAD_AFTER``) ends that host's stream at once: the attempt names the node lost.
+holds the secret (``channel/``: its hello first, the challenge and its answer, the launcher's welcome) before it is
+trusted; every line after that is MACed both ways (``channel/link.Link``). A link that ends (the agent died), goes
+silent (``channel/link.SILENT``) or fails a MAC ends that host's stream at once: the attempt names the node lost.
 Hosts that need an agent later (a lost node, spares) get a pdsh of their own.
 """
 
@@ -16,13 +17,13 @@ import queue
 import secrets
 import shlex
 import signal
-import socket
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
 from dslaunch.agent import dialback_client
+from dslaunch.channel.link import Link
 from dslaunch.job.result import START_FAILED
 from dslaunch.output.lanes import ErrLane
 from dslaunch.plan import LaunchPlan
@@ -30,7 +31,7 @@ from dslaunch.runners.pdsh.demux import PdshDemux
 from dslaunch.runners.pdsh.invocation import pdsh_label, start_pdsh
 from dslaunch.runners.remote import stage
 from dslaunch.runners.remote.agent_command import agent_command
-from dslaunch.runners.remote.dial_listener import DialBackListener
+from dslaunch.runners.remote.agent_links import AgentLinks
 from dslaunch.runners.remote.job_agents import CLOSE_WAIT
 
 JOIN_GRACE = 30.0  # beyond --ssh-connect-timeout: a cold interpreter on a loaded host, then the dial-back
@@ -53,18 +54,17 @@ class PdshGroup:
 
 
 class DialBackAgent:
-    """A pdsh-started agent that lives for the job (a ``JobAgent``): its dialled-back connection, its output."""
+    """A pdsh-started agent that lives for the job (a ``JobAgent``): the link it dialled back on, its output."""
 
-    def __init__(self, host: str, sock: socket.socket, group: PdshGroup) -> None:
+    def __init__(self, host: str, link: Link, group: PdshGroup) -> None:
         self.host = host
-        self.sock = sock
+        self.link = link
         self.group = group
         self.label = group.label[host]
         self.err_ended = group.demux.err_ended[self.label]
         self.dead = False
         self._closing = False
         self._link_up = True
-        self._lock = threading.Lock()
         self._events = self._lines()
         threading.Thread(target=self._watch, name=f"dial {host}", daemon=True).start()
 
@@ -74,11 +74,9 @@ class DialBackAgent:
             yield line
 
     def _watch(self) -> None:
-        """The agent sends nothing on its connection: its end (EOF, a reset, keepalive's silence) is all there is."""
-        try:
-            while self.sock.recv(4096):
-                pass
-        except OSError:
+        """The agent sends nothing but heartbeats (remote/agent_links.py reads them): its link's end (the agent's,
+        its silence, a line that fails its MAC) is all there is."""
+        while not self.link.wait_closed(3600):
             pass
         self._link_up = False
         if not self._closing:
@@ -88,12 +86,7 @@ class DialBackAgent:
         return self._events
 
     def send(self, data: bytes) -> bool:
-        with self._lock:
-            try:
-                self.sock.sendall(data)
-                return True
-            except OSError:
-                return False
+        return self.link.send_raw(data)
 
     def usable(self) -> bool:
         return not self.dead and self.status() is None
@@ -111,26 +104,17 @@ class DialBackAgent:
         self._signal_client(signal.SIGTERM)
 
     def close(self, wait: float = CLOSE_WAIT) -> None:
-        self._closing = True
         self.group.demux.asked_to_stop.add(self.label)
-        try:
-            self.sock.shutdown(socket.SHUT_WR)  # EOF: the agent ends its zygote and exits
-        except OSError:
-            pass
+        self._end_link()  # the link's end: the agent ends its zygote and exits
         deadline = time.monotonic() + wait
         while self.label not in self.group.demux.closed and time.monotonic() < deadline:
             time.sleep(0.02)
-        self._end_link()
         if self.label not in self.group.demux.closed:
             self._signal_client(signal.SIGTERM)
 
     def _end_link(self) -> None:
         self._closing = True
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
+        self.link.close()
 
     def _signal_client(self, signum: int) -> None:
         pid = self.group.demux.ssh_client(self.host.rpartition("@")[2])
@@ -199,7 +183,7 @@ class DialBack:
     def __init__(self, run_id: str, stage_files: Stage, pdsh_argv: PdshArgv, env: dict[str, str], err: ErrLane) -> None:
         self.err = err
         self.secret = secrets.token_bytes(32)
-        self.listener = DialBackListener(run_id, self.secret)
+        self.listener = AgentLinks(run_id, self.secret)
         self.stage_files = stage_files  # (run_id, files) -> {host: why} for the hosts it could not stage on
         self.pdsh_argv = pdsh_argv
         self.env = env
@@ -237,12 +221,12 @@ class DialBack:
         pdsh = PdshGroup(proc, hosts, self.err)
         self.groups.append(pdsh)
         deadline = time.monotonic() + plan.remote.connect_timeout + JOIN_GRACE
-        conns = self.listener.take(hosts, deadline, lambda h: pdsh.label[h] in pdsh.demux.closed)
+        links = self.listener.take(hosts, deadline, lambda h: pdsh.label[h] in pdsh.demux.closed)
         for host in hosts:
-            if host not in conns:
+            if host not in links:
                 failures[host] = f"its agent did not dial back to this launcher (port {self.listener.port})"
                 pdsh.demux.stopped.add(pdsh.label[host])
-        return {h: DialBackAgent(h, sock, pdsh) for h, sock in conns.items()}, failures
+        return {h: DialBackAgent(h, link, pdsh) for h, link in links.items()}, failures
 
     def close(self) -> None:
         self.listener.close()

@@ -10,7 +10,7 @@ under ssh. Ending the node's ssh client is the fallback when that ssh fails, and
 Ctrl-C or the end of the grace period does. The agent still watches stdin: a launcher killed
 with SIGKILL takes pdsh with it (parent-death signal), which closes every ssh client's stdin.
 Beside the plan, each host's file holds a way back to this launcher: the agent keeps a connection
-to it whose end (the launcher's death, a partition found by keepalive) stops its node.
+to it whose end (the launcher's death, its silence: a partition) stops its node.
 
 With ``--max-restarts`` they are job agents instead (dialback.py): each dials back to the launcher, and that
 connection carries every attempt, stop and signal; spare hosts get theirs at the job's start.
@@ -39,8 +39,8 @@ from dslaunch.runners.pdsh.invocation import pdsh_command, pdsh_env, pdsh_label,
 from dslaunch.runners.pdsh.ssh_mux import SshMux
 from dslaunch.runners.remote import job_agents, rlimits, stage
 from dslaunch.runners.remote.agent_command import agent_command, reap_command
+from dslaunch.runners.remote.agent_links import AgentLinks
 from dslaunch.runners.remote.base import ALL_HOSTS, RemoteRunner, report_start_failures
-from dslaunch.runners.remote.dial_listener import DialBackListener
 from dslaunch.runners.remote.job_agents import JobAgents
 from dslaunch.runners.remote.spares import Spares
 
@@ -277,7 +277,7 @@ class PdshRunner(RemoteRunner):
         # Each agent's liveness line to this launcher (agent/dialback_client.py::watch_launcher): pdsh has no stdin, so
         # without it a partition reaches a cut-off agent only through its sshd's ClientAlive settings.
         secret = secrets.token_bytes(32)
-        listener = DialBackListener(plan.run_id, secret)
+        listener = AgentLinks(plan.run_id, secret)
         try:
             after = {n.host: dialback_client.dialback_text(listener.port, secret, n.host) for n in plan.nodes}
             return self._run_staged(plan, settings, env, after, listener)
@@ -290,7 +290,7 @@ class PdshRunner(RemoteRunner):
         settings: RemoteSettings,
         env: dict[str, str],
         after: dict[str, str],
-        listener: DialBackListener,
+        listener: AgentLinks,
     ) -> JobResult:
         try:
             failed = stage.stage_plan(

@@ -24,13 +24,13 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from dslaunch import wire
+from dslaunch.channel import secret
 from dslaunch.errors import DslaunchError
 from dslaunch.job.loop import report, supervise
 from dslaunch.job.result import JobResult
 from dslaunch.job.state import Outcome, lost_node_code
 from dslaunch.oslib import port_holders, prctl
 from dslaunch.plan import LaunchPlan
-from dslaunch.pods import secret
 from dslaunch.runners.forked import LocalAgent
 from dslaunch.runners.slurm import peer_signal
 from dslaunch.runners.slurm.stop_channel import Hub, Spoke

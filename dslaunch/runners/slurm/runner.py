@@ -18,11 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dslaunch import wire
+from dslaunch.channel import secret
 from dslaunch.job.protocols import Runner
 from dslaunch.job.result import START_FAILED, JobResult
 from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan
-from dslaunch.pods import secret
 from dslaunch.runners.slurm import in_step
 from dslaunch.runners.slurm.srun_stderr import SrunErrors
 from dslaunch.slurmlib import lost_nodes, srun, task_plan

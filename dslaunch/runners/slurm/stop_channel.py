@@ -3,10 +3,10 @@
 Each srun task is its own launcher (``in_step.py``), so no launcher sees every node's stop step. Node 0's task
 listens on the first free of ``layout.stop_channel_ports(master_port)`` (:class:`Hub`); every other task connects
 (to each in turn) at its first attempt, retrying for ``CONNECT_TIME`` while node 0's is not up yet (:class:`Spoke`),
-and keeps the connection for every attempt. The connection is the pods' (``channel/handshake.py`` through
-``channel/door.py``'s door, then a ``pods/link.Link``: every line MACed, heartbeats, bounded lines), under the
-job's secret (``DSLAUNCH_JOB_SECRET``; ``--launcher slurm`` makes one for its step). Two messages, checked field by
-field, anything else ends the link:
+and keeps the connection for every attempt. The connection is the pods' (``channel/``: ``dial`` and the ``door``'s
+handshake, then a ``link.Link``: every line MACed, heartbeats, bounded lines), under the job's secret
+(``DSLAUNCH_JOB_SECRET``; ``--launcher slurm`` makes one for its step). Two messages, checked field by field,
+anything else ends the link:
 
 - a task to node 0: ``{"t": "propose", "attempt": A, "step": S | null}``, its agent's proposal (``wire.StopStep``);
 - node 0 to every task: ``{"t": "stop_at", "attempt": A, "step": S}``, the job's step (``job/stop_gather.py``:
@@ -29,24 +29,21 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from dslaunch.channel import handshake
+from dslaunch.channel import admit, handshake
+from dslaunch.channel.dial import Who, dial
 from dslaunch.channel.door import Door
-from dslaunch.channel.link import SILENT, Link
+from dslaunch.channel.link import Link
 from dslaunch.job.stop_gather import GATHER_BOUND, StopStepGather
-from dslaunch.pods import messages
-from dslaunch.pods.member import open_link
-from dslaunch.wire_check import Int, Malformed, Maybe, Spec
+from dslaunch.wire_check import Int, Kinds, Malformed, Maybe, control
 
 CONNECT_TIME = 60.0  # a task's tries to reach node 0's, from its first attempt (node 0's task may start later)
-RETRY = (0.05, 0.5)  # the first and the longest wait between two tries
-HANDSHAKE_TIME = 5.0
+NAMES = ("node 0's task", "this task")  # in a refusal's words
 ANSWER_TIME = GATHER_BOUND + 2.0  # a proposal's answer from node 0, or this node decides alone
 
 _ATTEMPT = Int(0, 1 << 20)
 _STEP = Int(1, 1 << 62)
-_Kinds = dict[str, tuple[dict[str, Spec], dict[str, Spec]]]
-TO_NODE0: _Kinds = {"propose": ({"attempt": _ATTEMPT, "step": Maybe(_STEP)}, {})}
-FROM_NODE0: _Kinds = {"stop_at": ({"attempt": _ATTEMPT, "step": _STEP}, {})}
+TO_NODE0: Kinds = {"propose": ({"attempt": _ATTEMPT, "step": Maybe(_STEP)}, {})}
+FROM_NODE0: Kinds = {"stop_at": ({"attempt": _ATTEMPT, "step": _STEP}, {})}
 
 Answer = Callable[[int], None]  # the agent's stop_at
 
@@ -122,15 +119,9 @@ class Hub:
     def _admit(self, conn: socket.socket, joiner: handshake.Joiner, server_nonce: str, rest: bytes) -> None:
         node_rank = joiner.node_rank
         if not 0 < node_rank < self.nnodes:
-            conn.sendall(
-                handshake.line({"t": "refused", "why": f"node {node_rank} is not one of 1..{self.nnodes - 1}"})
-            )
-            conn.close()
+            admit.refuse(conn, f"node {node_rank} is not one of 1..{self.nnodes - 1}")
             return
-        conn.settimeout(SILENT)
-        conn.sendall(handshake.welcome(self.key, self.run_id, server_nonce, joiner.nonce))
-        to_task, from_task = handshake.session_keys(self.key, self.run_id, server_nonce, joiner.nonce)
-        link = Link(conn, joiner.host, rest, keys=(to_task, from_task))
+        link = admit.welcome(conn, joiner, server_nonce, rest, key=self.key, run_id=self.run_id)
         with self._lock:
             old, self._links[node_rank] = self._links.get(node_rank), link
             decided = {a: g.step for a, g in self._gathers.items() if g.step is not None}
@@ -194,7 +185,7 @@ class Spoke:
         self._current: _Attempt | None = None
         self._decided: dict[int, int] = {}  # node 0's answers, by attempt (one may come before this task began it)
         self._trying = True  # still trying to reach node 0's task: a proposal waits for the connection
-        who = (key, run_id, (me[0], me[1], 0), None)
+        who: Who = (key, run_id, (me[0], me[1], 0), None)
         threading.Thread(target=self._connect, args=(who, tuple(addresses)), name="stop channel", daemon=True).start()
 
     @property
@@ -235,45 +226,22 @@ class Spoke:
     def _send(link: Link, current: _Attempt) -> bool:
         return link.send({"t": "propose", "attempt": current.number, "step": current.own})
 
-    def _connect(
-        self, who: tuple[bytes, str, tuple[int, str, int], None], addresses: tuple[tuple[str, int], ...]
-    ) -> None:
-        end, wait = time.monotonic() + CONNECT_TIME, RETRY[0]
-        why = "no answer"
-        while not self._closed.is_set() and end > time.monotonic():
-            for n, address in enumerate(addresses):
-                if self._closed.is_set() or (left := end - time.monotonic()) <= 0:
-                    break
-                link, failed = self._try(who, address, left, end)
-                if link is not None:
-                    self._serve(link)
-                    return
-                if n == 0:
-                    why = failed  # the usual port's: what a user looks at first
-            self._closed.wait(wait)
-            wait = min(RETRY[1], wait * 2)
+    def _connect(self, who: Who, addresses: tuple[tuple[str, int], ...]) -> None:
+        got = dial(addresses, who, time.monotonic() + CONNECT_TIME, names=NAMES, stopped=self._closed.is_set)
+        if isinstance(got, Link):
+            self._serve(got)
+            return
         self._trying = False
+        if got.kind == "no handshake":
+            why = "the handshake did not complete"
+        else:
+            why = got.why or "no answer"
         host, port = addresses[0]
         others = ", ".join(str(p) for _h, p in addresses[1:])
         more = f", nor at its fallback ports {others}" if others else ""
         self.notes.append(f"cannot reach node 0's task at {host}:{port} ({why}){more}: this node decides alone")
         if self._current is not None:
             self._current.alone()
-
-    @staticmethod
-    def _try(
-        who: tuple[bytes, str, tuple[int, str, int], None], address: tuple[str, int], left: float, end: float
-    ) -> tuple[Link | None, str]:
-        """A link to node 0's task at ``address``, or why not (refused, or someone else's port: no handshake)."""
-        try:
-            sock = socket.create_connection(address, timeout=min(2.0, max(0.05, left)))
-        except OSError as exc:
-            return None, exc.strerror or str(exc)
-        got = open_link(sock, who, min(time.monotonic() + HANDSHAKE_TIME, end))
-        if isinstance(got, Link):
-            return got, ""
-        sock.close()
-        return None, got or "the handshake did not complete"
 
     def _serve(self, link: Link) -> None:
         link.start_reader()
@@ -295,11 +263,11 @@ class Spoke:
             current.alone()
 
 
-def _checked(link: Link, kinds: _Kinds, notes: list[str], who: str) -> Iterator[dict[str, Any]]:
+def _checked(link: Link, kinds: Kinds, notes: list[str], who: str) -> Iterator[dict[str, Any]]:
     """The messages ``link`` brings, each checked; a malformed one ends the link (noted)."""
     for line in link.received():
         try:
-            yield messages.control(line, kinds)
+            yield control(line, kinds)
         except Malformed as exc:
             notes.append(f"{who} sent a malformed message ({exc}): its link ended")
             link.refuse(str(exc))

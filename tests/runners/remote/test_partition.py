@@ -1,7 +1,7 @@
 """A node cut off from the network mid-job (network namespaces): the launcher names it within about
 --ssh-connect-timeout and stops the other nodes. The cut-off node's agent finds out on its own, within its bound
 and before the link is back (the testbed's sshd has no ClientAlive setting that would end the session for it):
-over ssh it hears no heartbeat; under pdsh its connection back to the launcher fails its keepalive."""
+over ssh it hears no heartbeat; under pdsh its connection back to the launcher goes silent."""
 
 from __future__ import annotations
 
@@ -54,5 +54,5 @@ def test_a_partitioned_node_is_named_and_the_job_ends(
     assert proc.returncode == 255, err
     assert "node 1 (node2) disappeared" in err, err
     assert elapsed < 3 + 8, f"the partition was noticed after {elapsed:.1f} s"
-    assert left == [], "the cut-off agent outlived its bound (wire.silence_bound or oslib/tcp.DEAD_AFTER, + the grace)"
+    assert left == [], "the cut-off agent outlived its bound (wire.silence_bound or channel/link.SILENT, + the grace)"
     assert wait_until_gone(run_id, 15) == []

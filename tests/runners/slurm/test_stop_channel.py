@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dslaunch.channel import secret
+from dslaunch.channel.dial import open_link
 from dslaunch.channel.link import Link
 from dslaunch.job import stop_gather
-from dslaunch.pods import secret
-from dslaunch.pods.member import open_link
 from dslaunch.runners.slurm import in_step, stop_channel
 from dslaunch.runners.slurm.stop_channel import Hub, Spoke
 from dslaunch.slurmlib import layout

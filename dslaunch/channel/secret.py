@@ -1,4 +1,5 @@
-"""The job's shared secret for the pods' control channel: where it comes from, and what happens without one.
+"""The job's shared secret for the control channels of the pods and of the Slurm tasks: where it comes from, and
+what happens without one. (A pdsh or MPI job's launcher makes a secret of its own for its agents' dial-back.)
 
 ``DSLAUNCH_JOB_SECRET`` (a Kubernetes Secret mounted as a variable) or ``DSLAUNCH_JOB_SECRET_FILE`` (one mounted
 as a file), the same in every pod. The launcher takes the variable out of its environment before anything
