@@ -36,10 +36,12 @@ import os
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +52,10 @@ from bench.pods_scale.coordinator import Coordinator, Job, free_port_pair, load_
 from bench.pods_scale.fleet import Fleet
 from bench.pods_scale.worker import raise_nofile
 
+ROOT = Path(__file__).resolve().parents[1]
 POD_SCENARIOS = ("join", "quiet", "drop", "silent", "restart", "stop")
-ALL = (*POD_SCENARIOS, "standby", "slurm", "dialback")
+ALL = (*POD_SCENARIOS, "standby", "realjoin", "slurm", "dialback")
+REAL_JOIN_MAX = 2048  # threads of real clients in one process: past this, the check itself is the bottleneck
 SECRET = "bench-pods-scale-secret"
 
 
@@ -64,8 +68,8 @@ def _sim(job: Job, folder: Path, args: argparse.Namespace, members: list[tuple[i
     cfg.update(ranks_per_pod=job.ranks, max_restarts=job.max_restarts, check=args.check, join_timeout=job.join_timeout)
     workers = args.workers or max(2, -(-len(members) // 4096))
     fleet = Fleet(workers, cfg)
-    fleet.add("pod", "pod", members)
-    return scenarios.Sim(job, folder, fleet, coordinator, [m[0] for m in members], args.max_threads)
+    fleet.add("pod", args.pod_dialect, members)
+    return scenarios.Sim(job, folder, fleet, coordinator, [m[0] for m in members], args.max_threads, args.spread)
 
 
 def _job(pods: int, args: argparse.Namespace, *, elastic: bool = False) -> Job:
@@ -74,35 +78,63 @@ def _job(pods: int, args: argparse.Namespace, *, elastic: bool = False) -> Job:
 
 
 def run_fixed(pods: int, args: argparse.Namespace, folder: Path, wanted: set[str]) -> dict[str, Any]:
-    """One fixed job of ``pods`` pods, the scenarios wanted in turn (each needs every pod running)."""
-    job = _job(pods, args)
+    """Fixed jobs of ``pods`` pods, the scenarios wanted in turn on one job while every pod runs it; after a scenario
+    that leaves the job not running on every pod, the next ones on a fresh job."""
+    figures: dict[str, Any] = {}
+    notes: list[str] = []
+    steps: list[tuple[str, Callable[[scenarios.Sim], bool]]] = [
+        ("quiet", lambda sim: scenarios.quiet(sim, args.settle, args.quiet_window) or True),
+        ("drop", lambda sim: scenarios.dropped(sim, args.restart_wait)),
+        ("silent", lambda sim: scenarios.silent(sim, args.restart_wait)),
+        ("restart", lambda sim: scenarios.coordinator_restarted(sim, args.restart_wait)),
+        ("stop", lambda sim: scenarios.requested_stop(sim, args.settle)),
+    ]
+    sim = _joined_job(pods, args, folder, figures, notes, first=True)
+    try:
+        if sim is not None and args.soak:
+            scenarios.soak(sim, args.soak)
+        for name, step in [(n, f) for n, f in steps if n in wanted]:
+            if sim is None and "joined" in figures and figures["joined"] == pods - 1:
+                notes.append(f"{name}: on a fresh job")
+                sim = _joined_job(pods, args, folder, figures, notes, first=False)
+            if sim is None:
+                break
+            if not step(sim):
+                figures["summary"] = _plain(sim.fleet.summary())
+                _end(sim)
+                sim = None
+    except scenarios.Abort as exc:
+        notes.append(f"aborted: {exc}")
+    finally:
+        if sim is not None:
+            figures["summary"] = _plain(sim.fleet.summary())
+            _end(sim)
+    return {**figures, "notes": notes}
+
+
+def _joined_job(
+    pods: int, args: argparse.Namespace, folder: Path, figures: dict[str, Any], notes: list[str], *, first: bool
+) -> scenarios.Sim | None:
+    """A fixed job with every pod running its first attempt; None (ended) when they do not all join."""
     members = [(n, args.host_format.format(n), n) for n in range(1, pods)]
-    sim = _sim(job, folder, args, members)
+    sim = _sim(_job(pods, args), folder, args, members)
+    sim.figures, sim.notes = (figures, notes) if first else ({}, notes)
     try:
         scenarios.start_members(sim)
-        steps = [
-            ("quiet", lambda: scenarios.quiet(sim, args.settle, args.quiet_window) or True),
-            ("drop", lambda: scenarios.dropped(sim)),
-            ("silent", lambda: scenarios.silent(sim)),
-            ("restart", lambda: scenarios.coordinator_restarted(sim)),
-        ]
         if scenarios.joined(sim, args.join_wait):
-            if args.soak:
-                scenarios.soak(sim, args.soak)
-            for name, step in steps:
-                if name in wanted and not step():
-                    sim.notes.append(f"stopped after {name}: not every pod runs")
-                    break
-            else:
-                if "stop" in wanted:
-                    scenarios.requested_stop(sim, args.settle)
+            sim.figures = figures
+            return sim
+        if first:
+            figures["summary"] = _plain(sim.fleet.summary())
     except scenarios.Abort as exc:
-        sim.notes.append(f"aborted: {exc}")
-    finally:
-        sim.figures["summary"] = _plain(sim.fleet.summary())
-        sim.fleet.close()
-        sim.coordinator.kill()
-    return {**sim.figures, "notes": sim.notes}
+        notes.append(f"aborted: {exc}")
+    _end(sim)
+    return None
+
+
+def _end(sim: scenarios.Sim) -> None:
+    sim.fleet.close()
+    sim.coordinator.kill()
 
 
 def run_standby(pods: int, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
@@ -118,6 +150,17 @@ def run_standby(pods: int, args: argparse.Namespace, folder: Path) -> dict[str, 
         sim.fleet.close()
         sim.coordinator.kill()
     return {k: v for k, v in sim.figures.items() if k.startswith("standby")} | {"standby_notes": sim.notes}
+
+
+def run_real_join(pods: int, args: argparse.Namespace) -> dict[str, Any]:
+    """The real client (pods/member.join, a thread a pod) at the same size and start: who joins, who gives up."""
+    argv = [sys.executable, "-m", "bench.pods_scale.real_join", str(pods), str(args.join_wait)]
+    try:
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=args.join_wait + 90)
+    except subprocess.TimeoutExpired:
+        return {"real_outcomes": {"the check timed out": pods - 1}}
+    lines = done.stdout.strip().splitlines()
+    return json.loads(lines[-1]) if done.returncode == 0 and lines else {"real_outcomes": {done.stderr[-300:]: 0}}
 
 
 def _plain(value: Any) -> Any:
@@ -172,6 +215,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--workers", type=int, default=0, help="simulator processes (default: one per 4,096 pods, 2 at least)")
     add("--join-wait", type=float, default=60.0, help="how long the benchmark waits for every pod to run")
     add("--join-timeout", type=float, default=120.0, help="the job's join_timeout (the pods' too)")
+    add("--restart-wait", type=float, default=60.0, help="how long for the job to run again on every pod")
     add("--settle", type=float, default=3.0, help="after the start, before the quiet window and the stop")
     add("--quiet-window", type=float, default=10.0)
     add("--soak", type=float, default=0.0, help="seconds of a running job under 2 busy loops (before the scenarios)")
@@ -180,6 +224,13 @@ def _parser() -> argparse.ArgumentParser:
     add("--flood", type=int, default=5000)
     add("--dial-dialect", default="dial-challenge-first", choices=("dial-challenge-first", "dial-channel"))
     add("--max-threads", type=int, default=10000, help="stop a coordinator or server past this many threads")
+    add(
+        "--pod-dialect",
+        default="pod",
+        choices=("pod", "pod-retry"),
+        help="pod: as pods/member.join; pod-retry: retries",
+    )
+    add("--spread", type=float, default=0.0, help="the pods start over this many seconds (0: all at once)")
     add("--host-format", default="job-worker-{}", help="a pod's host name (Kubeflow's pods: JOB-worker-N)")
     add("--check", action="store_true", help="pods check every relayed event with their real decoder")
     add("--results", default=str(Path(tempfile.gettempdir()) / "dslaunch-bench-pods-scale.json"))
@@ -195,6 +246,8 @@ def _one_run(args: argparse.Namespace, wanted: set[str], folder: Path, results: 
             got = run_fixed(size, args, folder, wanted)
         if "standby" in wanted:
             got |= run_standby(size, args, folder)
+        if "realjoin" in wanted and size <= REAL_JOIN_MAX:
+            got |= run_real_join(size, args)
         if got:
             _keep(results, "pods", size, got, path)
     workers = args.workers or 2

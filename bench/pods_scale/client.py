@@ -17,6 +17,7 @@ import errno
 import json
 import os
 import socket
+import struct
 import time
 from typing import Any, Protocol
 
@@ -32,6 +33,9 @@ HB = b'{"t":"hb"}'
 _MARK = wire.MARKER.encode()
 _BEFORE_START = {k: messages.FROM_COORDINATOR[k] for k in ("start", "standby", "end", "refused")}
 _IP_BIND_ADDRESS_NO_PORT = 24  # linux/in.h: the port is picked at connect(), per destination
+_SO_TIMESTAMPNS = 35  # asm-generic/socket.h: each read says when its last bytes arrived
+_ANCILLARY = socket.CMSG_SPACE(16)
+_RECV = 1 << 16  # a read's bytes share one arrival time (its last): small reads keep it close
 STOP_BASE = 1000  # a pod's proposed stop step: STOP_BASE + its index % 7 (the job's: the largest)
 
 
@@ -40,6 +44,7 @@ class Loop(Protocol):
 
     cfg: dict[str, Any]
     source: str
+    offset: float  # time.time() - time.monotonic(), now
 
     def watch(self, client: Client, events: int) -> None: ...
     def unwatch(self, client: Client) -> None: ...
@@ -71,6 +76,11 @@ class Client:
         self.gave_up = ""
         self.ends: dict[str, int] = {}
         self.coordinator_lost: list[tuple[float, str]] = []
+        self.log: list[tuple[float, str]] | None = [] if loop.cfg.get("trace") else None  # what happened, when
+
+    def note(self, what: str) -> None:
+        if self.log is not None:
+            self.log.append((time.monotonic(), what))
 
     # ---- connecting -----------------------------------------------------------------------------------------
     def begin(self, now: float) -> None:
@@ -79,10 +89,13 @@ class Client:
             self.deadline = now + self.loop.cfg["join_timeout"]
         if not self.first_try:
             self.first_try = now
+        self.note("try")
         self.tries += 1
         self.gen += 1
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setblocking(False)
+        if self.role != "flood":
+            sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
         try:
             if self.loop.source:
                 sock.setsockopt(socket.SOL_IP, _IP_BIND_ADDRESS_NO_PORT, 1)
@@ -97,6 +110,15 @@ class Client:
         self.sock, self.state, self.buf, self.out = sock, CONNECTING, b"", b""
         self.loop.watch(self, 2)  # EVENT_WRITE: connected, or failed
         self.loop.at(now + self.dialect.connect_timeout, self, "deadline", self.gen)
+
+    def start(self, now: float, after: float) -> None:
+        """The pod's launcher starts ``after`` seconds from now."""
+        if after <= 0:
+            self.begin(now)
+            return
+        self.state = WAIT
+        self.deadline = now + after + self.loop.cfg["join_timeout"]
+        self.loop.at(now + after, self, "try", self.gen)
 
     def ready(self, mask: int, now: float) -> None:
         if self.state == CONNECTING:
@@ -139,6 +161,7 @@ class Client:
     def _failed(self, now: float, why: str, *, answered: bool = False) -> None:
         """This try failed: another after the wait, while the join's time and the tries last."""
         self._close()
+        self.note(f"failed: {why}")
         self.ends[why] = self.ends.get(why, 0) + 1
         if answered and self.dialect.answer_eof_gives_up:
             self._give_up(f"closed after the answer ({why})")
@@ -151,6 +174,7 @@ class Client:
         self.wait = min(self.dialect.retry[1], self.wait * 2) if self.wait else 0.0
 
     def _give_up(self, why: str) -> None:
+        self.note(f"gave up: {why}")
         self._close()
         self.state, self.gave_up = DONE, why
 
@@ -199,26 +223,34 @@ class Client:
     def _read(self, now: float) -> None:
         assert self.sock is not None
         try:
-            data = self.sock.recv(1 << 18)
+            data, ancillary, _flags, _addr = self.sock.recvmsg(_RECV, _ANCILLARY)
         except BlockingIOError:
             return
         except OSError:
-            data = b""
+            data, ancillary = b"", []
+        arrived = now
+        for _level, kind, stamp in ancillary:  # when the last of these bytes reached the socket (kernel's clock)
+            if kind == _SO_TIMESTAMPNS and len(stamp) >= 16:
+                sec, nsec = struct.unpack("qq", stamp[:16])
+                arrived = min(now, sec + nsec / 1e9 - self.loop.offset)
         if self.silent:
             return  # powered off: nothing it reads matters
         if self.role == "flood":
             if not data:
                 self._ended(now, "dropped")
             return  # says nothing, answers nothing
+        if not data and self.state in (GREETING, ANSWERED):
+            self._failed(now, "closed in the handshake", answered=self.state == ANSWERED)
+            return
         if not data:
             self._ended(now, "dropped")
             return
         self.last_heard = now
         self.buf += data
         if self.state in (GREETING, ANSWERED):
-            self._handshake(now)
+            self._handshake(arrived)
         if self.state in (JOINED, RUNNING):
-            self._lines(now)
+            self._lines(arrived)
 
     # ---- the handshake (channel/handshake.py, as pods/member.open_link and dialback_client._handshake) ----------
     def _handshake(self, now: float) -> None:
@@ -249,6 +281,7 @@ class Client:
 
     def _welcomed(self, now: float) -> None:
         self.joined_at.append(now)
+        self.note("welcome")
         self.gen += 1  # the handshake's deadline no longer applies
         self.state, self.last_heard, self.wait = JOINED, now, self.dialect.retry[0]
         if self.dialect.sealed:
@@ -289,12 +322,24 @@ class Client:
             self._ended(now, "oversized")
 
     def check_silence(self, now: float) -> None:
-        if self.unseal is not None and self.state in (JOINED, RUNNING) and now - self.last_heard > SILENT:
+        """Nothing heard for ``SILENT``: the link ends, as a real link's read times out. Bytes waiting unread in
+        the socket count as heard: a real pod reads on a thread of its own, this loop may be behind."""
+        if self.unseal is None or self.state not in (JOINED, RUNNING) or now - self.last_heard <= SILENT:
+            return
+        assert self.sock is not None
+        try:
+            waiting = self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except OSError:
+            waiting = b""
+        if waiting:
+            self.last_heard = now
+        else:
             self._ended(now, "silent")
 
     def _ended(self, now: float, why: str) -> None:
         """The link ended (``why`` as ``Link.why``): what the real client does next."""
         self._close()
+        self.note(f"link ended: {why}")
         self.ends[why] = self.ends.get(why, 0) + 1
         if self.role == "flood":  # back after a moment
             self.state = WAIT
@@ -350,6 +395,7 @@ class Client:
         if kind == "start":
             self._start(message, now)
         elif kind == "standby":
+            self.note(f"standby {message['attempt']}")
             self.standby.setdefault(message["attempt"], now)
         elif kind in ("end", "refused"):
             self._give_up(f"{kind} before the start: {message.get('why', message.get('code'))}")
@@ -357,6 +403,7 @@ class Client:
     def _start(self, message: dict[str, Any], now: float) -> None:
         self.state, self.attempt, self.node = RUNNING, message["attempt"], message["node_rank"]
         self.started[self.attempt] = now
+        self.note(f"start {self.attempt} as node {self.node}")
         self.standby.clear()
         rpp, pid = self.loop.cfg["ranks_per_pod"], 100000 + self.idx
         events = [wire.Spawned(self.node * rpp + i, i, pid + i, self.host) for i in range(rpp)]
@@ -375,8 +422,8 @@ class Client:
             if isinstance(event, wire.NodeLost):
                 self.lost.setdefault((self.attempt, event.node_rank), now)
             return
-        obj = json.loads(payload[len(_MARK) :])
-        if obj.get("ev") == "lost":
+        if b'"ev":"lost"' in payload[: len(_MARK) + 12]:  # a rank's exit is only counted
+            obj = json.loads(payload[len(_MARK) :])
             self.lost.setdefault((self.attempt, obj["node_rank"]), now)
 
     def _control(self, payload: bytes, now: float) -> None:
@@ -386,6 +433,7 @@ class Client:
             self._malformed(now, exc)
             return
         kind = message["t"]
+        self.note(f"control {kind}")
         if kind == "stop" and "signum" in message and self.stopping is None:  # a requested stop: propose a step
             self.stopping = message["signum"]
             asked = wire.StopAsked(self.node, self.stopping, time.time())

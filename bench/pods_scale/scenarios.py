@@ -38,6 +38,7 @@ class Sim:
     coordinator: Coordinator
     pods: list[int]  # the simulated pods' indexes (a fixed job's: their node ranks)
     max_threads: int
+    spread: float = 0.0  # the pods start over this many seconds
     figures: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     attempt: int = 0
@@ -69,8 +70,8 @@ class Sim:
 
 
 def start_members(sim: Sim) -> None:
-    """Every simulated pod starts its join at once (a synchronized start, as a job's pods are scheduled)."""
-    sim.fleet.call("start")
+    """Every simulated pod starts its join: at once (a synchronized start), or spread over ``sim.spread`` s."""
+    sim.fleet.call("start", spread=sim.spread)
 
 
 def _started(sim: Sim, attempt: int, pods: list[int]) -> tuple[int, float | None]:
@@ -81,10 +82,9 @@ def _started(sim: Sim, attempt: int, pods: list[int]) -> tuple[int, float | None
 
 
 def _hopeless(sim: Sim) -> bool:
-    """Every pod that has not joined has given up: waiting longer changes nothing."""
-    summary = sim.fleet.summary()
-    states = summary["states"]
-    return states.get("joining", 0) + states.get("joined", 0) == 0 and states.get("running", 0) < len(sim.live())
+    """A fixed job's attempt cannot start: a pod gave up, and every other has joined or given up too."""
+    states = sim.fleet.summary()["states"]
+    return states.get("done", 0) > 0 and states.get("joining", 0) == 0
 
 
 def joined(sim: Sim, wait: float) -> bool:
@@ -96,6 +96,8 @@ def joined(sim: Sim, wait: float) -> bool:
     summary = sim.fleet.summary()
     sim.figures.update(
         joined=count,
+        waiting=summary["states"].get("joined", 0),
+        gave_up=sum(summary["gave_up"].values()),
         pods=len(pods) + 1,
         tries=summary["tries"],
         tries_per_pod=round(summary["tries"] / len(pods), 2),
@@ -128,13 +130,14 @@ def quiet(sim: Sim, settle: float, window: float) -> None:
     )
 
 
-def _lose(sim: Sim, how: str, name: str, wait: float) -> float | None:
+def _lose(sim: Sim, how: str, name: str, wait: float) -> tuple[float, float]:
     """Lose one pod (``how``: "drop" closes its connection, "silence" stops it sending); the time until every other
     pod has heard it lost (the coordinator's ``NodeLost`` relay), then the pod recreated and the time until the next
     attempt runs on every pod."""
     victim = sim.live()[len(sim.live()) // (2 if how == "drop" else 3)]
     node, attempt = sim.fleet.query("node")[victim], sim.attempt
     others = [p for p in sim.live() if p != victim]
+    cpu0 = _cpu(sim)
     t0 = time.monotonic()
     sim.fleet.act(how, [victim])
 
@@ -149,36 +152,55 @@ def _lose(sim: Sim, how: str, name: str, wait: float) -> float | None:
     if len(heard) < len(others):
         sim.notes.append(f"{name}: {len(heard)} of {len(others)} pods told within {wait:g} s")
     sim.fleet.act("revive", [victim])
-    return t0
+    return t0, cpu0
 
 
-def next_attempt(sim: Sim, t0: float, name: str, wait: float = RESTART_WAIT) -> bool:
-    """The job's next attempt started on every pod: seconds from ``t0``."""
-    sim.attempt += 1
+def next_attempt(sim: Sim, t0: float, name: str, wait: float = RESTART_WAIT, cpu0: float | None = None) -> bool:
+    """The job runs again on every pod (every pod's latest start is of one attempt after the last): seconds from
+    ``t0``; with ``cpu0`` (the coordinator's CPU seconds at ``t0``), the coordinator's CPU seconds meanwhile."""
+    before = sim.attempt
     pods = sim.live()
-    sim.wait(lambda: _started(sim, sim.attempt, pods)[0] == len(pods), wait)
-    count, last = _started(sim, sim.attempt, pods)
-    sim.figures[f"{name}_s"] = round(last - t0, 3) if count == len(pods) and last else None
-    if count < len(pods):
+
+    def latest() -> tuple[int, int, float | None]:
+        got = sim.fleet.query("latest")
+        attempts = [got[p][0] for p in pods if got.get(p) is not None]
+        top = max(attempts, default=-1)
+        on = [got[p][1] for p in pods if got.get(p) is not None and got[p][0] == top]
+        return top, len(on), max(on, default=None)
+
+    sim.wait(lambda: latest()[0] > before and latest()[1] == len(pods), wait)
+    attempt, count, last = latest()
+    ok = attempt > before and count == len(pods)
+    sim.attempt = max(attempt, before + 1)
+    sim.figures[f"{name}_s"] = round(last - t0, 3) if ok and last else None
+    used = usage(sim.coordinator.pid)
+    if cpu0 is not None and used is not None:
+        sim.figures[f"{name}_cpu_s"] = round(used.cpu - cpu0, 2)
+    if not ok:
         summary = sim.fleet.summary()
-        sim.notes.append(f"{name}: attempt {sim.attempt} started on {count} of {len(pods)} within {wait:g} s")
+        sim.notes.append(f"{name}: attempt {attempt} started on {count} of {len(pods)} within {wait:g} s")
         sim.notes.append(f"pods gave up: {dict(summary['gave_up'].most_common(4))}; states: {dict(summary['states'])}")
-    return count == len(pods)
+    return ok
 
 
-def dropped(sim: Sim) -> bool:
+def _cpu(sim: Sim) -> float:
+    used = usage(sim.coordinator.pid)
+    return used.cpu if used is not None else 0.0
+
+
+def dropped(sim: Sim, wait: float = RESTART_WAIT) -> bool:
     """A deleted pod (its connection closes): told to every other pod; the job restarted on every pod."""
-    t0 = _lose(sim, "drop", "drop", LOSS_WAIT)
-    return next_attempt(sim, t0, "drop_restart")
+    t0, cpu0 = _lose(sim, "drop", "drop", LOSS_WAIT)
+    return next_attempt(sim, t0, "drop_restart", wait, cpu0=cpu0)
 
 
-def silent(sim: Sim) -> bool:
+def silent(sim: Sim, wait: float = RESTART_WAIT) -> bool:
     """A pod that stops sending, its connection open (powered off, cut off): noticed, told to every other pod."""
-    t0 = _lose(sim, "silence", "silent", LOSS_WAIT)
-    return next_attempt(sim, t0, "silent_restart")
+    t0, cpu0 = _lose(sim, "silence", "silent", LOSS_WAIT)
+    return next_attempt(sim, t0, "silent_restart", wait, cpu0=cpu0)
 
 
-def coordinator_restarted(sim: Sim) -> bool:
+def coordinator_restarted(sim: Sim, wait: float = RESTART_WAIT) -> bool:
     """The coordinator's pod deleted and recreated at once: every member pod joins the new one (a lost coordinator
     is a failed attempt: a member joins again while --max-restarts allows); seconds from the kill to the next
     attempt on every pod, and from the new coordinator's listening."""
@@ -187,17 +209,18 @@ def coordinator_restarted(sim: Sim) -> bool:
     sim.coordinator = Coordinator(sim.job, sim.folder, f"coordinator{sim.attempt + 1}")
     listening = sim.coordinator.wait_listening(30)
     t_listen = time.monotonic()
-    ok = next_attempt(sim, t0, "coordinator_restart")
+    ok = next_attempt(sim, t0, "coordinator_restart", wait, cpu0=0.0)  # the new coordinator's CPU from its start
     if ok and listening:
         got = sim.fleet.query("started", sim.attempt)
         sim.figures["coordinator_restart_from_listen_s"] = round(max(got[p] for p in sim.live()) - t_listen, 3)
     return ok
 
 
-def requested_stop(sim: Sim, settle: float) -> None:
+def requested_stop(sim: Sim, settle: float) -> bool:
     """SIGTERM to the coordinator: the time until every pod has the job's stop step (``stop_at``), and whether it is
-    the same on every pod (the largest proposal). ``settle`` s after the attempt started first: between its wait
-    for the pods and its supervision of the attempt the coordinator does not catch SIGTERM (it dies of it)."""
+    the same on every pod (the largest proposal); False: the job is over. ``settle`` s after the attempt started
+    first: between its wait for the pods and its supervision of the attempt the coordinator does not catch SIGTERM
+    (it dies of it)."""
     time.sleep(settle)
     pods = sim.live()
     t0 = time.monotonic()
@@ -224,6 +247,7 @@ def requested_stop(sim: Sim, settle: float) -> None:
         sim.figures["coordinator_exit_s"] = round(time.monotonic() - t0, 3)
     except subprocess.TimeoutExpired:
         sim.notes.append("stop: the coordinator did not exit within 30 s")
+    return False
 
 
 def standby(sim: Sim, wait: float) -> None:

@@ -46,6 +46,7 @@ class Worker:
         self.seq = 0
         self.clients: dict[int, Client] = {}
         self.alive = True
+        self.offset = time.time() - time.monotonic()
 
     # ---- the loop a client needs (client.Loop) ----
     def watch(self, client: Client, events: int) -> None:
@@ -69,6 +70,7 @@ class Worker:
         next_sweep = time.monotonic() + SWEEP
         while self.alive:
             now = time.monotonic()
+            self.offset = time.time() - now
             wait = min(next_sweep, self.timers[0][0] if self.timers else next_sweep) - now
             for key, mask in self.sel.select(max(0.0, min(wait, 0.05))):
                 if key.data is None:
@@ -93,9 +95,9 @@ class Worker:
             dialect = dialects.BY_NAME[cmd["dialect"]]()
             for idx, host, node_rank in cmd["clients"]:
                 self.clients[idx] = Client(self, idx, dialect, host, node_rank, role=cmd["role"])
-        elif op == "start":
+        elif op == "start":  # at once, or spread over ``spread`` seconds (by index, the same every run)
             for client in self.clients.values():
-                client.begin(now)
+                client.start(now, cmd.get("spread", 0.0) * ((client.idx * 0.618034) % 1.0))
         elif op in ("drop", "silence", "revive"):
             for client in (self.clients[i] for i in cmd["idx"] if i in self.clients):
                 client.drop() if op == "drop" else client.go_silent() if op == "silence" else client.revive(now)
@@ -122,6 +124,8 @@ class Worker:
             "lost": lambda c: c.lost.get(tuple(arg)),
             "stop_at": lambda c: c.stop_at,
             "node": lambda c: c.node,
+            "latest": lambda c: max(c.started.items()) if c.started else None,
+            "log": lambda c: c.log,
         }[q]
         return {c.idx: read(c) for c in self.clients.values()}
 

@@ -37,6 +37,7 @@ def test_the_simulator_runs_every_scenario_against_a_real_coordinator(tmp_path: 
     assert pods["coordinator_restart_s"] is not None
     assert pods["stop_agreed"] == 15 and pods["stop_step_ok"] is True and pods["coordinator_exit"] == 143
     assert pods["standby_joined"] == 15 and pods["standby_s"] is not None
+    assert pods["real_started"] == 15 and pods["real_outcomes"] == {}, pods  # the real client, the same way
     (slurm,) = saved["slurm"]["32"]
     assert slurm["connected"] == 31 and slurm["agreed"] == 31 and slurm["step_ok"] is True, slurm
     (dial,) = saved["dialback"]["32"]
