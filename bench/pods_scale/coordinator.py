@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dslaunch.oslib import prctl
 from dslaunch.oslib.ports import listen_port
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -88,6 +89,7 @@ class Coordinator:
     def __init__(self, job: Job, folder: Path, name: str = "coordinator") -> None:
         self.job = job
         self.log = folder / f"{job.run_id}-{name}.log"
+        prctl.load()
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "dslaunch", *job.args],
@@ -97,6 +99,7 @@ class Coordinator:
                 stdout=log,
                 stderr=log,
                 start_new_session=True,
+                preexec_fn=_die_with_us,
             )
         self.started = time.monotonic()
 
@@ -122,7 +125,8 @@ class Coordinator:
         return False
 
     def kill(self) -> None:
-        """A deleted pod: SIGKILL to the coordinator's whole session (its agent and ranks)."""
+        """A deleted pod: SIGKILL to the coordinator's process group (its launcher and agent; its ranks, each in a
+        session of its own, follow by their parent-death signal), then to anything of the job still alive."""
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -131,12 +135,47 @@ class Coordinator:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             pass
+        deadline = time.monotonic() + 2.0
+        while (left := job_processes(self.job.run_id)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for pid, what in left.items():
+            print(
+                f"bench: killing a process of job {self.job.run_id} left 2 s after its coordinator: {what}", flush=True
+            )
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def tail(self, chars: int = 2000) -> str:
         try:
             return self.log.read_text(errors="replace")[-chars:]
         except OSError:
             return ""
+
+
+def job_processes(run_id: str) -> dict[int, str]:
+    """Live processes (not zombies) whose environment carries the job's mark, with their command lines."""
+    mark = f"BENCH_PODS_SCALE={run_id}".encode()
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if mark not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                found[int(entry)] = " ".join(p.decode(errors="replace") for p in f.read().split(b"\0") if p)
+            with open(f"/proc/{entry}/status", "rb") as f:
+                ppid = next(line.split()[1].decode() for line in f if line.startswith(b"PPid:"))
+            found[int(entry)] += f" (pid {entry}, parent {ppid})"
+        except OSError:
+            continue
+    return found
 
 
 @dataclass(frozen=True)
@@ -172,3 +211,8 @@ def cpu_share(pids: list[int], seconds: float) -> tuple[float, list[Usage | None
 
 def load_average() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def _die_with_us() -> None:
+    """In the child: SIGKILL when the benchmark dies, however it dies (prctl.load() ran in the parent)."""
+    prctl.set_parent_death_signal(signal.SIGKILL)

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
 from typing import Any
 
+from dslaunch.oslib import prctl
 from dslaunch.oslib.ports import listen_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -76,6 +78,7 @@ class Server:
 
     def __init__(self, kind: str, run_id: str, key: bytes, args: list[str]) -> None:
         env = {**os.environ, "BENCH_KEY": key.hex(), "PYTHONPATH": REPO}
+        prctl.load()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bench.pods_scale.servers", kind, run_id, *args],
             stdin=subprocess.PIPE,
@@ -83,6 +86,7 @@ class Server:
             env=env,
             cwd=REPO,
             start_new_session=True,
+            preexec_fn=_die_with_us,
         )
         self.lines: list[str] = []
         self._buf = b""
@@ -129,3 +133,8 @@ def free_port() -> int:
 if __name__ == "__main__":
     sys.path.insert(0, REPO)
     main(sys.argv[1:])
+
+
+def _die_with_us() -> None:
+    """In the child: SIGKILL when the benchmark dies, however it dies (prctl.load() ran in the parent)."""
+    prctl.set_parent_death_signal(signal.SIGKILL)
