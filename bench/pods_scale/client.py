@@ -31,6 +31,7 @@ from dslaunch.wire_check import Malformed
 NEW, WAIT, CONNECTING, GREETING, ANSWERED, JOINED, RUNNING, DONE, GONE = range(9)
 HB = b'{"t":"hb"}'
 _MARK = wire.MARKER.encode()
+_EXIT = _MARK + b'{"ev":"exit",'  # wire.encode puts the kind first
 _BEFORE_START = {k: messages.FROM_COORDINATOR[k] for k in ("start", "standby", "end", "refused")}
 _IP_BIND_ADDRESS_NO_PORT = 24  # linux/in.h: the port is picked at connect(), per destination
 _SO_TIMESTAMPNS = 35  # asm-generic/socket.h: each read says when its last bytes arrived
@@ -300,6 +301,7 @@ class Client:
     # ---- the link (channel/link.Link.lines) -------------------------------------------------------------------
     def _lines(self, now: float) -> None:
         limit = MAX_LINE + (TAG if self.unseal is not None else 0)
+        fast = self.unseal is not None and not self.loop.cfg["check"]
         buf, pos = self.buf, 0
         while self.state in (JOINED, RUNNING):
             cut = buf.find(b"\n", pos)
@@ -309,6 +311,10 @@ class Client:
             if len(raw) > limit:
                 self._ended(now, "oversized")
                 return
+            if fast and raw.startswith(_EXIT):  # another pod's rank exit, relayed: counted, its MAC not checked
+                self.unseal.seq += 1  # type: ignore[union-attr]
+                self.relays += 1
+                continue
             payload = raw if self.unseal is None else self.unseal.open(raw)
             if payload is None:
                 self._ended(now, "forged")

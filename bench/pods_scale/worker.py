@@ -151,5 +151,6 @@ def main(conn: Connection, source: str, cfg: dict[str, Any]) -> None:
 
     prctl.set_parent_death_signal(signal.SIGKILL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the benchmark ends us (quit, or SIGKILL at its end)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the benchmark's handler (multiprocessing ends us with it)
     raise_nofile()
     Worker(conn, source, cfg).run()
