@@ -222,7 +222,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--slurm-tasks", type=int, default=4096)
     add("--dial-agents", type=int, default=1024)
     add("--flood", type=int, default=5000)
-    add("--dial-dialect", default="dial-challenge-first", choices=("dial-challenge-first", "dial-channel"))
+    add("--dial-dialect", default="dial-channel", choices=("dial-challenge-first", "dial-channel"))
     add("--max-threads", type=int, default=10000, help="stop a coordinator or server past this many threads")
     add(
         "--pod-dialect",

@@ -27,12 +27,12 @@ class Dialect:
 
 
 def pod() -> Dialect:
-    """A member pod's launcher (pods/member.join): a try every RETRY, 2 s to connect, HANDSHAKE_TIME to finish; a
-    connection closed after its answer, or a line that is no welcome, is taken as a refusal: the pod gives up."""
-    from dslaunch.pods import member
+    """A member pod's launcher (pods/member.join, through channel/dial.py): tries backing off from BACKOFF.first to
+    BACKOFF.longest (with jitter) until its join deadline, CONNECT_TRY to connect, HANDSHAKE_TIME to finish."""
+    from dslaunch.channel import dial
 
-    retry = getattr(member, "RETRY", 0.5)
-    return Dialect("pod", True, True, (retry, retry), 0, 2.0, getattr(member, "HANDSHAKE_TIME", 5.0), True, True)
+    retry = (dial.BACKOFF.first, dial.BACKOFF.longest)
+    return Dialect("pod", True, True, retry, 0, dial.CONNECT_TRY, dial.HANDSHAKE_TIME, False, True)
 
 
 def pod_retry() -> Dialect:
@@ -44,11 +44,10 @@ def pod_retry() -> Dialect:
 
 
 def task() -> Dialect:
-    """A Slurm task's stop channel (stop_channel.Spoke): tries from RETRY[0] doubling to RETRY[1] for CONNECT_TIME,
-    whatever went wrong."""
-    from dslaunch.runners.slurm import stop_channel as sc
+    """A Slurm task's stop channel (stop_channel.Spoke, through channel/dial.py): as a pod, for CONNECT_TIME."""
+    from dataclasses import replace
 
-    return Dialect("task", True, True, tuple(sc.RETRY), 0, 2.0, sc.HANDSHAKE_TIME, False, False)  # type: ignore[arg-type]
+    return replace(pod(), name="task", shape=False)
 
 
 def dial_challenge_first() -> Dialect:

@@ -3,7 +3,7 @@
 - Slurm's stop channel: node 0's task's ``Hub`` (``runners/slurm/stop_channel.py``) against simulated tasks (the
   ``Spoke``'s side on the wire). Started here, not by srun: a Slurm step of 4,096 tasks is more than this machine's
   test bed runs, and the Hub is the whole of node 0's side of the channel.
-- The pdsh/MPI dial-back: the launcher's listener (``runners/remote/dial_listener.DialBackListener``) against
+- The pdsh/MPI dial-back: the launcher's listener (``runners/remote/agent_links.AgentLinks``) against
   simulated agents, under a flood of connections that hold no secret.
 
 ``python -m bench.pods_scale.servers hub|dial ...`` is a server's process (the key in ``BENCH_KEY``, hex): it says
@@ -31,10 +31,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def open_dial_listener(run_id: str, key: bytes) -> tuple[int, Any]:
     """The dial-back's server as the launcher opens it: its port, and a function of host names -> how many of them
     have joined."""
-    from dslaunch.runners.remote.dial_listener import DialBackListener
+    from dslaunch.runners.remote.agent_links import AgentLinks
 
-    listener = DialBackListener(run_id, key)
-    return listener.port, lambda hosts: sum(listener.joined(h) for h in hosts)
+    links = AgentLinks(run_id, key)
+    return links.port, lambda hosts: sum(links.joined(h) for h in hosts)
 
 
 def _hub(run_id: str, key: bytes, args: list[str]) -> None:
