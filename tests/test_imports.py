@@ -349,10 +349,12 @@ PACKAGE_RULES: dict[str, tuple[str, ...]] = {
     # the launcher side
     "job": (*BASE, "failure_bounds", "logs", "mesh", "observe", "output", "plan", "wire"),  # the job core: no transport
     # the control channel between one job's pods, and each pod's side of an attempt (no agent code)
-    "pods": (*BASE, "auth", "job", "logs", "mesh", "output", "plan", "wire", "wire_check"),
+    # (the job's observer passes through a pod's side of an attempt to job.loop.supervise)
+    "pods": (*BASE, "auth", "job", "logs", "mesh", "observe", "output", "plan", "wire", "wire_check"),
     "runners": (
         *BASE,
-        *("agent", "auth", "dslaunch", "job", "logs", "masking", "mesh", "oslib", "output", "plan", "pods"),
+        *("agent", "auth", "dslaunch", "job", "logs", "masking", "mesh", "observe", "oslib", "output", "plan"),
+        "pods",
         *("slurmlib", "wire", "wire_check"),  # wire_check: the Slurm tasks' stop channel checks its messages
     ),
     "cli": (

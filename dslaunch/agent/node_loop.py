@@ -51,6 +51,7 @@ from dslaunch.plan import LaunchPlan
 
 if TYPE_CHECKING:
     from dslaunch.agent.preload.client import Zygote
+    from dslaunch.output.status_line import StatusLine
 
 _PID_POLL = 0.05  # a rank without a pidfd is polled this often
 _SIDE_COMMANDS = (wire.StopAt, wire.StopRequest)  # what a dial-back carries besides "stop" (watch_side)
@@ -83,8 +84,10 @@ class NodeLoop:
         out: int,
         err: int,
         events: int | None = None,
+        status_line: StatusLine | None = None,
     ) -> None:
-        """Rank output goes to the fds ``out`` and ``err``; events to ``events``, else before ``out``'s output."""
+        """Rank output goes to the fds ``out`` and ``err`` (with ``status_line`` below it, where this agent draws
+        it); events to ``events``, else before ``out``'s output."""
         self.plan = plan
         self.node = plan.node(node_rank)
         self.control = control
@@ -97,9 +100,8 @@ class NodeLoop:
         self.state.launcher_answers = control is not None
         self.pages = StopPages()  # each rank's stop page, made at the start: should_stop() (agent/stop_pages.py)
         self._control, self._side = wire.ControlReader(), wire.ControlReader()
-        self.output = OutputPump(
-            plan, node_rank, self.sel, out=out, err=err, forked=events is not None, on_read=self._on_read
-        )
+        self.output = OutputPump(plan, node_rank, self.sel, out=out, err=err, forked=events is not None,
+                                 on_read=self._on_read, status_line=status_line)  # fmt: skip
         self.progress: ProgressWatch | None = None
         self.fs_clock_offset = 0.0  # of the error files' folder (node_io.fs_clock_offset)
         self._kept: set[int] = set()  # a zygote this agent keeps for the next attempt: spared by the sweep

@@ -7,10 +7,13 @@ defaults here are a runner that keeps nothing across attempts and has no probe o
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from dslaunch.job.result import JobResult
 from dslaunch.plan import LaunchPlan
+
+if TYPE_CHECKING:
+    from dslaunch.observe.session import Observer
 
 
 class Runner(Protocol):
@@ -19,8 +22,10 @@ class Runner(Protocol):
     def describe(self, plan: LaunchPlan) -> list[str]:
         """The commands this runner would run, secrets masked (for --dry-run)."""
 
-    def run(self, plan: LaunchPlan) -> JobResult:
-        """Run one attempt of the job: start it, supervise it, tear it down everywhere, and say how it ended."""
+    def run(self, plan: LaunchPlan, observer: Observer | None) -> JobResult:
+        """Run one attempt of the job: start it, supervise it, tear it down everywhere, and say how it ended.
+        ``observer``: the job's (None: nothing is watched), passed on to ``job.loop.supervise``, and its status
+        line to whoever draws it."""
 
     def close(self) -> None:
         """The job is over (``job/attempts.run_attempts``, once): end what was kept for every attempt (job agents,

@@ -20,6 +20,7 @@ from dslaunch.plan import LaunchPlan
 
 if TYPE_CHECKING:
     from dslaunch.agent.preload.client import Zygote
+    from dslaunch.output.status_line import StatusLine
 
 
 def _reset_signal_handlers() -> None:
@@ -47,8 +48,10 @@ class _ForkedAgent:
     reads: no reader of the job's output can hold up an exit or a teardown.
     """
 
-    def __init__(self, plan: LaunchPlan, node_rank: int, warm: Mapping[int, Zygote | None] | None = None) -> None:
-        from dslaunch.agent.run_node import run_node
+    def __init__(
+        self, plan: LaunchPlan, node_rank: int, warm: Mapping[int, Zygote | None] | None, status_line: StatusLine | None
+    ) -> None:
+        from dslaunch.agent.run_node import Forked, run_node
 
         in_r, in_w = os.pipe()
         ev_r, ev_w = os.pipe()
@@ -69,7 +72,8 @@ class _ForkedAgent:
                     os._exit(143)
                 if plan.cwd:
                     os.chdir(plan.cwd)
-                code = run_node(plan, node_rank, control=sys.stdin.buffer, events=ev_w, warm=warm)
+                forked = Forked(ev_w, status_line)
+                code = run_node(plan, node_rank, control=sys.stdin.buffer, forked=forked, warm=warm)
             except BaseException:  # noqa: BLE001 - report, then leave without running the launcher's code
                 import traceback
 
@@ -113,11 +117,18 @@ class LocalAgent:
 
     started: ClassVar[set[int]] = set()  # every agent this launcher forked: its own children, never "adopted"
 
-    def __init__(self, plan: LaunchPlan, node_rank: int, warm: Mapping[int, Zygote | None] | None = None) -> None:
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        node_rank: int,
+        warm: Mapping[int, Zygote | None] | None = None,
+        status_line: StatusLine | None = None,
+    ) -> None:
+        """``status_line``: the job's (--status-line), which this agent draws where it is the terminal's one writer."""
         self.node_rank = node_rank
         self.host = plan.node(node_rank).host
         self.run_id = plan.run_id
-        self.proc = _ForkedAgent(plan, node_rank, warm)
+        self.proc = _ForkedAgent(plan, node_rank, warm, status_line)
         LocalAgent.started.add(self.proc.pid)
         self._zygotes = {z.proc.pid for z in (warm or {}).values() if z is not None and z.proc is not None}
         self._stopped = False

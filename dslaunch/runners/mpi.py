@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dslaunch import wire
 from dslaunch.agent import mpi_env
@@ -41,6 +42,9 @@ from dslaunch.output.lanes import ErrLane
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.runners.remote.base import relay_lines
 from dslaunch.runners.remote.dial_listener import DialBackListener
+
+if TYPE_CHECKING:
+    from dslaunch.observe.session import Observer
 
 HOSTFILE_TOKEN = "{hostfile}"  # replaced by the per-job hostfile's path
 SSH_TOKEN = "{ssh}"  # replaced by the per-job ssh wrapper's path (MPICH)
@@ -315,7 +319,7 @@ class _MpiRunner(Runner):
         argv = mpi_argv(plan, self.flavour, program, HOSTFILE_TOKEN, ssh=ssh)
         return [shlex.join(argv) + f"  # {HOSTFILE_TOKEN}: {hostfile}; plan in ${wire.PLAN_VAR}"]
 
-    def run(self, plan: LaunchPlan) -> JobResult:
+    def run(self, plan: LaunchPlan, observer: Observer | None) -> JobResult:
         try:
             program = find_program(self.flavour)
             text = hostfile_text(plan, self.flavour)
@@ -346,7 +350,7 @@ class _MpiRunner(Runner):
                 print(f"dslaunch: cannot start {program}: {exc}", file=sys.stderr)
                 return JobResult(START_FAILED, f"cannot start {program}: {exc}")
             try:
-                return supervise_and_report(plan, [job], err)
+                return supervise_and_report(plan, [job], err, observer)
             finally:
                 listener.close()  # after mpirun ended: its agents are gone
 

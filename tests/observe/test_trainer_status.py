@@ -218,11 +218,11 @@ def test_only_the_coordinators_launcher_posts(
         assert settings.collect
         observer = session.start(settings, replace(plan, manual_node=None))  # an elastic pod: known per attempt
         assert observer is not None and observer.trainer is not None
-        session.for_attempt(plan).on_event(wire.Spawned(0, 0, 100, "a"), 0.0)
+        session.for_attempt(observer, plan).on_event(wire.Spawned(0, 0, 100, "a"), 0.0)
         observer.tick(time.monotonic())
         observer.attempt_ended(0, "", restarting=False)
         time.sleep(0.2)
-        session.stop()
+        observer.close()
         requests = list(recorded.requests)
     assert bool(requests) is posts
     if posts:
@@ -232,10 +232,8 @@ def test_only_the_coordinators_launcher_posts(
 def test_a_fixed_jobs_member_pod_starts_no_poster(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(URL_VAR, "https://127.0.0.1:1" + PATH)
     observer = session.start(ObserveSettings(trainer_status=True), replace(PLAN, manual_node=1))
-    try:
-        assert observer is not None and observer.trainer is None
-    finally:
-        session.stop()
+    assert observer is not None and observer.trainer is None
+    observer.close()
 
 
 class _Offers:

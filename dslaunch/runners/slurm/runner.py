@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dslaunch import wire
 from dslaunch.job.protocols import Runner
@@ -27,6 +28,9 @@ from dslaunch.runners.slurm import in_step
 from dslaunch.runners.slurm.srun_stderr import SrunErrors
 from dslaunch.slurmlib import lost_nodes, srun, task_plan
 from dslaunch.slurmlib.step_code import step_code
+
+if TYPE_CHECKING:
+    from dslaunch.observe.session import Observer
 
 _STDERR_WAIT = 5.0  # after srun ended, for the rest of its stderr to be passed on
 _RELAYED = (*wire.STOP_SIGNALS, *wire.FORWARDED_SIGNALS, wire.STACKS_SIGNAL)
@@ -74,10 +78,10 @@ class SlurmRunner(Runner):
 
         return probe_hosts(plan, hosts)
 
-    def run(self, plan: LaunchPlan) -> JobResult:
+    def run(self, plan: LaunchPlan, observer: Observer | None) -> JobResult:
         mode = plan.slurm.mode
         if mode == "node":
-            return in_step.attempt_in_step(plan)
+            return in_step.attempt_in_step(plan, observer=observer)
         if mode == "rank":
             in_step.exec_rank(plan)
         return _run_srun(srun_line(plan), plan, step_env(plan, os.environ))

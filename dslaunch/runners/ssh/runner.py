@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dslaunch import wire
 from dslaunch.job.loop import supervise_and_report
@@ -29,6 +29,9 @@ from dslaunch.runners.remote.job_agents import Attempt, JobAgent, JobAgents
 from dslaunch.runners.remote.spares import Spares, run_each
 from dslaunch.runners.ssh.channel_agent import SshJobAgent
 from dslaunch.runners.ssh.connect import RECV, connect_all, connect_hosts, run_on
+
+if TYPE_CHECKING:
+    from dslaunch.observe.session import Observer
 
 HEARTBEAT_ROOM = 1024  # bytes the channel's window must have left for a heartbeat, so sending one never waits
 
@@ -252,9 +255,9 @@ class SshRunner(RemoteRunner):
             self._conns[host] = conn
         return run_on(conn, command, timeout)
 
-    def run(self, plan: LaunchPlan) -> JobResult:
+    def run(self, plan: LaunchPlan, observer: Observer | None) -> JobResult:
         if plan.restarts.max_restarts > 0:
-            return self._run_on_job_agents(plan)
+            return self._run_on_job_agents(plan, observer)
         settings = self._settings = plan.remote
         for warning in rlimits.make_room(len(plan.nodes), "ssh"):  # a socket and threads per host, for the job
             self.err.write(warning.encode())
@@ -286,7 +289,7 @@ class SshRunner(RemoteRunner):
                     for h in handles:
                         h.stop()
                     return report_start_failures(self.err, {node.host: f"{type(exc).__name__}: {exc}"})
-            result = supervise_and_report(plan, handles, self.err)
+            result = supervise_and_report(plan, handles, self.err, observer)
             self.reap(plan, settings, [h.host for h in handles if not h.reported])
             return result
         finally:
@@ -298,7 +301,7 @@ class SshRunner(RemoteRunner):
                 conn.close()
             self._conns = {}
 
-    def _run_on_job_agents(self, plan: LaunchPlan) -> JobResult:
+    def _run_on_job_agents(self, plan: LaunchPlan, observer: Observer | None) -> JobResult:
         """One attempt on the job agents: started on the hosts that have none, told elsewhere."""
         settings = self._settings = plan.remote
         if self._agents is None:
@@ -348,6 +351,6 @@ class SshRunner(RemoteRunner):
             return report_start_failures(
                 self.err, {host: f"{type(exc).__name__}: {exc}" for host in conns} or {"?": str(exc)}
             )
-        result = spares.supervise(plan, attempts)
+        result = spares.supervise(plan, attempts, observer)
         self.reap(plan, settings, [a.host for a in attempts if not a.reported])
         return result
