@@ -438,8 +438,50 @@ def test_no_module_of_one_runner_imports_another_runners() -> None:
 
 
 def test_what_runners_share_imports_no_runner() -> None:
-    bad = [str(i) for i in imports() if _unit(i.src, RUNNERS_SHARED) and _unit(i.dst, RUNNER_UNITS)]
+    """Nor does anything else under runners/ (the registry, --preflight): each runner runs a command on its nodes
+    its own way (``Runner.run_on_nodes``)."""
+    shared = [m for m in modules() if m.startswith("dslaunch.runners") and _unit(m, RUNNER_UNITS) is None]
+    bad = [str(i) for i in imports() if i.src in shared and _unit(i.dst, RUNNER_UNITS)]
     assert not bad, "shared runner code reaches a runner:\n" + "\n".join(bad)
+
+
+# ---- the transport by name: only the CLI (which decides plan.transport) and the runners (each one transport) -----
+KNOWS_TRANSPORTS = ("dslaunch.cli", "dslaunch.runners")
+
+
+def _launcher_branches(source: str) -> list[int]:
+    """The lines of ``source`` that compare something's ``.launcher`` (``plan.launcher == "pdsh"``, ``in (...)``) or
+    match on it."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+        elif isinstance(node, ast.Match):
+            operands = [node.subject]
+        else:
+            continue
+        if any(isinstance(o, ast.Attribute) and o.attr == "launcher" for o in operands):
+            found.append(node.lineno)
+    return found
+
+
+def test_only_the_cli_and_the_runners_branch_on_the_launchers_name() -> None:
+    """Below the CLI a transport's behaviour is a fact of the plan (``plan.transport``, cli/decide.TRANSPORTS)."""
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for module, path in modules().items()
+        if not _under(module, KNOWS_TRANSPORTS)
+        for line in _launcher_branches(path.read_text())
+    ]
+    assert not bad, "compares plan.launcher outside cli/ and runners/: use a field of plan.transport\n" + "\n".join(bad)
+
+
+def test_the_launcher_scan_sees_comparisons_and_matches() -> None:
+    source = (
+        "a = plan.launcher == 'pdsh'\nb = self.plan.launcher in NO_STACKS\nc = 'ssh' != p.launcher\n"
+        "match plan.launcher:\n    case 'x':\n        pass\nd = plan.launcher\ne = launcher == 'ssh'\n"
+    )
+    assert sorted(_launcher_branches(source)) == [1, 2, 3, 4]
 
 
 def test_each_package_rule_points_down_the_layer_order() -> None:

@@ -187,7 +187,7 @@ class NodeLoop:
         os.set_blocking(wake_w, False)
         old_wakeup = signal.set_wakeup_fd(wake_w)
         caught: tuple[int, ...] = (*wire.STOP_SIGNALS, *wire.FORWARDED_SIGNALS, wire.STACKS_SIGNAL)
-        caught += (wire.TEARDOWN_SIGNAL,) if self.plan.launcher == "pdsh" else ()
+        caught += (wire.TEARDOWN_SIGNAL,) if self.plan.transport.teardown_by_signal else ()
         old_handlers = {s: signal.signal(s, lambda *_: None) for s in caught}
         self.sel.register(wake_r, selectors.EVENT_READ, ("signal", None))
         if self.control is not None:

@@ -136,15 +136,15 @@ def _act(choices: Choices, decision: Decision) -> int:
     """Everything with an effect, in order, once the plan is frozen."""
     plan, core = decision.plan, choices.core
     log_options.configure(choices.logs, plan, dry_run=core.dry_run)
-    if choices.remote.preflight:
-        from dslaunch.runners.preflight import run_preflight
-
-        code, report = run_preflight(plan)
-        click.echo(report)
-        return code
     from dslaunch.runners import get_runner, host_pool
 
     runner = get_runner(plan.launcher)
+    if choices.remote.preflight:
+        from dslaunch.runners.preflight import run_preflight
+
+        code, report = run_preflight(plan, runner)
+        click.echo(report)
+        return code
     if core.dry_run:
         _dry_run(plan, runner.describe(plan), decision.secrets, as_json=core.json)
         return 0

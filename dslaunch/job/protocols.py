@@ -2,7 +2,9 @@
 runner, which runs one attempt of a plan, and the handle on each node agent it starts, which ``job/loop.py`` reads.
 
 Every runner subclasses :class:`Runner`, so it has ``close`` and ``probe`` whether it needs them or not: their
-defaults here are a runner that keeps nothing across attempts and has no probe of its own."""
+defaults here are a runner that keeps nothing across attempts and has no probe of its own. Each runs a command on
+its nodes its own way (``run_on_nodes``: ``--preflight``, the hosts' probes), so nothing above the runners names a
+transport."""
 
 from __future__ import annotations
 
@@ -15,6 +17,9 @@ from dslaunch.plan import LaunchPlan
 if TYPE_CHECKING:
     from dslaunch.observe.session import Observer
 
+# By node rank: a command's (exit status, None where the node gave no answer; stdout; stderr) on that node.
+NodeAnswers = dict[int, tuple[int | None, str, str]]
+
 
 class Runner(Protocol):
     name: str
@@ -26,6 +31,16 @@ class Runner(Protocol):
         """Run one attempt of the job: start it, supervise it, tear it down everywhere, and say how it ended.
         ``observer``: the job's (None: nothing is watched), passed on to ``job.loop.supervise``, and its status
         line to whoever draws it."""
+
+    def run_on_nodes(self, plan: LaunchPlan, command: str) -> NodeAnswers:
+        """Run the shell ``command`` once on each node of ``plan``, apart from any job (``--preflight``'s probe,
+        ``runners/preflight.py``), and say how each went."""
+        raise NotImplementedError
+
+    def address_of(self, plan: LaunchPlan, host: str) -> str:
+        """The address the ranks reach ``host`` at: ``MASTER_ADDR`` when an elastic job's first host changes
+        (``job/attempts.HostPool``). Only the runners of elastic jobs (ssh, pdsh, Slurm) have one."""
+        raise NotImplementedError(f"--launcher {self.name} runs no elastic job")
 
     def close(self) -> None:
         """The job is over (``job/attempts.run_attempts``, once): end what was kept for every attempt (job agents,

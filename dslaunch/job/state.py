@@ -126,7 +126,9 @@ class JobState:
         (default: its handles'; mpirun's one handle carries every node's)."""
         self.plan = plan
         self.nodes = tuple(nodes)  # (node_rank, host) of each handle
-        self.watch = hang.HangWatch(plan, [node_rank for node_rank, _host in self.nodes])
+        # the nodes of its own handles: a Slurm task supervises its node alone (each decides its step alone)
+        expected = stop_nodes if stop_nodes is not None else frozenset(node_rank for node_rank, _host in self.nodes)
+        self.watch = hang.HangWatch(plan, expected)
         self.open_streams = len(self.nodes)
         self.done: dict[int, int] = {}  # handle index -> its agent's Done code
         self.finished: set[int] = set()  # node ranks
@@ -141,8 +143,6 @@ class JobState:
         self.stop_request: int | None = None  # a requested stop's signal (ours, or one a node reported)
         self.in_grace = False  # a requested stop whose grace the agents still give
         self.requested_at: float | None = None  # the earliest node's wall time of the request
-        # the nodes of its own handles: a Slurm task supervises its node alone (each decides its step alone)
-        expected = stop_nodes if stop_nodes is not None else frozenset(node_rank for node_rank, _host in self.nodes)
         self.stop_step = StopStepGather(expected) if decides_stop_step else None
         self.stop_signals = 0
 

@@ -212,7 +212,7 @@ class Observer:
 
 def _member_pod(plan: LaunchPlan) -> bool:
     """A pod (one launcher a node) that is not node 0: the coordinator, node 0, holds the job-wide figures."""
-    return plan.launcher == "node" and bool(plan.manual_node)
+    return plan.transport.node0_holds_job_figures and bool(plan.manual_node)
 
 
 def _append(path: str, data: dict[str, object]) -> None:

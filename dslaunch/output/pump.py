@@ -52,9 +52,9 @@ def drain(fd: int) -> None:
 
 
 def _sole_agent(plan: LaunchPlan) -> bool:
-    """Whether this is the only agent its launcher forks: one local node, or a pod (one launcher a node, each
+    """Whether this is the only agent that writes its console: one local node, or a pod (one launcher a node, each
     writing its own console)."""
-    return len(plan.nodes) == 1 or plan.launcher == "node"
+    return len(plan.nodes) == 1 or plan.transport.console_per_node
 
 
 def same_file(a: int, b: int) -> bool:

@@ -1,6 +1,7 @@
-"""A node agent forked from the launcher on this machine, and this machine's rendezvous port: what the runners
-that run their agents here share (the local runner, one launcher per pod in ``runners/node.py``, the in-step Slurm
-agent), so none of them imports another runner's module.
+"""A node agent forked from the launcher on this machine, this machine's rendezvous port, and a command run here for
+each node: what the runners that run their agents here share (the local runner, one launcher per pod in
+``runners/node.py``, the in-step Slurm agent; mpirun's runner picks its port and runs ``--preflight`` here too), so
+none of them imports another runner's module.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dslaunch.plan import LaunchPlan
 
 if TYPE_CHECKING:
     from dslaunch.agent.preload.client import Zygote
+    from dslaunch.job.protocols import NodeAnswers
     from dslaunch.output.status_line import StatusLine
 
 
@@ -189,6 +191,24 @@ class LocalAgent:
             procs.kill_job(self.run_id, self.node_rank)
             procs.kill_adopted(LocalAgent.started | self._zygotes)  # what they left that hides its run id
         return status
+
+
+def run_here(plan: LaunchPlan, command: str, timeout: float = 60.0) -> NodeAnswers:
+    """The shell ``command`` once for each node of ``plan``, on this machine (``Runner.run_on_nodes`` of the runners
+    whose agents run here, and of mpirun's, which gives no command to one node)."""
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(_node: object) -> tuple[int | None, str, str]:
+        try:
+            done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None, "", f"no answer within {timeout:.0f} s"
+        return done.returncode, done.stdout, done.stderr
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(one, plan.nodes))
+    return {node.node_rank: answer for node, answer in zip(plan.nodes, answers)}
 
 
 def port_on_this_machine(addr: str) -> int:

@@ -10,12 +10,12 @@ import sys
 from typing import TYPE_CHECKING
 
 from dslaunch.job.loop import supervise_and_report
-from dslaunch.job.protocols import Runner
+from dslaunch.job.protocols import NodeAnswers, Runner
 from dslaunch.job.result import START_FAILED, JobResult
 from dslaunch.observe.session import status_line_of
 from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan
-from dslaunch.runners.forked import LocalAgent, check_port_free, port_on_this_machine
+from dslaunch.runners.forked import LocalAgent, check_port_free, port_on_this_machine, run_here
 
 if TYPE_CHECKING:
     from dslaunch.agent.preload.warm import WarmZygotes
@@ -30,6 +30,9 @@ class LocalRunner(Runner):
 
     def describe(self, plan: LaunchPlan) -> list[str]:
         return [f"node agent {n.node_rank} ({n.host}): forked from the launcher on this machine" for n in plan.nodes]
+
+    def run_on_nodes(self, plan: LaunchPlan, command: str) -> NodeAnswers:
+        return run_here(plan, command)
 
     def run(self, plan: LaunchPlan, observer: Observer | None) -> JobResult:
         if plan.master_port == 0:

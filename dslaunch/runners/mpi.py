@@ -35,7 +35,7 @@ from dslaunch.agent import mpi_env
 from dslaunch.agent.dialback_client import dialback_text
 from dslaunch.errors import DslaunchError
 from dslaunch.job.loop import supervise_and_report
-from dslaunch.job.protocols import Runner
+from dslaunch.job.protocols import NodeAnswers, Runner
 from dslaunch.job.result import START_FAILED, JobResult, stopped
 from dslaunch.oslib import prctl
 from dslaunch.output.lanes import ErrLane
@@ -318,6 +318,12 @@ class _MpiRunner(Runner):
         ssh = SSH_TOKEN if self.flavour is MPICH and ssh_wrapper_text(plan) else None
         argv = mpi_argv(plan, self.flavour, program, HOSTFILE_TOKEN, ssh=ssh)
         return [shlex.join(argv) + f"  # {HOSTFILE_TOKEN}: {hostfile}; plan in ${wire.PLAN_VAR}"]
+
+    def run_on_nodes(self, plan: LaunchPlan, command: str) -> NodeAnswers:
+        """Here, for each node: mpirun gives no command to one node."""
+        from dslaunch.runners.forked import run_here
+
+        return run_here(plan, command)
 
     def run(self, plan: LaunchPlan, observer: Observer | None) -> JobResult:
         try:

@@ -9,12 +9,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from dslaunch.job.loop import report, supervise
-from dslaunch.job.protocols import Runner
+from dslaunch.job.protocols import NodeAnswers, Runner
 from dslaunch.job.result import JobResult
 from dslaunch.observe.session import status_line_of
 from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan
-from dslaunch.runners.forked import LocalAgent, check_port_free
+from dslaunch.runners.forked import LocalAgent, check_port_free, run_here
 
 if TYPE_CHECKING:
     from dslaunch.agent.preload.warm import WarmZygotes
@@ -44,6 +44,9 @@ class NodeRunner(Runner):
             role = f"listens on port {plan.pods.port}" if node_rank == 0 else f"connects to node 0 at {where}"
             lines.append(f"pods' control channel: this launcher {role} (join timeout {plan.pods.join_timeout:g} s)")
         return lines
+
+    def run_on_nodes(self, plan: LaunchPlan, command: str) -> NodeAnswers:
+        return run_here(plan, command)  # every node's is here: a pod's plan is its own node's
 
     def run(self, plan: LaunchPlan, observer: Observer | None) -> JobResult:
         node_rank = 0 if plan.pods.elastic else plan.manual_node or 0

@@ -23,10 +23,11 @@ from dslaunch.observe.trainer_status import CA_VAR, TOKEN_VAR, URL_VAR, Endpoint
 from dslaunch.plan import LaunchPlan, NodePlan, Program
 from tests.helpers import DSLAUNCH as DSLAUNCH_CMD
 from tests.observe.status_server import PATH, Recorded, Request, check_body, make_ca, server_context, serving
+from tests.plans import with_launcher
 
 NOW = 1737628245.0  # 2025-01-23T10:30:45Z
 NODES = (NodePlan("a", 0, ("0",), (0,)), NodePlan("b", 1, ("0",), (1,)))
-PLAN = LaunchPlan("node", "r1", NODES, "a", 29500, Program("t.py"))
+PLAN = with_launcher(LaunchPlan("local", "r1", NODES, "a", 29500, Program("t.py")), "node")
 ONE = "eyJhbGciOiJSUzI1NiJ9.one.sig"  # the token file's first content
 TWO = "eyJhbGciOiJSUzI1NiJ9.two.sig"  # after kubelet rotated it
 TOKENS = {ONE, TWO}  # what the server takes
@@ -258,7 +259,7 @@ class _Offers:
     ],
 )
 def test_only_node_0_of_a_pod_job_holds_the_job_wide_figures(launcher: str, node: int | None, member: bool) -> None:
-    plan = replace(PLAN, launcher=launcher, manual_node=node)
+    plan = with_launcher(replace(PLAN, manual_node=node), launcher)
     assert session._member_pod(plan) is member
     assert session.Observer(ObserveSettings(trainer_status=True), plan).job_wide is not member
 

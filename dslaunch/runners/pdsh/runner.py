@@ -32,11 +32,20 @@ from typing import TYPE_CHECKING
 from dslaunch import wire
 from dslaunch.agent import dialback_client
 from dslaunch.job.loop import supervise_and_report
+from dslaunch.job.protocols import NodeAnswers
 from dslaunch.job.result import JobResult
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.runners.pdsh.demux import PdshDemux
 from dslaunch.runners.pdsh.dialback import DialBack, dialback_agent_command
-from dslaunch.runners.pdsh.invocation import pdsh_command, pdsh_env, pdsh_label, pdsh_labels, ssh_args, start_pdsh
+from dslaunch.runners.pdsh.invocation import (
+    pdsh_command,
+    pdsh_env,
+    pdsh_label,
+    pdsh_labels,
+    run_on_each,
+    ssh_args,
+    start_pdsh,
+)
 from dslaunch.runners.pdsh.ssh_mux import SshMux
 from dslaunch.runners.remote import job_agents, rlimits, stage
 from dslaunch.runners.remote.agent_command import agent_command, reap_command
@@ -180,6 +189,9 @@ class PdshRunner(RemoteRunner):
             raise OSError(f"ssh did not finish within {timeout:.0f} s") from None
         return done.returncode, done.stdout, done.stderr
 
+    def run_on_nodes(self, plan: LaunchPlan, command: str) -> NodeAnswers:
+        return run_on_each(plan, command)
+
     def probe(self, plan: LaunchPlan, hosts: list[str]) -> dict[str, str]:
         """Check ``hosts`` as --preflight does (job/attempts.HostPool); a spare found unfit stays so, and one that
         passed its check less than --spare-check-interval ago is not checked again."""
@@ -187,9 +199,9 @@ class PdshRunner(RemoteRunner):
 
         spares = self._spares
         if spares is None:
-            return probe_hosts(plan, hosts)
+            return probe_hosts(plan, hosts, self.run_on_nodes)
         failures, todo = spares.to_probe(hosts, plan.remote.spare_check)
-        return {**failures, **probe_hosts(plan, todo)}
+        return {**failures, **probe_hosts(plan, todo, self.run_on_nodes)}
 
     def close(self) -> None:
         """The job is over: end its job agents, their pdsh runs and the shared ssh connection."""

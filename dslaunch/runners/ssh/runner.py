@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from dslaunch import wire
 from dslaunch.job.loop import supervise_and_report
+from dslaunch.job.protocols import NodeAnswers
 from dslaunch.job.result import START_FAILED, JobResult
 from dslaunch.output.lanes import ErrLane
 from dslaunch.plan import LaunchPlan, RemoteSettings
@@ -28,7 +29,7 @@ from dslaunch.runners.remote.base import RemoteRunner, report_start_failures
 from dslaunch.runners.remote.job_agents import Attempt, JobAgent, JobAgents
 from dslaunch.runners.remote.spares import Spares, run_each
 from dslaunch.runners.ssh.channel_agent import SshJobAgent
-from dslaunch.runners.ssh.connect import RECV, connect_all, connect_hosts, run_on
+from dslaunch.runners.ssh.connect import RECV, connect_all, connect_hosts, run_on, run_on_each
 
 if TYPE_CHECKING:
     from dslaunch.observe.session import Observer
@@ -189,6 +190,9 @@ class SshRunner(RemoteRunner):
             for n in plan.nodes
         ]
 
+    def run_on_nodes(self, plan: LaunchPlan, command: str) -> NodeAnswers:
+        return run_on_each(plan, command)
+
     def probe(self, plan: LaunchPlan, hosts: list[str]) -> dict[str, str]:
         """Check ``hosts`` as --preflight does (job/attempts.HostPool): with job agents, over the
         connections they have, and a spare that passed its last check less than --spare-check-interval ago is not
@@ -196,14 +200,14 @@ class SshRunner(RemoteRunner):
         from dslaunch.runners.preflight import probe_hosts
 
         if plan.restarts.max_restarts == 0:
-            return probe_hosts(plan, hosts)
+            return probe_hosts(plan, hosts, self.run_on_nodes)
         self._settings = plan.remote  # exec_on's, before the first attempt sets it
         if self._spares is None:
             return probe_hosts(plan, hosts, self._probe_results)
         failures, todo = self._spares.to_probe(hosts, plan.remote.spare_check)
         return {**failures, **probe_hosts(plan, todo, self._probe_results)}
 
-    def _probe_results(self, plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, str, str]]:
+    def _probe_results(self, plan: LaunchPlan, command: str) -> NodeAnswers:
         timeout = plan.remote.connect_timeout + 20
 
         def one(host: str) -> tuple[int | None, str, str]:
