@@ -490,3 +490,37 @@ def test_each_package_rule_points_down_the_layer_order() -> None:
     order = list(PACKAGE_RULES)
     up = [(p, d) for p, allowed in PACKAGE_RULES.items() for d in allowed if order.index(d) >= order.index(p)]
     assert not up, f"these rules point up the layer order: {up}"
+
+
+# ---- a module goes by its own name: grep finds every use -------------------------------------------------------------
+# (the log spec's levels and channels read as a vocabulary, S.INFO, in the logging modules, whose own variables are
+# called spec)
+MODULE_ALIASES = {("dslaunch.logs.spec", "S")}
+
+
+def _from_only(node: ast.ImportFrom) -> ast.ImportFrom:
+    """``from X import`` a name that is no module: whose target is X itself."""
+    return ast.ImportFrom(module=node.module, names=[ast.alias(name="-")], level=node.level)
+
+
+def _module_aliases(allowed: set[tuple[str, str]]) -> list[str]:
+    known = modules()
+    found = []
+    for module, path in known.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            base = "" if isinstance(node, ast.Import) else _targets(module, path, _from_only(node))[0]
+            for alias, target in zip(node.names, _targets(module, path, node)):
+                name = alias.name.rpartition(".")[2]
+                if alias.asname and alias.asname != name and target in known and target != base:
+                    if (target, alias.asname) not in allowed:
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {target} as {alias.asname}")
+    return found
+
+
+def test_no_module_is_imported_under_another_name() -> None:
+    found = _module_aliases(MODULE_ALIASES)
+    assert not found, "import it by its name (or the names you use from it):\n" + "\n".join(found)
+    kept = _module_aliases(set())
+    assert kept and all(" dslaunch.logs.spec as S" in line for line in kept), kept  # the scan sees them

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from dslaunch import wire
 from dslaunch.errors import assert_never
-from dslaunch.job.protocols import AgentHandle, nodes_of
+from dslaunch.job.protocols import AgentHandle
 from dslaunch.job.result import JobResult
 from dslaunch.job.state import (
     KILL_GRACE,
@@ -84,7 +84,7 @@ def supervise(
         out.start()
         for t in threads:
             t.start()
-        stop_nodes = frozenset(n for h in handles for n in nodes_of(h))
+        stop_nodes = frozenset(n for h in handles for n in h.node_ranks)
         nodes = [(h.node_rank, h.host) for h in handles]
         state = JobState(plan, nodes, decides_stop_step=decides_stop_step, stop_nodes=stop_nodes)
         watching = session.for_attempt(observer, plan)  # the breakdown, stragglers, metrics (docs/observability.md)

@@ -54,8 +54,16 @@ class Runner(Protocol):
 
 
 class AgentHandle(Protocol):
+    """Every handle subclasses it, so each has ``node_ranks``."""
+
     node_rank: int
     host: str
+
+    @property
+    def node_ranks(self) -> tuple[int, ...]:
+        """The node ranks whose events this handle carries: its own node's (mpirun's one handle carries every
+        node's: ``runners/mpi.MpiJob``)."""
+        return (self.node_rank,)
 
     def lines(self) -> Iterator[str]:
         """The agent's stream until it closes, in whole lines (newlines kept): an event line alone,
@@ -80,10 +88,3 @@ class AgentHandle(Protocol):
 
     def wait(self, timeout: float | None) -> int | None:
         """The agent's exit status, or None if still running after ``timeout``."""
-
-
-def nodes_of(handle: AgentHandle) -> tuple[int, ...]:
-    """The node ranks whose events ``handle`` carries: its own, or ``node_ranks`` where it has them (mpirun's one
-    handle carries every agent's stream)."""
-    ranks: tuple[int, ...] = getattr(handle, "node_ranks", (handle.node_rank,))
-    return ranks

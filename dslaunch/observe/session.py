@@ -19,8 +19,7 @@ import time
 from typing import TYPE_CHECKING
 
 from dslaunch import wire
-from dslaunch.observe import breakdown as bd
-from dslaunch.observe import live
+from dslaunch.observe import breakdown, live
 from dslaunch.observe.figures import JobFigures
 from dslaunch.observe.settings import ObserveSettings
 from dslaunch.observe.stragglers import StragglerWatch, Where
@@ -52,7 +51,7 @@ class Observer:
         self.pending: dict[int, dict[int, wire.TimerWindow]] = {}
         self.done_index = 0
         self.ended: set[int] = set()
-        self.period: dict[int, bd.RankTotals] = {}
+        self.period: dict[int, breakdown.RankTotals] = {}
         self.period_first = 0
         self.printed_at = time.monotonic()
         self.printed_step = 0
@@ -106,18 +105,18 @@ class Observer:
         current = {}
         for rank, w in got.items():
             where = self.where[rank]
-            one = bd.RankTotals(rank, where.node_rank, where.host)
+            one = breakdown.RankTotals(rank, where.node_rank, where.host)
             one.add(w.steps, w.wall, w.regions)
             current[rank] = one
-            total = self.period.setdefault(rank, bd.RankTotals(rank, where.node_rank, where.host))
+            total = self.period.setdefault(rank, breakdown.RankTotals(rank, where.node_rank, where.host))
             total.add(w.steps, w.wall, w.regions)
         last = max(w.step for w in got.values())
         first = min(w.step - w.steps + 1 for w in got.values())
         self.period_first = self.period_first or first
         walls = [w.wall for w in got.values()]
-        f.stepped(bd.median(walls))
-        f.step, f.step_rate = max(f.step, last), bd.median(w.steps / w.wall for w in got.values() if w.wall)
-        f.regions = bd.summarize(list(current.values()))
+        f.stepped(breakdown.median(walls))
+        f.step, f.step_rate = max(f.step, last), breakdown.median(w.steps / w.wall for w in got.values() if w.wall)
+        f.regions = breakdown.summarize(list(current.values()))
         if self.watch is not None:
             per_rank = {r: {k: (v, t.fastest.get(k, v)) for k, v in t.per_step().items()} for r, t in current.items()}
             for line in self.watch.feed(per_rank):
@@ -131,13 +130,13 @@ class Observer:
     def _print_period(self, last: int, now: float) -> None:
         if not self.period:
             return
-        stats = bd.summarize(list(self.period.values()))
+        stats = breakdown.summarize(list(self.period.values()))
         first = self.period_first
         self.period, self.period_first, self.printed_at, self.printed_step = {}, 0, now, last
         if self.settings.breakdown:
-            self._say(bd.format_table(stats, first, last, self.figures.ranks))
+            self._say(breakdown.format_table(stats, first, last, self.figures.ranks))
             if self.settings.log_dir:
-                _append(os.path.join(self.settings.log_dir, "breakdown.jsonl"), bd.as_record(stats, first, last))
+                _append(os.path.join(self.settings.log_dir, "breakdown.jsonl"), breakdown.as_record(stats, first, last))
 
     def tick(self, now: float) -> None:
         """Time-driven work: a breakdown every N seconds, the metrics file, the progress API's figures (posted from

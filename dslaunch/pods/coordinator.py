@@ -20,11 +20,12 @@ from collections.abc import Callable, Iterator, Mapping
 
 from dslaunch import wire
 from dslaunch.auth import handshake
+from dslaunch.job.protocols import AgentHandle
 from dslaunch.pods import assign, messages
-from dslaunch.pods import shape as pod_shape
 from dslaunch.pods.admission import Door
 from dslaunch.pods.assign import Shape, Waiting
 from dslaunch.pods.link import SILENT, Link
+from dslaunch.pods.shape import mismatch
 from dslaunch.wire_check import Malformed
 
 END_DRAIN = 2.0  # how long the coordinator waits for the pods to take the end of an attempt
@@ -162,7 +163,7 @@ class Coordinator:
         if self.agreed is None:
             return None
         who = f"pod {joiner.node_rank} ({joiner.host})" if joiner.node_rank >= 0 else f"the pod on {joiner.host}"
-        found = pod_shape.mismatch(self.agreed, dict(joiner.shape), who)
+        found = mismatch(self.agreed, dict(joiner.shape), who)
         if found is None:
             return None
         for_the_pod, here = found
@@ -186,7 +187,7 @@ class Coordinator:
         return None
 
 
-class PodLink:
+class PodLink(AgentHandle):
     """The coordinator's handle on one pod for one attempt (an ``AgentHandle``, ``job/protocols.py``)."""
 
     def __init__(self, coordinator: Coordinator, node_rank: int, host: str, link: Link) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from dslaunch import wire
 from dslaunch.errors import DslaunchError
+from dslaunch.job.protocols import AgentHandle
 from dslaunch.oslib import prctl, procs
 from dslaunch.plan import LaunchPlan
 
@@ -108,7 +109,7 @@ class _ForkedAgent:
         return self.returncode
 
 
-class LocalAgent:
+class LocalAgent(AgentHandle):
     """A local node agent: stop requests go in on its stdin, events come out on their own pipe.
 
     An agent that ends without its ``Done`` (SIGKILL, the OOM killer, a crash) did not sweep its node: its ranks

@@ -35,7 +35,7 @@ from dslaunch.agent import mpi_env
 from dslaunch.agent.dialback_client import dialback_text
 from dslaunch.errors import DslaunchError
 from dslaunch.job.loop import supervise_and_report
-from dslaunch.job.protocols import NodeAnswers, Runner
+from dslaunch.job.protocols import AgentHandle, NodeAnswers, Runner
 from dslaunch.job.result import START_FAILED, JobResult, stopped
 from dslaunch.oslib import prctl
 from dslaunch.output.lanes import ErrLane
@@ -222,7 +222,7 @@ class AgentLines:
             waiting = [n for n in waiting if not self.listener.send(mpi_env.dial_name(n), data)]
 
 
-class MpiJob:
+class MpiJob(AgentHandle):
     """The ``mpirun`` process, as one agent handle for all nodes."""
 
     def __init__(self, plan: LaunchPlan, argv: list[str], env: dict[str, str], lines: AgentLines, err: ErrLane) -> None:
@@ -230,7 +230,6 @@ class MpiJob:
         its terminal, so the status line can stay below everything (output/terminal.py)."""
         self.node_rank = 0
         self.nodes = len(plan.nodes)
-        self.node_ranks = tuple(range(self.nodes))  # every agent's events come through mpirun (job/protocols.nodes_of)
         self._lines = lines
         self.host = f"{argv[0].rsplit('/', 1)[-1]} ({len(plan.nodes)} node(s))"
         prctl.load()  # before the fork: the child only makes the call
@@ -246,6 +245,11 @@ class MpiJob:
         self._stopped = False
         self._asked = False  # a requested stop went to the agents
         self._dialled = False  # ... on their dial-back connections
+
+    @property
+    def node_ranks(self) -> tuple[int, ...]:
+        """Every node's: each agent's events come through mpirun."""
+        return tuple(range(self.nodes))
 
     def lines(self) -> Iterator[str]:
         """mpirun's stdout; the agents' ``done`` events become one, sent only if every node reported."""

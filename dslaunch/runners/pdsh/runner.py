@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from dslaunch import wire
 from dslaunch.agent import dialback_client
 from dslaunch.job.loop import supervise_and_report
-from dslaunch.job.protocols import NodeAnswers
+from dslaunch.job.protocols import AgentHandle, NodeAnswers
 from dslaunch.job.result import JobResult
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.runners.pdsh.demux import PdshDemux
@@ -69,7 +69,7 @@ def pdsh_argv(plan: LaunchPlan, settings: RemoteSettings) -> list[str]:
     return pdsh_command(settings, [n.host for n in plan.nodes], command, strict=True)
 
 
-class PdshNode:
+class PdshNode(AgentHandle):
     def __init__(
         self,
         node_rank: int,

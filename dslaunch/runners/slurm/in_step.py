@@ -373,7 +373,7 @@ def _tell_peers(env: Mapping[str, str]) -> None:
 
 def exec_rank(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> None:
     """Become the rank this task stands for (never returns)."""
-    from dslaunch.agent import ranks as rankspec
+    from dslaunch.agent.ranks import rank_argv, rank_env
 
     env = os.environ if env is None else env
     plan = resolve_port(plan, env)
@@ -381,7 +381,7 @@ def exec_rank(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> None:
     node = plan.node(step.nodeid)
     local = step.localid
     error_file = os.path.join(plan.log_dir, f"rank{node.ranks[local]}.error.json") if plan.log_dir else ""
-    rank_environ = rankspec.rank_env(plan, node, local, env, error_file)
+    rank_environ = rank_env(plan, node, local, env, error_file)
     if not error_file:  # TORCHELASTIC_ERROR_FILE stays "", as torchrun sets it without a log dir
         rank_environ.pop("DSLAUNCH_ERROR_FILE", None)
     # Slurm's numbering, also under --distribution=cyclic (the plan numbers ranks node by node).
@@ -390,7 +390,7 @@ def exec_rank(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> None:
         rank_environ["CUDA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"]  # Slurm's GPU binding wins
     else:
         rank_environ.pop("CUDA_VISIBLE_DEVICES", None)
-    argv = rankspec.rank_argv(plan, local)
+    argv = rank_argv(plan, local)
     sys.stdout.flush()
     sys.stderr.flush()
     if plan.cwd:

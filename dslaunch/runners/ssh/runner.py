@@ -18,14 +18,19 @@ from typing import TYPE_CHECKING, Any
 
 from dslaunch import wire
 from dslaunch.job.loop import supervise_and_report
-from dslaunch.job.protocols import NodeAnswers
+from dslaunch.job.protocols import AgentHandle, NodeAnswers
 from dslaunch.job.result import START_FAILED, JobResult
 from dslaunch.output.lanes import ErrLane
 from dslaunch.plan import LaunchPlan, RemoteSettings
-from dslaunch.runners.remote import base as common
 from dslaunch.runners.remote import job_agents, rlimits
 from dslaunch.runners.remote.agent_command import agent_command
-from dslaunch.runners.remote.base import RemoteRunner, report_start_failures
+from dslaunch.runners.remote.base import (
+    KEEPALIVE_COUNT,
+    RemoteRunner,
+    keepalive_interval,
+    relay_lines,
+    report_start_failures,
+)
 from dslaunch.runners.remote.job_agents import Attempt, JobAgent, JobAgents
 from dslaunch.runners.remote.spares import Spares, run_each
 from dslaunch.runners.ssh.channel_agent import SshJobAgent
@@ -64,7 +69,7 @@ class Keepalive:
         while not self._done.wait(self.every / 2):
             self._watched = [w for w in self._watched if w[0].is_active()]
             for transport, conn, beat in list(self._watched):
-                if time.monotonic() - transport.replied_at > self.every * (common.KEEPALIVE_COUNT + 1):
+                if time.monotonic() - transport.replied_at > self.every * (KEEPALIVE_COUNT + 1):
                     conn.close()
                     continue
                 beat()
@@ -86,7 +91,7 @@ def heartbeat(channel: Any) -> None:
         pass
 
 
-class SshAgent:
+class SshAgent(AgentHandle):
     def __init__(
         self,
         node_rank: int,
@@ -107,9 +112,7 @@ class SshAgent:
         self.channel.sendall(plan_b64.encode() + b"\n")
         self._stopped = False
         self.reported = False  # the agent sent its "done" event
-        self._relay = threading.Thread(
-            target=common.relay_lines, args=(err, self.channel.makefile_stderr("rb")), daemon=True
-        )
+        self._relay = threading.Thread(target=relay_lines, args=(err, self.channel.makefile_stderr("rb")), daemon=True)
         self._relay.start()
         keepalive.watch(conn, partial(heartbeat, self.channel))
 
@@ -268,7 +271,7 @@ class SshRunner(RemoteRunner):
         conns, failures = connect_all(plan, settings)
         self._conns = {plan.node(rank).host: conn for rank, conn in conns.items()}
         handles: list[SshAgent] = []
-        keepalive = Keepalive(common.keepalive_interval(settings))
+        keepalive = Keepalive(keepalive_interval(settings))
         try:
             if failures:
                 return report_start_failures(self.err, failures)
@@ -311,7 +314,7 @@ class SshRunner(RemoteRunner):
         if self._agents is None:
             for warning in rlimits.make_room(len(plan.nodes), "ssh"):
                 self.err.write(warning.encode())
-            self._agents, self._keepalive = JobAgents(), Keepalive(common.keepalive_interval(settings))
+            self._agents, self._keepalive = JobAgents(), Keepalive(keepalive_interval(settings))
             self._spares = Spares(self._agents, self.probe, self.err)
         agents, keepalive, spares = self._agents, self._keepalive, self._spares
         assert keepalive is not None and spares is not None  # set with _agents
