@@ -104,8 +104,7 @@ def start_pdsh(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
 
 
 def run_on_each(plan: LaunchPlan, command: str) -> NodeAnswers:
-    """``command`` once on each node of ``plan``, by one pdsh: each host's output split back by its label; its exit
-    status is what pdsh says of it (0 where pdsh says nothing, None where the host wrote nothing at all)."""
+    """``command`` once on each node of ``plan``, by one pdsh (its output split back: :func:`answers`)."""
     settings = plan.remote
     pdsh_labels([n.host for n in plan.nodes])
     argv = pdsh_command(settings, [n.host for n in plan.nodes], command.replace("%", "%%"))
@@ -117,11 +116,18 @@ def run_on_each(plan: LaunchPlan, command: str) -> NodeAnswers:
         timeout=settings.connect_timeout + 60,
         stdin=subprocess.DEVNULL,
     )
+    return answers(plan, done.stdout, done.stderr, os.uname().nodename)
+
+
+def answers(plan: LaunchPlan, stdout: str, stderr: str, here: str) -> NodeAnswers:
+    """pdsh's output (run from host ``here``) split back by each node's label: its stdout, its stderr after pdsh's
+    own lines about it, and its exit status, what pdsh says of it (0 where pdsh says nothing, None where the host
+    wrote nothing at all)."""
     outs: dict[str, list[str]] = {}
     errs: dict[str, list[str]] = {}
     own: dict[str, list[str]] = {}  # pdsh's lines ("ssh exited with exit code 127"): before the host's own words
-    pdsh_mark = f"pdsh@{os.uname().nodename}: "
-    for text, sink in ((done.stdout, outs), (done.stderr, errs)):
+    pdsh_mark = f"pdsh@{here}: "
+    for text, sink in ((stdout, outs), (stderr, errs)):
         for line in text.splitlines():
             host, _, rest = line.removeprefix(pdsh_mark).partition(": ")
             (own if sink is errs and line.startswith(pdsh_mark) else sink).setdefault(host, []).append(rest)
