@@ -19,7 +19,8 @@ from typing import Any, Literal
 # 7: no_restart_on (--no-restart-on).
 # 8: stop_grace, stop_exit_code, stop_signal (a requested stop, docs/stopping.md).
 # 9: restarts.repeat_window (--repeat-window).
-PLAN_VERSION = 9
+# 10: transport (what the chosen transport does, for the layers that know none by name: cli/decide.py's table).
+PLAN_VERSION = 10
 # --stop-grace's default: with --shutdown-timeout's 5 s and a few seconds for the launcher and agents to end, a stop
 # fits Kubernetes' terminationGracePeriodSeconds and Slurm's KillWait, both 30 s by default (docs/stopping.md).
 DEFAULT_STOP_GRACE = 20.0
@@ -136,6 +137,19 @@ class PodSettings:
 
 
 @dataclass(frozen=True)
+class TransportFacts:
+    """What the chosen transport does that the layers below the CLI act on: the agent, the job core, the output and
+    the observer know no transport by name (``cli/decide.py`` decides these, one row per launcher)."""
+
+    heartbeats: bool = False  # the launcher sends heartbeats on each agent's control channel (wire.silence_bound)
+    teardown_by_signal: bool = False  # the launcher stops an agent with wire.TEARDOWN_SIGNAL: no channel to one agent
+    stacks_on_demand: bool = True  # SIGQUIT reaches the agents, so a hang asks every rank for its stack
+    supervises_own_node: bool = False  # each node's launcher supervises its node alone: a stop counts its ranks
+    console_per_node: bool = False  # each node's launcher and agent have a console of their own (a pod each)
+    node0_holds_job_figures: bool = False  # one launcher per node: node 0's holds the job-wide figures
+
+
+@dataclass(frozen=True)
 class LaunchPlan:
     launcher: str
     run_id: str
@@ -163,6 +177,7 @@ class LaunchPlan:
     stop_grace: float = DEFAULT_STOP_GRACE  # a requested stop: seconds from the request to SIGTERM of the groups
     stop_exit_code: int | None = None  # a requested stop's exit code (None: 128+N of the signal that asked)
     stop_signal: str | None = None  # --stop-on-signal: a signal name (USR1) that requests a stop as SIGTERM does
+    transport: TransportFacts = TransportFacts()  # what plan.launcher's transport does (cli/decide.TRANSPORTS)
 
     @property
     def collapse_output(self) -> bool:
@@ -259,6 +274,7 @@ class LaunchPlan:
             ),
             pods=PodSettings(**data.pop("pods")),
             no_restart_on=tuple(data.pop("no_restart_on")),
+            transport=TransportFacts(**data.pop("transport")),
             **data,
         )
 

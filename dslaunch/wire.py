@@ -373,7 +373,7 @@ def control_heartbeat() -> bytes:
 def silence_bound(plan: LaunchPlan) -> float | None:
     """How long an agent of ``plan`` may hear nothing on its control channel: about --ssh-connect-timeout, as the
     launcher's own bound on a silent host, under the ssh runner, which sends heartbeats; None elsewhere."""
-    return plan.remote.connect_timeout + 2 if plan.launcher == "ssh" else None
+    return plan.remote.connect_timeout + 2 if plan.transport.heartbeats else None
 
 
 def control_signal(signum: int) -> bytes:

@@ -13,13 +13,14 @@ import os
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, NoReturn
 from unittest import mock
 
 from click.testing import CliRunner, Result
 
 from dslaunch.cli import command
-from dslaunch.cli.decide import Choices, Decision
+from dslaunch.cli.decide import TRANSPORTS, Choices, Decision
 from dslaunch.plan import LaunchPlan, NodePlan, Program
 from dslaunch.runners import get_runner
 
@@ -132,7 +133,8 @@ def make_plan(
     """A plan as a runner gets it: ssh, run r1, one rank per host on slot 0, rendezvous on the first host:29500.
 
     ``hosts``/``slots`` build ``nodes`` and ``target``/``args``/``python`` the program, unless ``nodes`` or
-    ``program`` are given; every other field of :class:`LaunchPlan` can be overridden by name."""
+    ``program`` are given; ``transport`` is the launcher's, as the CLI decides it; every other field of
+    :class:`LaunchPlan` can be overridden by name."""
     nodes = overrides.pop("nodes", None) or nodes_of(hosts, slots)
     fields: dict[str, Any] = {
         "launcher": "ssh",
@@ -142,4 +144,10 @@ def make_plan(
         "master_port": 29500,
         "program": Program(target, tuple(args), python=python),
     }
-    return LaunchPlan(**{**fields, **overrides})
+    launcher = overrides.get("launcher", fields["launcher"])
+    return LaunchPlan(**{**fields, "transport": TRANSPORTS[launcher], **overrides})
+
+
+def with_launcher(plan: LaunchPlan, launcher: str) -> LaunchPlan:
+    """``plan`` as the CLI would have decided it for ``launcher``: its name and its transport's facts."""
+    return replace(plan, launcher=launcher, transport=TRANSPORTS[launcher])

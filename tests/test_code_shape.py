@@ -109,3 +109,26 @@ def test_a_runners_folder_is_a_backend_or_the_shared_remote_one() -> None:
     shared_runner = [f.name for f in folders if f.name in RUNNERS_SHARED_FOLDERS and (f / "runner.py").exists()]
     assert not odd, f"runners/ folders without a runner.py that are not shared homes: {odd}"
     assert not shared_runner, f"a shared folder holds a runner: {shared_runner}"
+
+
+# ---- the launcher side passes its state down; it keeps none in module globals ------------------------------------
+# The job's observer and its status line go from the CLI to the runner to job/loop.supervise as arguments, as the
+# remote runners' stderr lane does (issue 53). A rank's process state (bootstrap/, observe/rank_windows) is its own.
+LAUNCHER_SIDE = ("cli", "job", "output", "observe", "runners", "pods")
+RANK_SIDE_STATE = {"dslaunch/observe/rank_windows.py"}
+
+
+def _global_statements(source: str) -> list[int]:
+    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Global)]
+
+
+def test_the_launcher_side_writes_no_module_global() -> None:
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}"
+        for package in LAUNCHER_SIDE
+        for path in sorted((PACKAGE / package).rglob("*.py"))
+        if str(path.relative_to(PACKAGE.parent)) not in RANK_SIDE_STATE
+        for line in _global_statements(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, "pass it down as an argument instead:\n" + "\n".join(found)
+    assert _global_statements("x = 0\ndef f():\n    global x\n    x = 1\n") == [3]

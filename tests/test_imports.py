@@ -351,10 +351,12 @@ PACKAGE_RULES: dict[str, tuple[str, ...]] = {
     # the launcher side
     "job": (*BASE, "failure_bounds", "logs", "mesh", "observe", "output", "plan", "wire"),  # the job core: no transport
     # the control channel between one job's pods, and each pod's side of an attempt (no agent code)
-    "pods": (*BASE, "channel", "job", "logs", "mesh", "output", "plan", "wire", "wire_check"),
+    # (the job's observer passes through a pod's side of an attempt to job.loop.supervise)
+    "pods": (*BASE, "channel", "job", "logs", "mesh", "observe", "output", "plan", "wire", "wire_check"),
     "runners": (
         *BASE,
-        *("agent", "channel", "dslaunch", "job", "logs", "masking", "mesh", "oslib", "output", "plan", "pods"),
+        *("agent", "channel", "dslaunch", "job", "logs", "masking", "mesh", "observe", "oslib", "output", "plan"),
+        "pods",
         *("slurmlib", "wire", "wire_check"),  # wire_check: the Slurm tasks' stop channel checks its messages
     ),
     "cli": (
@@ -446,8 +448,50 @@ def test_no_module_of_one_runner_imports_another_runners() -> None:
 
 
 def test_what_runners_share_imports_no_runner() -> None:
-    bad = [str(i) for i in imports() if _unit(i.src, RUNNERS_SHARED) and _unit(i.dst, RUNNER_UNITS)]
+    """Nor does anything else under runners/ (the registry, --preflight): each runner runs a command on its nodes
+    its own way (``Runner.run_on_nodes``)."""
+    shared = [m for m in modules() if m.startswith("dslaunch.runners") and _unit(m, RUNNER_UNITS) is None]
+    bad = [str(i) for i in imports() if i.src in shared and _unit(i.dst, RUNNER_UNITS)]
     assert not bad, "shared runner code reaches a runner:\n" + "\n".join(bad)
+
+
+# ---- the transport by name: only the CLI (which decides plan.transport) and the runners (each one transport) -----
+KNOWS_TRANSPORTS = ("dslaunch.cli", "dslaunch.runners")
+
+
+def _launcher_branches(source: str) -> list[int]:
+    """The lines of ``source`` that compare something's ``.launcher`` (``plan.launcher == "pdsh"``, ``in (...)``) or
+    match on it."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+        elif isinstance(node, ast.Match):
+            operands = [node.subject]
+        else:
+            continue
+        if any(isinstance(o, ast.Attribute) and o.attr == "launcher" for o in operands):
+            found.append(node.lineno)
+    return found
+
+
+def test_only_the_cli_and_the_runners_branch_on_the_launchers_name() -> None:
+    """Below the CLI a transport's behaviour is a fact of the plan (``plan.transport``, cli/decide.TRANSPORTS)."""
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for module, path in modules().items()
+        if not _under(module, KNOWS_TRANSPORTS)
+        for line in _launcher_branches(path.read_text())
+    ]
+    assert not bad, "compares plan.launcher outside cli/ and runners/: use a field of plan.transport\n" + "\n".join(bad)
+
+
+def test_the_launcher_scan_sees_comparisons_and_matches() -> None:
+    source = (
+        "a = plan.launcher == 'pdsh'\nb = self.plan.launcher in NO_STACKS\nc = 'ssh' != p.launcher\n"
+        "match plan.launcher:\n    case 'x':\n        pass\nd = plan.launcher\ne = launcher == 'ssh'\n"
+    )
+    assert sorted(_launcher_branches(source)) == [1, 2, 3, 4]
 
 
 def test_each_package_rule_points_down_the_layer_order() -> None:
@@ -456,3 +500,37 @@ def test_each_package_rule_points_down_the_layer_order() -> None:
     order = list(PACKAGE_RULES)
     up = [(p, d) for p, allowed in PACKAGE_RULES.items() for d in allowed if order.index(d) >= order.index(p)]
     assert not up, f"these rules point up the layer order: {up}"
+
+
+# ---- a module goes by its own name: grep finds every use -------------------------------------------------------------
+# (the log spec's levels and channels read as a vocabulary, S.INFO, in the logging modules, whose own variables are
+# called spec)
+MODULE_ALIASES = {("dslaunch.logs.spec", "S")}
+
+
+def _from_only(node: ast.ImportFrom) -> ast.ImportFrom:
+    """``from X import`` a name that is no module: whose target is X itself."""
+    return ast.ImportFrom(module=node.module, names=[ast.alias(name="-")], level=node.level)
+
+
+def _module_aliases(allowed: set[tuple[str, str]]) -> list[str]:
+    known = modules()
+    found = []
+    for module, path in known.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            base = "" if isinstance(node, ast.Import) else _targets(module, path, _from_only(node))[0]
+            for alias, target in zip(node.names, _targets(module, path, node)):
+                name = alias.name.rpartition(".")[2]
+                if alias.asname and alias.asname != name and target in known and target != base:
+                    if (target, alias.asname) not in allowed:
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {target} as {alias.asname}")
+    return found
+
+
+def test_no_module_is_imported_under_another_name() -> None:
+    found = _module_aliases(MODULE_ALIASES)
+    assert not found, "import it by its name (or the names you use from it):\n" + "\n".join(found)
+    kept = _module_aliases(set())
+    assert kept and all(" dslaunch.logs.spec as S" in line for line in kept), kept  # the scan sees them

@@ -24,7 +24,7 @@ OTHER_FOLDERS = {
     "gpu": "every test that needs CUDA, whatever it checks, so a GPU machine runs one folder (docs/gpu.md)",
     "scripts": "the rank scripts and preload modules the launch tests run: no tests",
     "gpu/scripts": "the GPU tests' rank scripts: no tests",
-    "bench": "smoke tests of the benchmarks in bench/ (not dslaunch code): each runs a benchmark briefly so it cannot rot",
+    "bench": "smoke tests of the benchmarks in bench/: each runs a benchmark briefly so it cannot rot",
     "cli/golden": "the CLI's golden files: no tests",
 }
 

@@ -4,9 +4,10 @@ Every rank is its own session (a teardown's signal reaches its children too; a r
 alone) and carries a parent-death signal, so nothing survives a SIGKILLed agent. The agent is a child subreaper:
 what a rank double-forks (a ``setsid`` daemon) becomes the agent's child, and is killed when the ranks are done, as
 is anything of the job's still left on this node (docs/teardown.md). The loop wakes on rank output, rank exit
-(pidfd), the control channel, signals and the output sinks, tells :class:`NodeState` what happened and executes
-what it answers; it decides nothing itself. Rank output is ``output/pump.py``'s: the loop never blocks on a reader,
-and stops reading a rank while its sink is full (docs/output.md).
+(pidfd), the launcher's words, signals and the output sinks, tells :class:`NodeState` what happened and executes
+what it answers; it decides nothing itself. Its parts: the rank processes (``agent/node_ranks.py``), what the
+launcher says (``agent/node_control.py``), and the ranks' output (``output/pump.py``: the loop never blocks on a
+reader, and stops reading a rank while its sink is full, docs/output.md).
 """
 
 from __future__ import annotations
@@ -14,63 +15,57 @@ from __future__ import annotations
 import os
 import selectors
 import signal
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from dslaunch import wire
-from dslaunch.agent import node_state as ns
-from dslaunch.agent import ranks as rankspec
 from dslaunch.agent.failures import ErrorRecord, keep_tail, read_error_file, tail_lines
+from dslaunch.agent.node_control import LauncherChannels
 from dslaunch.agent.node_io import (
     fresh_error_file,
     fs_clock_offset,
-    kill_descendants,
     killpg,
     log_debug,
-    pidfd_of,
-    popen_rank,
     read_ready,
     record_exit,
     signal_pid,
     write_all,
 )
+from dslaunch.agent.node_ranks import NodeRanks, RankProcess
+from dslaunch.agent.node_state import (
+    AbandonStalledReaders,
+    Action,
+    Emit,
+    Exited,
+    Finish,
+    NodeState,
+    ProposeStep,
+    RequestStacks,
+    SetStopStep,
+    Signal,
+    Stopping,
+    StopReading,
+    StopRequested,
+    StopStepAction,
+)
 from dslaunch.agent.rank_exits import DeathWindow
+from dslaunch.agent.ranks import rank_argv, rank_env
 from dslaunch.agent.stop_pages import StopPages, carry_out
 from dslaunch.agent.watch import ProgressWatch
 from dslaunch.errors import assert_never
 from dslaunch.logs import get_logger, phases
-from dslaunch.oslib import prctl, procs
-from dslaunch.oslib.owner_only import private_dir, private_open
-from dslaunch.output.prefix import output_prefix
+from dslaunch.oslib import prctl
+from dslaunch.oslib.owner_only import private_dir
 from dslaunch.output.pump import OutputPump, SinkWriter
 from dslaunch.output.sink import STALL
 from dslaunch.plan import LaunchPlan
 
 if TYPE_CHECKING:
     from dslaunch.agent.preload.client import Zygote
+    from dslaunch.output.status_line import StatusLine
 
 _PID_POLL = 0.05  # a rank without a pidfd is polled this often
-_SIDE_COMMANDS = (wire.StopAt, wire.StopRequest)  # what a dial-back carries besides "stop" (watch_side)
-
-
-@dataclass
-class _RankProcess:
-    """A started rank as the loop knows it: its process, error file, log files and stderr tail."""
-
-    rank: int
-    local_rank: int
-    proc: Any  # subprocess.Popen, or zygote.ForkedRank
-    pid: int
-    pidfd: int | None
-    prefix: bytes
-    error_file: str
-    stdout_log: IO[bytes] | None = None
-    stderr_log: IO[bytes] | None = None
-    tail: bytes = b""  # the last failures.TAIL_BYTES of its stderr
-    reaped: bool = False
 
 
 class NodeLoop:
@@ -83,29 +78,26 @@ class NodeLoop:
         out: int,
         err: int,
         events: int | None = None,
+        status_line: StatusLine | None = None,
     ) -> None:
-        """Rank output goes to the fds ``out`` and ``err``; events to ``events``, else before ``out``'s output."""
+        """Rank output goes to the fds ``out`` and ``err`` (with ``status_line`` below it, where this agent draws
+        it); events to ``events``, else before ``out``'s output."""
         self.plan = plan
         self.node = plan.node(node_rank)
         self.control = control
         self.events = events
-        self.ranks: list[_RankProcess] = []
-        self.by_rank: dict[int, _RankProcess] = {}
         self.sel = selectors.DefaultSelector()
         self._round: DeathWindow | None = None  # while the ranks the last wait found ended are reaped
-        self.state = ns.NodeState.for_plan(plan, node_rank, now=time.monotonic())
+        self.state = NodeState.for_plan(plan, node_rank, now=time.monotonic())
         self.state.launcher_answers = control is not None
         self.pages = StopPages()  # each rank's stop page, made at the start: should_stop() (agent/stop_pages.py)
-        self._control, self._side = wire.ControlReader(), wire.ControlReader()
-        self.output = OutputPump(
-            plan, node_rank, self.sel, out=out, err=err, forked=events is not None, on_read=self._on_read
-        )
+        self.channels = LauncherChannels(plan, control)
+        self.output = OutputPump(plan, node_rank, self.sel, out=out, err=err, forked=events is not None,
+                                 on_read=self._on_read, status_line=status_line)  # fmt: skip
+        self.ranks = NodeRanks(plan, self.node, self.sel, self.output)
         self.progress: ProgressWatch | None = None
         self.fs_clock_offset = 0.0  # of the error files' folder (node_io.fs_clock_offset)
-        self._kept: set[int] = set()  # a zygote this agent keeps for the next attempt: spared by the sweep
         self.before_done: Callable[[], None] | None = None  # the last thing before the Done event
-        self.silent_after = wire.silence_bound(plan) if control is not None else None  # heartbeats expected
-        self._heard = time.monotonic()  # the last bytes on the control channel
         self._parent = os.getppid()  # its death sends SIGTERM (PR_SET_PDEATHSIG): once per thread it had
 
     # ---- spawning -------------------------------------------------------
@@ -124,50 +116,29 @@ class NodeLoop:
 
             zygote = for_node(self.plan, self.node, os.environ, error_dir, warm)
         try:
-            self._start_ranks(zygote, progress, log_dir, error_dir)
+            self._start_ranks(zygote, progress, log_dir or error_dir)
         finally:
-            if zygote is not None and zygote.warm and zygote.proc_owner() == os.getpid():
-                self._kept.add(zygote.proc.pid)  # this agent keeps it for the job (agent/job_agent.py)
+            if zygote is not None and zygote.warm and zygote.owner == os.getpid():
+                self.ranks.kept.add(zygote.proc.pid)  # this agent keeps it for the job (agent/job_agent.py)
             elif zygote is not None:
                 zygote.close()
 
-    def _start_ranks(self, zygote: Zygote | None, progress: ProgressWatch, log_dir: str | None, error_dir: str) -> None:
+    def _start_ranks(self, zygote: Zygote | None, progress: ProgressWatch, error_dir: str) -> None:
         for local_rank, rank in enumerate(self.node.ranks):
-            error_file = fresh_error_file(log_dir or error_dir, rank)
-            env = rankspec.rank_env(self.plan, self.node, local_rank, os.environ, error_file)
+            error_file = fresh_error_file(error_dir, rank)
+            env = rank_env(self.plan, self.node, local_rank, os.environ, error_file)
             env.update(self.pages.env_for(rank))
             progress.add(rank, env)
-            argv = rankspec.rank_argv(self.plan, local_rank, self.node)
+            argv = rank_argv(self.plan, local_rank, self.node)
             try:
-                proc = (zygote and zygote.spawn(argv, env, self.plan.cwd, rank)) or popen_rank(argv, env, self.plan.cwd)
+                pid = self.ranks.spawn(local_rank, argv, env, error_file, zygote).pid
             except OSError as exc:  # a --no-python target that is missing, a directory, not executable...
                 self._cannot_start(rank, local_rank, argv[0], exc)
                 return
-            self._add_rank(rank, local_rank, proc, error_file, log_dir)
-            progress.started(rank, proc.pid)
-            self._apply(self.state.on_spawned(rank, local_rank, proc.pid))
-            log_debug("rank started", rank=rank, local_rank=local_rank, pid=proc.pid, argv=argv)
-            phases.record("spawned", env=env, rank=rank, local_rank=local_rank, pid=proc.pid)
-
-    def _add_rank(self, rank: int, local_rank: int, proc: Any, error_file: str, log_dir: str | None) -> None:
-        r = _RankProcess(
-            rank=rank,
-            local_rank=local_rank,
-            proc=proc,
-            pid=proc.pid,
-            pidfd=pidfd_of(proc.pid),
-            prefix=output_prefix(self.plan, self.node, local_rank).encode(),
-            error_file=error_file,
-        )
-        if log_dir:
-            r.stdout_log = private_open(os.path.join(log_dir, f"rank{rank}.stdout.log"), "ab")
-            r.stderr_log = private_open(os.path.join(log_dir, f"rank{rank}.stderr.log"), "ab")
-        self.ranks.append(r)
-        self.by_rank[rank] = r
-        assert proc.stdout is not None and proc.stderr is not None  # Popen(stdout=PIPE) always gives them
-        self.output.add(rank, r.prefix, proc.stdout, proc.stderr, (r.stdout_log, r.stderr_log))
-        if r.pidfd is not None:
-            self.sel.register(r.pidfd, selectors.EVENT_READ, ("exit", r))
+            progress.started(rank, pid)
+            self._apply(self.state.on_spawned(rank, local_rank, pid))
+            log_debug("rank started", rank=rank, local_rank=local_rank, pid=pid, argv=argv)
+            phases.record("spawned", env=env, rank=rank, local_rank=local_rank, pid=pid)
 
     def _cannot_start(self, rank: int, local_rank: int, program: str, exc: OSError) -> None:
         missing = isinstance(exc, FileNotFoundError)
@@ -185,14 +156,14 @@ class NodeLoop:
         os.set_blocking(wake_w, False)
         old_wakeup = signal.set_wakeup_fd(wake_w)
         caught: tuple[int, ...] = (*wire.STOP_SIGNALS, *wire.FORWARDED_SIGNALS, wire.STACKS_SIGNAL)
-        caught += (wire.TEARDOWN_SIGNAL,) if self.plan.launcher == "pdsh" else ()
+        caught += (wire.TEARDOWN_SIGNAL,) if self.plan.transport.teardown_by_signal else ()
         old_handlers = {s: signal.signal(s, lambda *_: None) for s in caught}
         self.sel.register(wake_r, selectors.EVENT_READ, ("signal", None))
         if self.control is not None:
             os.set_blocking(self.control.fileno(), False)
             self.sel.register(self.control.fileno(), selectors.EVENT_READ, ("control", None))
         self.output.start()
-        self._heard = time.monotonic()
+        self.channels.heard = time.monotonic()
         try:
             code = self._loop()
         finally:
@@ -222,11 +193,11 @@ class NodeLoop:
             for key, _ in ready:
                 self._dispatch(key)
             self._round = None
-            self._check_silence(time.monotonic())
+            if self.channels.silent(time.monotonic()):  # as if the launcher were gone
+                self._launcher_gone()
             self.output.tick(time.monotonic())
-            for r in self.ranks:
-                if r.pidfd is None and not r.reaped:
-                    self._reap(r, block=False)
+            for r in self.ranks.unwatched():
+                self._reap(r, block=False)
             if self.progress is not None and not self.state.stopping:
                 for event in self.progress.tick(time.monotonic()):
                     self._emit(wire.encode(event))
@@ -236,21 +207,20 @@ class NodeLoop:
         while True:
             actions = self.state.tick(now, self.output)
             code = self._apply(actions)
-            if code is not None or not any(isinstance(action, ns.StopReading) for action in actions):
+            if code is not None or not any(isinstance(action, StopReading) for action in actions):
                 return code  # else look again at once: the pipes were just closed
 
     def _timeout(self, now: float) -> float | None:
-        """How long the next wait may be: the state's limit, a paused pipe's resumption, polls, the progress watch."""
-        timeouts = [self.output.watch(now), self.state.wait_cap(now), self.output.next_due(now)]
+        """How long the next wait may be: the state's limit, a paused pipe's resumption, polls, the progress watch,
+        the launcher's silence."""
+        timeouts = [self.output.watch(now), self.state.wait_cap(now), self.output.next_due(now), self.channels.due(now)]
         alive = self.state.alive
-        if any(r.pidfd is None and not r.reaped for r in self.ranks):
+        if self.ranks.unwatched():
             timeouts.append(_PID_POLL)
         if not alive:
             self.output.wake_when_written()  # waiting for pipes to close and output to drain
         if self.progress is not None and alive:
             timeouts.append(self.progress.due(now))
-        if self.silent_after is not None:
-            timeouts.append(max(0.0, self._heard + self.silent_after - now))
         known = [t for t in timeouts if t is not None]
         return min(known) if known else None
 
@@ -269,44 +239,44 @@ class NodeLoop:
         elif kind == "side":
             self._read_side(key.fd)
 
-    def _apply(self, actions: Iterable[ns.Action]) -> int | None:
+    def _apply(self, actions: Iterable[Action]) -> int | None:
         """Carry out the state's actions, in order; the node's exit code once one says the node is done."""
         code = None
         for action in actions:
             match action:
-                case ns.Emit(event=event):
+                case Emit(event=event):
                     self._emit(wire.encode(event))
-                case ns.Exited(result=result):
+                case Exited(result=result):
                     self._exited(result)
-                case ns.Signal() | ns.StopRequested():
+                case Signal() | StopRequested():
                     self._signal(action)
-                case ns.Stopping(signum=signum, grace=grace):
+                case Stopping(signum=signum, grace=grace):
                     get_logger("agent").info("stopping ranks", signal=signal.Signals(signum).name, grace=grace)
-                case ns.ProposeStep() | ns.SetStopStep():
+                case ProposeStep() | SetStopStep():
                     self._stop_step(action)
-                case ns.RequestStacks():
+                case RequestStacks():
                     self._print_stacks()
-                case ns.AbandonStalledReaders():
+                case AbandonStalledReaders():
                     self._give_up_stalled_readers()
-                case ns.StopReading():
-                    self._kill_descendants()  # what holds the pipes open outlived its rank
+                case StopReading():
+                    self.ranks.kill_descendants()  # what holds the pipes open outlived its rank
                     self.output.stop_reading()
-                case ns.Finish(code=finished):
+                case Finish(code=finished):
                     code = finished
                 case _:
                     assert_never(action)
         return code
 
-    def _signal(self, action: ns.Signal | ns.StopRequested) -> None:
+    def _signal(self, action: Signal | StopRequested) -> None:
         """A teardown's signal to each rank's group; a stop's to its main process, not should_stop()'s (stop_pages)."""
-        if isinstance(action, ns.Signal):
+        if isinstance(action, Signal):
             for rank in action.ranks:
-                killpg(self.by_rank[rank].pid, action.signum)
+                killpg(self.ranks[rank].pid, action.signum)
             return
         self.pages.request(action.deadline)
         taking_part = self.pages.participants()
         for rank in (r for r in action.ranks if r not in taking_part):
-            signal_pid(self.by_rank[rank].pid, action.signum)
+            signal_pid(self.ranks[rank].pid, action.signum)
 
     def _exited(self, result: wire.RankExit) -> None:
         if result.failed:
@@ -314,7 +284,7 @@ class NodeLoop:
         self._emit(wire.encode(result))
         record_exit(result)
 
-    def _stop_step(self, action: ns.StopStepAction) -> None:
+    def _stop_step(self, action: StopStepAction) -> None:
         if (proposal := carry_out(self.pages, action, self.node.node_rank)) is not None:
             self._emit(wire.encode(proposal))
 
@@ -326,23 +296,18 @@ class NodeLoop:
         """Output (or a pipe's end, ``chunk`` empty) was read from ``rank``'s pipe."""
         self.state.on_read(now)
         if chunk and is_err:
-            r = self.by_rank[rank]
+            r = self.ranks[rank]
             r.tail = keep_tail(r.tail, chunk)
         if chunk and self.progress is not None:
             self.progress.output(rank, chunk, is_err)
 
     # ---- rank exits -----------------------------------------------------
-    def _reap(self, r: _RankProcess, block: bool = True) -> None:
-        returncode = r.proc.wait() if block else r.proc.poll()
+    def _reap(self, r: RankProcess, block: bool = True) -> None:
+        returncode = self.ranks.exit_code(r, block=block)
         if returncode is None:
             return
-        r.reaped = True
         if self.progress is not None:
             self.progress.ended(r.rank)
-        if r.pidfd is not None:
-            self.sel.unregister(r.pidfd)
-            os.close(r.pidfd)
-            r.pidfd = None
         record = ErrorRecord()
         tail: tuple[str, ...] = ()
         if returncode:  # its last stderr lines may still be in the pipe: they belong in the summary
@@ -356,26 +321,18 @@ class NodeLoop:
             )
         )
 
-    # ---- control and signals ---------------------------------------------
+    # ---- the launcher's words and signals ----------------------------------
     def _read_control(self) -> None:
-        assert self.control is not None
-        data = read_ready(self.control.fileno())  # b"": also a dial-back reset or silence
-        if data:
-            self._heard = time.monotonic()
-            self.feed_control(data)
-        elif data == b"":  # the launcher or its connection is gone
-            self.sel.unregister(self.control.fileno())
-            self.silent_after = None
-            self.stop()
+        commands = self.channels.read()
+        if commands is None:
+            self._launcher_gone()
+        else:
+            self.obey(commands)
 
-    def _check_silence(self, now: float) -> None:
-        """No heartbeat from the launcher for ``silent_after`` seconds (a partition): as if it were gone."""
-        if self.silent_after is None or now - self._heard <= self.silent_after or self.control is None:
-            return
-        text = f"dslaunch agent: nothing from the launcher for {self.silent_after:g} s: taking it as gone"
-        print(text, file=sys.stderr, flush=True)
+    def _launcher_gone(self) -> None:
+        """The control channel ended, or went silent: the launcher or its connection is gone."""
+        assert self.control is not None
         self.sel.unregister(self.control.fileno())
-        self.silent_after = None
         self.stop()
 
     def watch_side(self, fd: int) -> None:
@@ -385,19 +342,16 @@ class NodeLoop:
         self.state.launcher_answers = True  # on it (under mpirun: no stdin)
 
     def _read_side(self, fd: int) -> None:
-        data = read_ready(fd)
-        if data == b"":  # it never connected; a connection's end is the agent's SIGHUP (dialback_client.py)
+        commands = self.channels.read_side(fd)
+        if commands is None:
             self.sel.unregister(fd)
             self._apply(self.state.launcher_unreachable())
-        elif data:
-            self.obey([c for c in self._side.feed(data) if c == wire.STOP or isinstance(c, _SIDE_COMMANDS)])
+        else:
+            self.obey(commands)
 
     def feed_control(self, data: bytes) -> None:
-        """Whole lines of the control channel are obeyed; the first that is no command is logged at debug."""
-        before = self._control.rejects.count
-        self.obey(self._control.feed(data))
-        if not before and self._control.rejects.count:
-            get_logger("agent").debug("malformed control line", why=self._control.rejects.first)
+        """Whole lines of the control channel are obeyed (``LauncherChannels.feed``)."""
+        self.obey(self.channels.feed(data))
 
     def obey(self, commands: list[wire.Command]) -> None:
         """Act on control commands (``NodeState.on_control``)."""
@@ -419,22 +373,13 @@ class NodeLoop:
 
     # ---- the end ----------------------------------------------------------
     def _kill_leftovers(self) -> None:
-        """Nothing the job started here outlives it: the ranks' sessions, every descendant (the agent is a
-        subreaper, so double-forked daemons are among them), and, as a backstop, any process with this job's
-        run id and node rank."""
+        """Nothing the job started here outlives it: the ranks' sessions (each reaped), then the sweep
+        (``NodeRanks.sweep``)."""
+        self.ranks.kill()
         for r in self.ranks:
-            killpg(r.pid, signal.SIGKILL)
             if not r.reaped:
                 self._reap(r)
-            for log in (r.stdout_log, r.stderr_log):
-                if log is not None:
-                    log.close()
-        self._kill_descendants()
-        procs.kill_job(self.plan.run_id, self.node.node_rank)
-
-    def _kill_descendants(self) -> None:
-        waiters = [w for r in self.ranks if (w := getattr(r.proc, "waiter", None))]  # warm ranks' (preload/warm.py)
-        kill_descendants((os.getpid(), *waiters), spared={*(r.pid for r in self.ranks), *self._kept})
+        self.ranks.sweep()
 
     def _emit(self, line: str) -> None:
         """An event: on its own pipe when there is one (the launcher always reads it), else before queued output."""

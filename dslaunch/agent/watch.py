@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 
 from dslaunch import wire
-from dslaunch.bootstrap import progress as rankside
+from dslaunch.bootstrap import progress
 from dslaunch.observe.window_relay import WindowRelay, window_steps
 from dslaunch.plan import LaunchPlan
 
@@ -72,16 +72,16 @@ class ProgressWatch:
         path = os.path.join(self.run_dir, f"rank{rank}.progress")
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            os.ftruncate(fd, rankside.SIZE)
+            os.ftruncate(fd, progress.SIZE)
         except OSError:
             return  # no stacks or heartbeats for this rank; its output still counts
         self.ranks[rank] = _RankProgress(rank, fd, self.plan.program.no_python, last=time.monotonic())
-        env[rankside.ENV] = path
+        env[progress.ENV] = path
         if self.windows is not None:
             self.windows.add(rank, env, self.run_dir)
         if self.timeout is not None:
             where = self.plan.log_dir or tempfile.gettempdir()
-            env[rankside.TRACE_ENV] = self.ranks[rank].trace = os.path.join(
+            env[progress.TRACE_ENV] = self.ranks[rank].trace = os.path.join(
                 where, f"dslaunch-{self.plan.run_id}.nccl-trace.rank{rank}"
             )
             if not any(name in env for name in _TRACE_VARS):
@@ -96,7 +96,7 @@ class ProgressWatch:
     def beats(self, rank: int) -> int:
         """How many progress beats ``rank`` made in this attempt (0: none, or it has no progress file)."""
         st = self.ranks.get(rank)
-        return 0 if st is None else rankside.read_word(st.fd, rankside.BEATS)
+        return 0 if st is None else progress.read_word(st.fd, progress.BEATS)
 
     def ended(self, rank: int) -> None:
         st = self.ranks.get(rank)
@@ -130,14 +130,14 @@ class ProgressWatch:
             elif st.no_python:
                 st.state = "no-python"
                 notes.append((st.rank, "dslaunch: --no-python rank: it cannot print a Python stack"))
-            elif rankside.read_word(st.fd, rankside.STARTED) != 1 or not st.pid:
+            elif progress.read_word(st.fd, progress.STARTED) != 1 or not st.pid:
                 st.state = "not started"
                 notes.append((st.rank, "dslaunch: no stack: the rank's Python has not started yet"))
             else:
                 st.state = "running"
                 st.capture = bytearray()
                 st.quiet_until = now + STACKS_WINDOW
-                rankside.write_word(st.fd, rankside.REQUEST, rankside.read_word(st.fd, rankside.REQUEST) + 1)
+                progress.write_word(st.fd, progress.REQUEST, progress.read_word(st.fd, progress.REQUEST) + 1)
                 try:
                     os.kill(st.pid, signal.SIGQUIT)
                 except (ProcessLookupError, PermissionError):
@@ -162,7 +162,7 @@ class ProgressWatch:
         self.next_poll = now + self.poll
         live = [st for st in self.ranks.values() if st.alive]
         for st in live:
-            beats = rankside.read_word(st.fd, rankside.BEATS)
+            beats = progress.read_word(st.fd, progress.BEATS)
             if beats != st.beats:
                 st.count += max(1, beats - st.beats)
                 st.beats = beats
@@ -178,7 +178,7 @@ class ProgressWatch:
     def _report(self, now: float) -> wire.Stacks:
         ranks, traces = [], []
         for st in sorted(self.ranks.values(), key=lambda s: s.rank):
-            if st.trace and st.alive and rankside.read_word(st.fd, rankside.NCCL) == 1:
+            if st.trace and st.alive and progress.read_word(st.fd, progress.NCCL) == 1:
                 traces.append(st.trace)
             state = st.state
             if st.capture is not None:

@@ -20,9 +20,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dslaunch.channel import link as blocking
 from dslaunch.channel.event_loop import READ, WRITE, Loop
-from dslaunch.channel.link import TAG, Sealer
+from dslaunch.channel.link import HEARTBEAT, MAX_LINE, SILENT, TAG, Sealer
 
 MAX_OUT = 4 << 20  # bytes waiting for a peer past what its socket holds; more: it does not read, it is ended
 _HB_PAYLOAD = b'{"t":"hb"}'
@@ -48,7 +47,7 @@ class LinkClock:
         self._timer = None if not loop.in_loop() else self._start()
 
     def _start(self) -> Any:
-        return self.loop.call_every(blocking.HEARTBEAT / 2 / _SLOTS, self._visit)
+        return self.loop.call_every(HEARTBEAT / 2 / _SLOTS, self._visit)
 
     def add(self, link: LoopLink) -> None:
         if self._timer is None:
@@ -68,8 +67,8 @@ class LinkClock:
         slot = self._slots[self._tick]
         self._tick = (self._tick + 1) % _SLOTS
         now = time.monotonic()
-        silent_since = now - blocking.SILENT
-        beat_before = now - blocking.HEARTBEAT * 0.75  # looked at every HEARTBEAT / 2: a beat every HEARTBEAT or so
+        silent_since = now - SILENT
+        beat_before = now - HEARTBEAT * 0.75  # looked at every HEARTBEAT / 2: a beat every HEARTBEAT or so
         for link in list(slot) if slot else ():
             if link.last_heard < silent_since:
                 link.on_readable()  # what waits unread is no silence (a loop behind its sockets)
@@ -101,7 +100,7 @@ class LoopLink:
         self.peer = peer
         self._out_seal = Sealer(keys[0]) if keys else None
         self._in_seal = Sealer(keys[1]) if keys else None
-        self._limit = blocking.MAX_LINE + (TAG if keys else 0)
+        self._limit = MAX_LINE + (TAG if keys else 0)
         self.on_line: Callable[[LoopLink, bytes], object] = _ignore  # each line's payload, heartbeats left out
         self.on_end: Callable[[LoopLink], object] = _ignore
         self.why = ""  # how it ended: as Link.why, and "stalled": it did not read what it was sent

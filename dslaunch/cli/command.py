@@ -40,6 +40,7 @@ from dslaunch.errors import DslaunchError
 
 if TYPE_CHECKING:
     from dslaunch.cli.decide import Choices, Decision
+    from dslaunch.observe.session import Observer
     from dslaunch.plan import LaunchPlan
 
 # Option areas; --help lists their options by section (cli/help_sections.py), each area's in this order.
@@ -135,15 +136,15 @@ def _act(choices: Choices, decision: Decision) -> int:
     """Everything with an effect, in order, once the plan is frozen."""
     plan, core = decision.plan, choices.core
     log_options.configure(choices.logs, plan, dry_run=core.dry_run)
-    if choices.remote.preflight:
-        from dslaunch.runners.preflight import run_preflight
-
-        code, report = run_preflight(plan)
-        click.echo(report)
-        return code
     from dslaunch.runners import get_runner, host_pool
 
     runner = get_runner(plan.launcher)
+    if choices.remote.preflight:
+        from dslaunch.runners.preflight import run_preflight
+
+        code, report = run_preflight(plan, runner)
+        click.echo(report)
+        return code
     if core.dry_run:
         _dry_run(plan, runner.describe(plan), decision.secrets, as_json=core.json)
         return 0
@@ -152,26 +153,27 @@ def _act(choices: Choices, decision: Decision) -> int:
     log_options.log_launch(plan.launcher, runner.describe(plan), plan.env, decision.secrets)
     from dslaunch.job.attempts import run_attempts
 
-    with _observed(choices, plan):
-        return run_attempts(runner, plan, host_pool(runner, plan))
+    with _observed(choices, plan) as observer:
+        return run_attempts(runner, plan, host_pool(runner, plan), observer)
 
 
 @contextmanager
-def _observed(choices: Choices, plan: LaunchPlan) -> Iterator[None]:
-    """The job's observer (docs/observability.md), for the job's attempts."""
+def _observed(choices: Choices, plan: LaunchPlan) -> Iterator[Observer | None]:
+    """The job's observer (docs/observability.md), for the job's attempts; None where nothing is to be seen."""
     if not choices.observe.collect:
-        yield
+        yield None
         return
     from dslaunch.observe import session
 
     try:
-        session.start(choices.observe, plan)
+        observer = session.start(choices.observe, plan)
     except OSError as exc:
         raise DslaunchError(f"cannot serve metrics: {exc.strerror or exc}", option="--metrics-port") from None
     try:
-        yield
+        yield observer
     finally:
-        session.stop()
+        if observer is not None:
+            observer.close()
 
 
 def _dry_run(plan: LaunchPlan, commands: list[str], secrets: frozenset[str], *, as_json: bool) -> None:

@@ -37,12 +37,24 @@ from dslaunch.plan import (
     Program,
     Restarts,
     SlurmSettings,
+    TransportFacts,
     assign_ranks,
 )
 
 REMOTE_LAUNCHERS = ("pdsh", "ssh")  # what auto picks for remote hosts (and --force-multi), first found
 LAUNCHER_ARGS_USERS = ("openmpi", "mpich", "slurm")  # the runners that read plan.launcher_args
 ELASTIC_LAUNCHERS = ("ssh", "pdsh", "slurm")  # the runners that choose each attempt's nodes: spares and MIN:MAX
+# What each launcher's transport does that the agent, the job core, the output and the observer act on
+# (plan.transport): decided here, so nothing outside cli/ and runners/ compares plan.launcher (tests/test_imports.py).
+TRANSPORTS: dict[str, TransportFacts] = {
+    "local": TransportFacts(),
+    "ssh": TransportFacts(heartbeats=True),  # runners/ssh/runner.Keepalive
+    "pdsh": TransportFacts(teardown_by_signal=True),  # no stdin to one agent: a short ssh signals it (reap.py)
+    "slurm": TransportFacts(supervises_own_node=True),  # each srun task supervises its node (slurm/in_step.py)
+    "openmpi": TransportFacts(stacks_on_demand=False),  # mpirun does not pass SIGQUIT on to the agents
+    "mpich": TransportFacts(stacks_on_demand=False),  # nor does mpiexec
+    "node": TransportFacts(console_per_node=True, node0_holds_job_figures=True),  # a pod each (pods/)
+}
 
 
 @dataclass(frozen=True)
@@ -125,6 +137,7 @@ def decide(c: Choices, environ: Mapping[str, str]) -> Decision:
         if launcher == "node"
         else PodSettings(),
         **c.stop.plan_fields(),
+        transport=TRANSPORTS[launcher],
     )
     return Decision(plan, frozenset(secrets), tuple(warnings))
 

@@ -152,11 +152,11 @@ def parse(values: Mapping[str, Any], environ: Mapping[str, str]) -> RemoteChoice
     for path in values.get("env_files") or ():
         explicit += read_env_file(os.path.abspath(path), explicit=True).items()
     for spec in values.get("exports") or ():
-        from dslaunch.cli import remote_envs as envs  # only with --export: keeps local launches lean
+        from dslaunch.cli import remote_envs  # only with --export: keeps local launches lean
 
         try:
-            item = envs.parse_export(spec, environ)
-        except envs.EnvError as exc:
+            item = remote_envs.parse_export(spec, environ)
+        except remote_envs.EnvError as exc:
             raise DslaunchError(exc.message, option="--export") from None
         explicit.append((item.name, item.value))
     return RemoteChoices(
@@ -176,15 +176,15 @@ def parse(values: Mapping[str, Any], environ: Mapping[str, str]) -> RemoteChoice
 
 
 def read_env_file(path: str, explicit: bool) -> dict[str, str]:
-    from dslaunch.cli import remote_envs as envs
+    from dslaunch.cli import remote_envs
     from dslaunch.cli.files import read_option_file
 
     text = read_option_file(path, "env file", "--env-file", required=explicit)
     if text is None:
         return {}
     try:
-        return envs.parse_env_file(text, path)
-    except envs.EnvError as exc:
+        return remote_envs.parse_env_file(text, path)
+    except remote_envs.EnvError as exc:
         raise DslaunchError(
             f"{exc.message} (lines are NAME=VALUE, '#' comments, optional quotes)", option="--env-file"
         ) from None
@@ -192,10 +192,10 @@ def read_env_file(path: str, explicit: bool) -> dict[str, str]:
 
 def implicit_env(environ: Mapping[str, str]) -> dict[str, str]:
     """What a multi-node DeepSpeed job sends without being asked: DS-prefixed variables, .deepspeed_env files."""
-    from dslaunch.cli import remote_envs as envs
+    from dslaunch.cli import remote_envs
 
-    found = envs.prefixed_exports(environ)
-    for path in envs.env_file_paths(environ, os.path.expanduser("~"), os.getcwd()):
+    found = remote_envs.prefixed_exports(environ)
+    for path in remote_envs.env_file_paths(environ, os.path.expanduser("~"), os.getcwd()):
         found.update(read_env_file(path, explicit=False))
     return found
 

@@ -23,11 +23,11 @@ from dslaunch.job import elastic
 from dslaunch.job.restart_policy import may_restart
 from dslaunch.job.result import START_FAILED, JobResult, restart_cause, stopped
 from dslaunch.mesh import MeshConfigError
-from dslaunch.observe import session as observe
 from dslaunch.plan import LaunchPlan
 
 if TYPE_CHECKING:
     from dslaunch.job.protocols import Runner
+    from dslaunch.observe.session import Observer
 
 Probe = Callable[[LaunchPlan, list[str]], dict[str, str]]  # (plan, hosts) -> the hosts that failed, with why
 Address = Callable[[LaunchPlan, str], str]  # (plan, host) -> the address its ranks reach it at
@@ -101,16 +101,19 @@ class HostPool:
         return self.address(plan, hosts[0])
 
 
-def run_attempts(runner: Runner, plan: LaunchPlan, pool: HostPool | None = None) -> int:
+def run_attempts(
+    runner: Runner, plan: LaunchPlan, pool: HostPool | None = None, observer: Observer | None = None
+) -> int:
     """Run ``plan`` while ``job/restart_policy.may_restart`` allows; the exit code is the last attempt's. The
-    runner's ``close()`` ends what it kept for the whole job (job agents), once the job is over."""
+    runner's ``close()`` ends what it kept for the whole job (job agents), once the job is over. ``observer``: the
+    job's (docs/observability.md), handed to the runner for each attempt and told how each ended."""
     try:
-        return _run_attempts(runner, plan, pool)
+        return _run_attempts(runner, plan, pool, observer)
     finally:
         runner.close()
 
 
-def _run_attempts(runner: Runner, plan: LaunchPlan, pool: HostPool | None) -> int:
+def _run_attempts(runner: Runner, plan: LaunchPlan, pool: HostPool | None, observer: Observer | None) -> int:
     pool = pool or HostPool(plan)
     results: list[JobResult] = []
     used: list[tuple[str, ...]] = []
@@ -122,12 +125,12 @@ def _run_attempts(runner: Runner, plan: LaunchPlan, pool: HostPool | None) -> in
         if isinstance(attempt, JobResult):
             result, hosts = attempt, ()
         else:
-            result, hosts = runner.run(attempt), tuple(n.host for n in attempt.nodes)
+            result, hosts = runner.run(attempt, observer), tuple(n.host for n in attempt.nodes)
             pool.blame(result.blamed)
         results.append(result)
         used.append(hosts)
         verdict = may_restart(results, plan.restarts, plan.no_restart_on)
-        if (observer := observe.current()) is not None:
+        if observer is not None:
             cause = result.restart_cause or restart_cause(
                 result.code, lost=bool(result.blamed), ranks=bool(result.failures)
             )

@@ -16,7 +16,6 @@ from dslaunch.plan import LaunchPlan
 
 HANG_EXIT = 124  # as coreutils' timeout
 REPORT_WAIT = 3.0  # after asking for stacks: how long to wait for every node's report
-NO_STACKS = ("openmpi", "mpich")  # mpirun/mpiexec do not pass SIGQUIT on to the agents
 
 
 @dataclass(frozen=True)
@@ -31,11 +30,12 @@ class Hang:
 
 class HangWatch:
     def __init__(self, plan: LaunchPlan, node_ranks: Collection[int]) -> None:
-        """``node_ranks``: the nodes of the agents this launcher runs (mpirun: one for all of them)."""
+        """``node_ranks``: the nodes whose events the agents' handles this launcher runs carry (mpirun's one handle
+        carries every node's: ``AgentHandle.node_ranks``)."""
         self.plan = plan
         # The nodes this launcher supervises: all of the plan's (one agent each, or mpirun for all of them), or,
         # one launcher per node (--node-rank, a Slurm task), its own: there the decision is that node's.
-        every = plan.launcher in NO_STACKS or len(node_ranks) == len(plan.nodes)
+        every = len(node_ranks) == len(plan.nodes)
         self.nodes = set(range(len(plan.nodes))) if every else set(node_ranks)
         self.idle: dict[int, int] = {}  # node rank -> its live ranks, for the nodes that report no progress
         self.reports: dict[int, wire.Stacks] = {}
@@ -64,7 +64,7 @@ class HangWatch:
     def settled(self, finished: set[int], now: float) -> bool:
         """Every running node has reported its stacks, or it is time to stop waiting."""
         assert self.asked_at is not None
-        if self.plan.launcher in NO_STACKS:
+        if not self.plan.transport.stacks_on_demand:
             return True
         return not self._unreported(finished) or now - self.asked_at > REPORT_WAIT
 
@@ -90,9 +90,9 @@ class HangWatch:
                 "; all equal" if len(picked) == len(live) and len(live) > 1 else ""
             )
         else:
-            refused = self.plan.launcher in NO_STACKS
+            refused = not self.plan.transport.stacks_on_demand
             picked, why = [], f"no stacks with --launcher {self.plan.launcher}" if refused else "no stacks report came"
-        unreported = () if self.plan.launcher in NO_STACKS else self._unreported(finished)
+        unreported = self._unreported(finished) if self.plan.transport.stacks_on_demand else ()
         traces = tuple((rep.host, path) for _, rep in sorted(self.reports.items()) for path in rep.traces)
         stopped = sum(self.plan.node(n).nproc for n in self.nodes)
         culprits = tuple(sorted((x[0], x[4]) for x in picked))
@@ -129,6 +129,6 @@ def declared_line(plan: LaunchPlan) -> str:
 
 def stacks_line(plan: LaunchPlan) -> str | None:
     """What to print when stacks cannot be asked for with this launcher; None when they can."""
-    if plan.launcher in NO_STACKS:
+    if not plan.transport.stacks_on_demand:
         return f"dslaunch: stacks on demand are not available with --launcher {plan.launcher}"
     return None

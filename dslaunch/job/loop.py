@@ -11,16 +11,18 @@ events). A full sink holds up the lane, never the reader thread: an event never 
 
 from __future__ import annotations
 
+import functools
 import queue
 import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from dslaunch import wire
 from dslaunch.errors import assert_never
-from dslaunch.job.protocols import AgentHandle, nodes_of
+from dslaunch.job.protocols import AgentHandle
 from dslaunch.job.result import JobResult
 from dslaunch.job.state import (
     KILL_GRACE,
@@ -37,26 +39,32 @@ from dslaunch.job.state import (
     StopAt,
 )
 from dslaunch.job.summary import blamed_hosts, cause_line, failures_of, format_summary, stepped
-from dslaunch.observe import session as observe
+from dslaunch.observe import session
 from dslaunch.output import lanes, terminal
 from dslaunch.output.remote_console import RemoteConsole
 from dslaunch.output.sink import STALL, Sink, write_within
 from dslaunch.plan import LaunchPlan
 
+if TYPE_CHECKING:
+    from dslaunch.observe.session import Observer
+
 POLL = 0.05  # how often the loop looks at signals and the time while no event comes
 
 Inbox = queue.Queue[tuple[int, wire.Event | None]]  # events only (a few per rank); None: that stream ended
+Saying = Callable[[bytes], bool]  # a line of the launcher's own to stderr (output/terminal.say)
 
 
 def supervise(
     plan: LaunchPlan,
     handles: Sequence[AgentHandle],
-    err: lanes.ErrLane | None = None,
+    err: lanes.ErrLane | None,
+    observer: Observer | None,
     *,
     decides_stop_step: bool = True,
 ) -> Outcome:
     """One attempt over ``handles``, to its outcome; ``err``: a remote runner's stderr lane (flushed at the end);
-    ``decides_stop_step``: False on a pod that is not the coordinator (which answers the stop steps of every pod)."""
+    ``observer``: the job's, with its status line (None: nothing is watched); ``decides_stop_step``: False on a pod
+    that is not the coordinator (which answers the stop steps of every pod)."""
     inbox: Inbox = queue.Queue()
     caught: list[int] = []
     sys.stdout.flush()
@@ -70,12 +78,20 @@ def supervise(
         s: signal.signal(s, lambda signum, _f: caught.append(signum))
         for s in (*wire.STOP_SIGNALS, *wire.FORWARDED_SIGNALS, wire.STACKS_SIGNAL)
     }
-    owner = terminal.own(out, err)  # --status-line: every line to our terminal through ``out``, the line below
+    status_line = session.status_line_of(observer)
+    owner = terminal.own(out, err, status_line)  # every line to our terminal through ``out``, the line below
     try:
         out.start()
         for t in threads:
             t.start()
-        outcome = _drive(plan, handles, inbox, caught, out, console=console, decides_stop_step=decides_stop_step)
+        stop_nodes = frozenset(n for h in handles for n in h.node_ranks)
+        nodes = [(h.node_rank, h.host) for h in handles]
+        state = JobState(
+            plan, nodes, decides_stop_step=decides_stop_step, stop_nodes=stop_nodes, started=time.monotonic()
+        )
+        watching = session.for_attempt(observer, plan)  # the breakdown, stragglers, metrics (docs/observability.md)
+        say: Saying = functools.partial(terminal.say, status_line)
+        outcome = _drive(state, handles, inbox, caught, out=out, observer=watching, say=say, console=console)
         if console is not None:
             held.append(console.close())
         lanes.flush(held, out, STALL if outcome.code else None)
@@ -121,28 +137,20 @@ def _say_dropped(held: Sequence[lanes.OutputLane], handles: Sequence[AgentHandle
 
 
 def _drive(
-    plan: LaunchPlan,
+    state: JobState,
     handles: Sequence[AgentHandle],
     inbox: Inbox,
     caught: list[int],
-    out: Sink,
     *,
+    out: Sink,
+    observer: Observer | session.Unobserved,
+    say: Saying,
     console: RemoteConsole | None,
-    decides_stop_step: bool,
 ) -> Outcome:
-    stop_nodes = frozenset(n for h in handles for n in nodes_of(h))
-    state = JobState(
-        plan,
-        [(h.node_rank, h.host) for h in handles],
-        decides_stop_step=decides_stop_step,
-        stop_nodes=stop_nodes,
-        started=time.monotonic(),
-    )
-    observer = observe.for_attempt(plan)  # the job-wide breakdown, stragglers, metrics (docs/observability.md)
     while True:
         while caught:
-            _execute(state.on_signal(caught.pop(0), time.monotonic()), handles, console)
-        outcome = _execute(state.tick(time.monotonic()), handles, console)
+            _execute(state.on_signal(caught.pop(0), time.monotonic()), handles, say, console)
+        outcome = _execute(state.tick(time.monotonic()), handles, say, console)
         if outcome is not None:  # every stream has closed
             break
         if console is not None:
@@ -156,19 +164,19 @@ def _drive(
             continue
         if event is None:
             status = handles[index].wait(1.0) if state.wants_status(index) else None
-            _execute(state.on_stream_end(index, status, time.monotonic()), handles, console)
+            _execute(state.on_stream_end(index, status, time.monotonic()), handles, say, console)
         else:
             observer.on_event(event, time.monotonic())
-            _execute(state.on_event(index, event, time.monotonic()), handles, console)
+            _execute(state.on_event(index, event, time.monotonic()), handles, say, console)
     for h in handles:
-        if h.wait(plan.shutdown_timeout + KILL_GRACE) is None:
+        if h.wait(state.plan.shutdown_timeout + KILL_GRACE) is None:
             h.kill()
             h.wait(5.0)
     return outcome
 
 
 def _execute(
-    actions: Sequence[Action], handles: Sequence[AgentHandle], console: RemoteConsole | None = None
+    actions: Sequence[Action], handles: Sequence[AgentHandle], say: Saying, console: RemoteConsole | None = None
 ) -> Outcome | None:
     """Carry out the state's actions, in order; the job's outcome once one says the job is done."""
     outcome = None
@@ -186,7 +194,7 @@ def _execute(
                     console.pause_for_stacks(time.monotonic())
                 _signal_all(handles, wire.STACKS_SIGNAL)
             case Say(text=text):
-                write_within(2, (text + "\n").encode(), STALL)
+                say((text + "\n").encode())
             case Finish(outcome=finished):
                 outcome = finished
             case _:
@@ -245,6 +253,6 @@ def report(outcome: Outcome, plan: LaunchPlan) -> JobResult:
 
 
 def supervise_and_report(
-    plan: LaunchPlan, handles: Sequence[AgentHandle], err: lanes.ErrLane | None = None
+    plan: LaunchPlan, handles: Sequence[AgentHandle], err: lanes.ErrLane | None, observer: Observer | None
 ) -> JobResult:
-    return report(supervise(plan, handles, err), plan)
+    return report(supervise(plan, handles, err, observer), plan)

@@ -133,7 +133,7 @@ class JobState:
         self.nodes = tuple(nodes)  # (node_rank, host) of each handle
         # the nodes of its own handles: a Slurm task supervises its node alone (each decides its step alone)
         expected = stop_nodes if stop_nodes is not None else frozenset(node_rank for node_rank, _host in self.nodes)
-        self.watch = hang.HangWatch(plan, sorted(expected))  # a handle may carry several nodes (nodes_of)
+        self.watch = hang.HangWatch(plan, expected)  # a handle may carry several nodes (node_ranks)
         self.open_streams = len(self.nodes)
         self.done: dict[int, int] = {}  # handle index -> its agent's Done code
         self.finished: set[int] = set()  # node ranks

@@ -128,7 +128,7 @@ def stop_summary(outcome: Outcome, plan: LaunchPlan) -> str:
     name = signal.Signals(outcome.stopped_by).name
     last = {e.rank: e for e in outcome.exits}  # a rank's last word (one exit each, in practice)
     ranks = plan.world_size
-    if plan.launcher == "slurm" and outcome.exits:  # a Slurm task supervises its own node alone
+    if plan.transport.supervises_own_node and outcome.exits:  # a Slurm task supervises its own node alone
         ranks = plan.node(outcome.exits[0].node_rank).nproc
     clean = [e for e in last.values() if not e.failed]
     within = ""

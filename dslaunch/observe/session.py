@@ -1,8 +1,10 @@
 """The launcher's side of seeing a running job: the one seam where windows become prints, warnings, a log file,
 metrics and posts to Kubeflow Trainer's progress API.
 
-The CLI starts one :class:`Observer` for the job (:func:`start`); ``job/loop.py`` hands it every agent event of
-an attempt and ticks it, ``job/attempts.py`` tells it how each attempt ended. It groups the ranks' windows
+The CLI starts one :class:`Observer` for the job (:func:`start`) and passes it down: ``job/attempts.py`` tells it
+how each attempt ended, and hands it to the runner, which passes it to ``job/loop.supervise``, which hands it every
+agent event of an attempt and ticks it. The observer posts the job's status line (``--status-line``), which the
+runner hands on to whoever draws it. It groups the ranks' windows
 (``wire.TimerWindow``) by window number; a window is complete once every rank of the attempt that is still
 running sent it, or two later ones came from some rank (a rank whose window was not read is left out). Each
 complete window feeds the straggler watch and the breakdown's running period; the period prints every
@@ -17,8 +19,7 @@ import time
 from typing import TYPE_CHECKING
 
 from dslaunch import wire
-from dslaunch.observe import breakdown as bd
-from dslaunch.observe import live
+from dslaunch.observe import breakdown, live
 from dslaunch.observe.figures import JobFigures
 from dslaunch.observe.settings import ObserveSettings
 from dslaunch.observe.stragglers import StragglerWatch, Where
@@ -27,14 +28,14 @@ from dslaunch.plan import LaunchPlan
 if TYPE_CHECKING:
     from dslaunch.observe.metrics import Exporter
     from dslaunch.observe.trainer_status import Poster
-    from dslaunch.output.footer import Board
+    from dslaunch.output.status_line import StatusLine
 
 _STALE = 2  # a window still incomplete once some rank sent this many later ones is taken as it is
 _METRICS_FILE_EVERY = 1.0
 
 
 class Observer:
-    def __init__(self, settings: ObserveSettings, plan: LaunchPlan) -> None:
+    def __init__(self, settings: ObserveSettings, plan: LaunchPlan, status_line: StatusLine | None = None) -> None:
         self.settings = settings
         self.figures = JobFigures(ranks=plan.world_size, nodes=len(plan.nodes))
         self.metrics: Exporter | None = None
@@ -42,7 +43,7 @@ class Observer:
         self.job_wide = not _member_pod(plan)
         self.next_file = 0.0
         self.next_live = 0.0  # --log-dir's status.json, for --report on a running job (observe/live.py)
-        self.board: Board | None = None  # --status-line: the line a forked agent draws (output/footer.py)
+        self.status_line = status_line  # --status-line: posted here, drawn by the terminal's writer
         self._attempt(plan)
 
     def _attempt(self, plan: LaunchPlan) -> None:
@@ -50,7 +51,7 @@ class Observer:
         self.pending: dict[int, dict[int, wire.TimerWindow]] = {}
         self.done_index = 0
         self.ended: set[int] = set()
-        self.period: dict[int, bd.RankTotals] = {}
+        self.period: dict[int, breakdown.RankTotals] = {}
         self.period_first = 0
         self.printed_at = time.monotonic()
         self.printed_step = 0
@@ -104,22 +105,22 @@ class Observer:
         current = {}
         for rank, w in got.items():
             where = self.where[rank]
-            one = bd.RankTotals(rank, where.node_rank, where.host)
+            one = breakdown.RankTotals(rank, where.node_rank, where.host)
             one.add(w.steps, w.wall, w.regions)
             current[rank] = one
-            total = self.period.setdefault(rank, bd.RankTotals(rank, where.node_rank, where.host))
+            total = self.period.setdefault(rank, breakdown.RankTotals(rank, where.node_rank, where.host))
             total.add(w.steps, w.wall, w.regions)
         last = max(w.step for w in got.values())
         first = min(w.step - w.steps + 1 for w in got.values())
         self.period_first = self.period_first or first
         walls = [w.wall for w in got.values()]
-        f.stepped(bd.median(walls))
-        f.step, f.step_rate = max(f.step, last), bd.median(w.steps / w.wall for w in got.values() if w.wall)
-        f.regions = bd.summarize(list(current.values()))
+        f.stepped(breakdown.median(walls))
+        f.step, f.step_rate = max(f.step, last), breakdown.median(w.steps / w.wall for w in got.values() if w.wall)
+        f.regions = breakdown.summarize(list(current.values()))
         if self.watch is not None:
             per_rank = {r: {k: (v, t.fastest.get(k, v)) for k, v in t.per_step().items()} for r, t in current.items()}
             for line in self.watch.feed(per_rank):
-                _warn(line)
+                self._warn(line)
             f.stragglers = sum(1 for t in self.watch.tracks.values() if t.flagged)
         every = self.settings.every_steps
         if every and last // every > self.printed_step // every:  # at steps N, 2N, ... (or the first past them)
@@ -129,13 +130,13 @@ class Observer:
     def _print_period(self, last: int, now: float) -> None:
         if not self.period:
             return
-        stats = bd.summarize(list(self.period.values()))
+        stats = breakdown.summarize(list(self.period.values()))
         first = self.period_first
         self.period, self.period_first, self.printed_at, self.printed_step = {}, 0, now, last
         if self.settings.breakdown:
-            _say(bd.format_table(stats, first, last, self.figures.ranks))
+            self._say(breakdown.format_table(stats, first, last, self.figures.ranks))
             if self.settings.log_dir:
-                _append(os.path.join(self.settings.log_dir, "breakdown.jsonl"), bd.as_record(stats, first, last))
+                _append(os.path.join(self.settings.log_dir, "breakdown.jsonl"), breakdown.as_record(stats, first, last))
 
     def tick(self, now: float) -> None:
         """Time-driven work: a breakdown every N seconds, the metrics file, the progress API's figures (posted from
@@ -148,20 +149,20 @@ class Observer:
             self.publish()
         if self.trainer is not None and self.job_wide:
             self.trainer.offer(self.figures)
-        if (self.settings.log_dir or self.board is not None) and now >= self.next_live:
+        if (self.settings.log_dir or self.status_line is not None) and now >= self.next_live:
             self.next_live = now + live.EVERY
             self.write_live()
 
     def write_live(self) -> None:
         """status.json (--log-dir) and the status line (--status-line): the same state."""
-        if not self.settings.log_dir and self.board is None:
+        if not self.settings.log_dir and self.status_line is None:
             return
         wall = time.time()
         state = live.snapshot(self.figures, wall, os.getpid())
         if self.settings.log_dir:
             live.write(self.settings.log_dir, state)
-        if self.board is not None:
-            self.board.post(live.status_line(state, wall))
+        if self.status_line is not None:
+            self.status_line.post(live.status_line(state, wall))
 
     # ---- the job ---------------------------------------------------------------------------------------------
     def attempt_ended(self, code: int, cause: str, restarting: bool) -> None:
@@ -186,25 +187,31 @@ class Observer:
         if self.metrics is not None:
             self.metrics.write_file()
 
+    def close(self) -> None:
+        """The job is over: the metrics' last state, and the progress API's (if this launcher ever posted)."""
+        if self.metrics is not None:
+            self.publish()
+            self.metrics.close()
+        if self.trainer is not None:
+            self.trainer.close()
+
+    # ---- the launcher's own lines -----------------------------------------------------------------------------
+    def _say(self, text: str) -> None:
+        from dslaunch.output import terminal
+
+        terminal.say(self.status_line, (text + "\n").encode())
+
+    def _warn(self, text: str) -> None:
+        from dslaunch.logs import get_logger
+
+        if self.status_line is not None:
+            self.status_line.clear(2)
+        get_logger("launcher").warning(text)
+
 
 def _member_pod(plan: LaunchPlan) -> bool:
     """A pod (one launcher a node) that is not node 0: the coordinator, node 0, holds the job-wide figures."""
-    return plan.launcher == "node" and bool(plan.manual_node)
-
-
-def _say(text: str) -> None:
-    from dslaunch.output import footer
-    from dslaunch.output.sink import STALL, write_within
-
-    write_within(2, footer.over_the_line() + (text + "\n").encode(), STALL)
-
-
-def _warn(text: str) -> None:
-    from dslaunch.logs import get_logger
-    from dslaunch.output import footer
-
-    footer.clear(2)
-    get_logger("launcher").warning(text)
+    return plan.transport.node0_holds_job_figures and bool(plan.manual_node)
 
 
 def _append(path: str, data: dict[str, object]) -> None:
@@ -215,41 +222,35 @@ def _append(path: str, data: dict[str, object]) -> None:
         pass
 
 
-# ---- the job's one observer ------------------------------------------------------------------------------------
-_current: Observer | None = None
-
-
+# ---- the job's observer ----------------------------------------------------------------------------------------
 def start(settings: ObserveSettings, plan: LaunchPlan) -> Observer | None:
-    """The job's observer (None when nothing is to be seen); with metrics asked for, their exporter starts; where
-    Kubeflow Trainer's progress API is set and this launcher may hold the job's figures, its poster (which posts
-    from the first tick of an attempt where this launcher does)."""
-    global _current
+    """The job's observer (None when nothing is to be seen), with its status line where one is asked for; with
+    metrics asked for, their exporter starts; where Kubeflow Trainer's progress API is set and this launcher may
+    hold the job's figures, its poster (which posts from the first tick of an attempt where this launcher does).
+    ``Observer.close`` ends it."""
     if not settings.collect:
         return None
-    _current = Observer(settings, plan)
+    status_line = None
+    if settings.status_line:  # before any agent is forked: they share its page
+        from dslaunch.output.status_line import StatusLine
+
+        status_line = StatusLine()
+    observer = Observer(settings, plan, status_line)
     if settings.metrics:
         from dslaunch.observe import metrics
 
-        _current.metrics = metrics.Exporter(settings, _current.figures)
-    if settings.status_line:
-        from dslaunch.output import footer
-
-        _current.board = footer.open_board()
-    if settings.trainer_status and _current.job_wide:
+        observer.metrics = metrics.Exporter(settings, observer.figures)
+    if settings.trainer_status and observer.job_wide:
         from dslaunch.observe import trainer_status
 
         endpoint = trainer_status.from_env(os.environ)
         if endpoint is not None:
             every, total = settings.status_every, settings.total_steps
-            _current.trainer = trainer_status.Poster(endpoint, every=every, total_steps=total)
-    return _current
+            observer.trainer = trainer_status.Poster(endpoint, every=every, total_steps=total)
+    return observer
 
 
-def current() -> Observer | None:
-    return _current
-
-
-class _Unobserved:
+class Unobserved:
     """An attempt nobody watches: the loop calls it all the same."""
 
     def on_event(self, event: wire.Event, now: float) -> None:
@@ -259,19 +260,14 @@ class _Unobserved:
         pass
 
 
-def for_attempt(plan: LaunchPlan) -> Observer | _Unobserved:
+def status_line_of(observer: Observer | None) -> StatusLine | None:
+    """The job's status line (--status-line), for whoever draws it: None where there is none."""
+    return None if observer is None else observer.status_line
+
+
+def for_attempt(observer: Observer | None, plan: LaunchPlan) -> Observer | Unobserved:
     """The job's observer, told that an attempt of ``plan`` starts; a no-op one when there is none."""
-    if _current is None:
-        return _Unobserved()
-    _current.begin(plan)
-    return _current
-
-
-def stop() -> None:
-    global _current
-    observer, _current = _current, None
-    if observer is not None and observer.metrics is not None:
-        observer.publish()
-        observer.metrics.close()
-    if observer is not None and observer.trainer is not None:
-        observer.trainer.close()  # the final state, if this launcher ever posted
+    if observer is None:
+        return Unobserved()
+    observer.begin(plan)
+    return observer

@@ -27,7 +27,7 @@ class ObserveSettings:
     trainer_status: bool = False  # KUBEFLOW_TRAINER_STATUS_URL is set: post progress there
     status_every: float = DEFAULT_STATUS_EVERY  # --trainer-status-every SECONDS
     total_steps: int | None = None  # --total-steps N: progress and time left
-    status_line: bool = False  # --status-line: the terminal's last line (output/footer.py)
+    status_line: bool = False  # --status-line: the terminal's last line (output/status_line.py)
 
     @property
     def window(self) -> int:

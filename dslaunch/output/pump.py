@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from typing import IO
 
 from dslaunch import wire
-from dslaunch.output import collapse, footer
+from dslaunch.output import collapse
 from dslaunch.output.collapse_agent import SinkCollapse
 from dslaunch.output.relay import READ_SIZE, LineRelay, Piece
 from dslaunch.output.sink import STALL, Sink
+from dslaunch.output.status_line import StatusLine
 from dslaunch.plan import LaunchPlan
 
 BAR_PAUSE = 0.02  # a stream showing a \r bar that writes little is read at most this often
@@ -51,9 +52,9 @@ def drain(fd: int) -> None:
 
 
 def _sole_agent(plan: LaunchPlan) -> bool:
-    """Whether this is the only agent its launcher forks: one local node, or a pod (one launcher a node, each
+    """Whether this is the only agent that writes its console: one local node, or a pod (one launcher a node, each
     writing its own console)."""
-    return len(plan.nodes) == 1 or plan.launcher == "node"
+    return len(plan.nodes) == 1 or plan.transport.console_per_node
 
 
 def same_file(a: int, b: int) -> bool:
@@ -101,8 +102,10 @@ class OutputPump:
         err: int,
         forked: bool,
         on_read: OnRead,
+        status_line: StatusLine | None = None,
     ) -> None:
-        """``forked``: events go on a pipe of their own (a forked local agent), not before ``out``'s output."""
+        """``forked``: events go on a pipe of their own (a forked local agent), not before ``out``'s output;
+        ``status_line``: the job's (--status-line), handed down by the launcher that forked this agent."""
         self.host = plan.node(node_rank).host
         self.sel = sel  # the node loop's: a pipe is registered with ("pipe", its RankStream)
         self.on_read = on_read
@@ -118,9 +121,10 @@ class OutputPump:
             self.out_sink if same_file(out, err) else Sink(err, live=os.isatty(err), wake=wake_w)
         )  # one writer for `2>&1`, so stdout and stderr lines never interleave mid-line
         self.sinks = [self.out_sink] if self.err_sink is self.out_sink else [self.out_sink, self.err_sink]
-        board = footer.board()  # the launcher's, inherited by this fork: the status line (--status-line)
-        if board is not None and self.out_sink.live and len(self.sinks) == 1 and _sole_agent(plan):
-            self.out_sink.footer = board.read  # one writer for the terminal: several agents would draw over each other
+        if status_line is not None and self.out_sink.live and len(self.sinks) == 1 and _sole_agent(plan):
+            self.out_sink.status_line = (
+                status_line  # one writer for the terminal: several agents would draw over each other
+            )
         self.collapses = self._collapses(plan, forked)
         # where the launcher collapses this agent's stderr, it is told to print what it holds when a rank fails
         self._flush_mark = plan.collapse_output and self.err_sink.fd not in self.collapses
@@ -300,7 +304,7 @@ class OutputPump:
         """The end: every collapsed line held, out; the status line goes, before this agent's last event (the
         launcher's summary follows it)."""
         self.flush_held()
-        self.out_sink.end_footer(STALL)
+        self.out_sink.end_status_line(STALL)
 
     def wait_idle(self, stall: float | None) -> None:
         for sink in self.sinks:

@@ -6,9 +6,9 @@ writes block, never the agent's handling of exits and signals), and memory stays
 ``budget``. The writer writes whole lines; on a terminal it also writes each stream's latest
 ``\\r`` state (a progress bar), replaced by a newer one while the writer is still busy.
 A reader that stopped (``stalled``) can be given up on with ``abandon``; from then on
-everything is dropped. On a terminal it may keep a status line below everything it writes (``footer``,
-``output/footer.py``), erased before each batch and drawn again after it; a rank's live progress bar takes that
-line while it lasts.
+everything is dropped. On a terminal it may keep the status line below everything it writes (``status_line``,
+``output/status_line.py``), erased before each batch and drawn again after it; a rank's live progress bar takes
+that line while it lasts.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import select
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from dslaunch.output import footer as status
 from dslaunch.output.relay import Piece
+from dslaunch.output.status_line import ERASE, StatusLine, fit
 
 BUDGET = 4 << 20  # bytes accepted and not yet written, before the feeder must stop
 # While stopping, at exit or for a summary: a reader that takes nothing this long is given up on (every side uses it)
@@ -48,7 +48,7 @@ class Sink:
         self.want_wake = False
         self._dangling: object = None  # the stream whose bar the cursor sits after (terminal)
         self._thread: threading.Thread | None = None
-        self.footer: Callable[[], bytes] | None = None  # the status line's text, on a terminal (live)
+        self.status_line: StatusLine | None = None  # the line this sink draws below its output (live: a terminal)
         self._drawn = b""  # the status line on the screen now, the cursor after it
         self._line_open = False  # the output written last ended without a newline
 
@@ -106,7 +106,7 @@ class Sink:
             self._urgent.clear()
             self._bars.clear()
             self.queued = 0
-            self.footer, self._drawn = None, b""
+            self.status_line, self._drawn = None, b""
             self._cond.notify_all()
 
     def wait_idle(self, stall: float | None) -> None:
@@ -120,31 +120,31 @@ class Sink:
         if stall is not None and not self.idle:
             self.abandon()
 
-    def end_footer(self, stall: float) -> None:
+    def end_status_line(self, stall: float) -> None:
         """No status line from now on; the one on the screen is erased (waited for up to ``stall`` seconds)."""
         with self._cond:
-            self.footer = None
+            self.status_line = None
             self._cond.notify_all()
             end = time.monotonic() + stall
             while (self._drawn or self._busy) and not self.dead and (left := end - time.monotonic()) > 0:
                 self._cond.wait(left)  # the erase is written once the writer is idle with nothing drawn
 
-    def _footer_text(self) -> bytes:
+    def _status_text(self) -> bytes:
         """The status line as it should stand now (b"": none, or a bar holds the last line)."""
-        if self.footer is None or not self.live or self._dangling is not None:
+        if self.status_line is None or not self.live or self._dangling is not None:
             return b""
         try:
             columns = os.get_terminal_size(self.fd).columns
         except OSError:
             columns = 80
-        return status.fit(self.footer(), columns)
+        return fit(self.status_line.read(), columns)
 
-    def _footer_line(self, batch: list[Piece]) -> list[Piece]:
+    def _status_row(self, batch: list[Piece]) -> list[Piece]:
         """The status line to draw after ``batch``: on a line of its own, should output end without a newline."""
-        last = next((piece for piece in reversed(batch) if len(piece) and piece is not status.ERASE), None)
+        last = next((piece for piece in reversed(batch) if len(piece) and piece is not ERASE), None)
         if last is not None:
             self._line_open = bytes(last[-1:]) != b"\n"
-        self._drawn = self._footer_text()
+        self._drawn = self._status_text()
         if not self._drawn:
             return []
         if not self._line_open:
@@ -152,21 +152,21 @@ class Sink:
         self._line_open = False  # the newline ends it: what follows starts on the status line's row, erased first
         return [b"\n", self._drawn]
 
-    def _footer_stale(self) -> bool:
-        return self._footer_text() != self._drawn
+    def _status_stale(self) -> bool:
+        return self._status_text() != self._drawn
 
     # ---- the writer thread ------------------------------------------------
     def _run(self) -> None:
         while True:
             with self._cond:
                 while not (self._items or self._urgent or self._bars):
-                    if self.footer is None and not self._drawn:
+                    if self.status_line is None and not self._drawn:
                         self._cond.wait()
-                    elif self._footer_stale():
+                    elif self._status_stale():
                         break
                     else:
                         self._cond.wait(REDRAW)
-                bufs: list[Piece] = [status.ERASE] if self._drawn else []
+                bufs: list[Piece] = [ERASE] if self._drawn else []
                 bufs.extend(self._urgent)
                 self._urgent.clear()
                 for key, pieces in self._items:
@@ -181,7 +181,7 @@ class Sink:
                     self._dangling = key
                     bufs.append(bar)
                 self._bars.clear()
-                bufs.extend(self._footer_line(bufs))
+                bufs.extend(self._status_row(bufs))
                 self.queued = sum(len(b) for b in bufs)  # all of it is in this batch now, bars included
                 self._busy = True
                 self.progress = time.monotonic()
@@ -236,23 +236,8 @@ class Sink:
                     n = 0
 
 
-_terminal: Sink | None = None  # the one writer of the launcher's terminal, while it draws the status line
-
-
-def route_terminal(owner: Sink | None) -> None:
-    """From now on, lines for our stdout or stderr queue in ``owner`` (None: are written to them again)."""
-    global _terminal
-    _terminal = owner
-    status.launcher_draws = owner is not None
-
-
 def write_within(fd: int, data: bytes, timeout: float) -> bool:
-    """Write ``data`` to ``fd`` unless that takes longer than ``timeout`` (a reader that stopped reading); while
-    one sink writes our terminal (``route_terminal``), queue it there, in order with everything else."""
-    owner = _terminal
-    if owner is not None and fd in (1, 2) and not owner.dead:
-        owner.put(None, [data])
-        return True
+    """Write ``data`` to ``fd`` unless that takes longer than ``timeout`` (a reader that stopped reading)."""
     sink = Sink(fd)
     sink.put(None, [data])
     sink.wait_idle(timeout)

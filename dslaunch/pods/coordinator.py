@@ -27,9 +27,9 @@ from dslaunch.channel.door import Door
 from dslaunch.channel.event_loop import Loop
 from dslaunch.channel.loop_link import LinkClock, LoopLink
 from dslaunch.pods import assign, messages
-from dslaunch.pods import shape as pod_shape
 from dslaunch.pods.assign import Shape, Waiting
 from dslaunch.pods.attempt import AttemptPods, Pod, left_by_signal, lost_why
+from dslaunch.pods.shape import mismatch
 
 __all__ = ["Coordinator", "left_by_signal", "lost_why"]
 
@@ -248,7 +248,7 @@ class Coordinator:
         if self.agreed is None:
             return None
         who = f"pod {joiner.node_rank} ({joiner.host})" if joiner.node_rank >= 0 else f"the pod on {joiner.host}"
-        found = pod_shape.mismatch(self.agreed, dict(joiner.shape), who)
+        found = mismatch(self.agreed, dict(joiner.shape), who)
         if found is None:
             return None
         for_the_pod, here = found

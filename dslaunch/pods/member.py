@@ -147,7 +147,7 @@ def _say(text: str) -> None:
     write_within(2, (text + "\n").encode(), STALL)
 
 
-class CoordinatorLink:
+class CoordinatorLink(AgentHandle):
     """The coordinator as seen from another pod, for one attempt (an ``AgentHandle``)."""
 
     def __init__(self, joined: Joined, local: AgentHandle) -> None:
@@ -217,7 +217,7 @@ class CoordinatorLink:
 _TO_COORDINATOR = (wire.Spawned, wire.Idle, wire.Stacks, wire.StopAsked, wire.StopStep)
 
 
-class Forwarding:
+class Forwarding(AgentHandle):
     """A local agent's handle that also sends each of its events on (to the coordinator, or from it to the pods)."""
 
     def __init__(self, agent: AgentHandle, send: Callable[[wire.Event], object], *, to_coordinator: bool) -> None:

@@ -30,12 +30,14 @@ from dslaunch.mesh import MeshConfigError
 from dslaunch.plan import LaunchPlan
 
 if TYPE_CHECKING:
+    from dslaunch.observe.session import Observer
     from dslaunch.pods.coordinator import Coordinator
 
 WAIT_NOTICE = 3.0  # a coordinator still waiting for pods this long says so, once
 
-# (plan, node rank, the node rank its kept zygote was prepared under or None) -> this pod's agent for the attempt
-NewAgent = Callable[[LaunchPlan, int, int | None], AgentHandle]
+# (plan, node rank, the node rank its kept zygote was prepared under or None, the job's observer) -> this pod's agent
+# for the attempt
+NewAgent = Callable[[LaunchPlan, int, int | None, "Observer | None"], AgentHandle]
 
 
 class PodLauncher:
@@ -87,7 +89,7 @@ class PodLauncher:
             self._key = secret.key(given, plan.run_id)
         return self._key
 
-    def coordinate(self, plan: LaunchPlan) -> JobResult:
+    def coordinate(self, plan: LaunchPlan, observer: Observer | None) -> JobResult:
         from dslaunch.pods.member import Forwarding
 
         if self._coordinator is None:
@@ -121,9 +123,9 @@ class PodLauncher:
             _say(f"dslaunch: attempt {attempt + 1} runs on {len(hosts)} pods ({plan.world_size} ranks): {where}")
         self._seen, self._node_rank = attempt, 0
         local = Forwarding(
-            self._new_agent(plan, 0, None), lambda event: coordinator.relay(event, 0), to_coordinator=False
+            self._new_agent(plan, 0, None, observer), lambda event: coordinator.relay(event, 0), to_coordinator=False
         )
-        outcome = supervise(plan, [local, pods] if len(pods) else [local])
+        outcome = supervise(plan, [local, pods] if len(pods) else [local], None, observer)
         if outcome.signal is not None and outcome.stopped_by is None:  # the pods stopped on our word: say why
             name = wire.exit_code_of(-outcome.signal)[1]
             why = f"its launcher (the coordinator) received {name}"
@@ -160,7 +162,7 @@ class PodLauncher:
         _say(f"dslaunch: cannot start: {why}{timeout}")
         return stopped(START_FAILED, why)
 
-    def join(self, plan: LaunchPlan, node_rank: int) -> JobResult:
+    def join(self, plan: LaunchPlan, node_rank: int, observer: Observer | None) -> JobResult:
         from dslaunch.pods.member import CoordinatorLink, Ended, Forwarding, Orphaned, join
         from dslaunch.pods.messages import encoded
         from dslaunch.pods.shape import of_plan
@@ -190,12 +192,12 @@ class PodLauncher:
         plan = plan.attempt(joined.attempt)  # the job's attempt, also on a pod that joined late
         self._seen, self._node_rank = joined.attempt, joined.node_rank
         local = Forwarding(
-            self._new_agent(plan, joined.node_rank, node_rank),
+            self._new_agent(plan, joined.node_rank, node_rank, observer),
             lambda event: joined.link.send_raw(encoded(event)),
             to_coordinator=True,
         )
         coordinator = CoordinatorLink(joined, local)
-        outcome = supervise(plan, [local, coordinator], decides_stop_step=False)
+        outcome = supervise(plan, [local, coordinator], None, observer, decides_stop_step=False)
         if coordinator.verdict is not None and outcome.signal is None:
             outcome = replace(outcome, code=coordinator.verdict[0])
         # The coordinator decides for every pod; without it, the job's count alone (the failures left out).

@@ -40,8 +40,8 @@ def get_runner(name: str) -> Runner:
 
 
 def host_pool(runner: Runner, plan: LaunchPlan) -> HostPool:
-    """The hosts of each attempt, with this transport's probe (a runner's own, else --preflight's over ssh) and
-    address lookup (Slurm's node addresses, else ssh_config's)."""
+    """The hosts of each attempt, with the runner's probe (its own, else --preflight's through its
+    ``run_on_nodes``) and its address lookup (``address_of``)."""
     from dslaunch.job.attempts import HostPool
 
     if not plan.elastic.candidates:  # one fixed set of hosts: nothing to probe (and no prober to import)
@@ -52,21 +52,7 @@ def host_pool(runner: Runner, plan: LaunchPlan) -> HostPool:
         if found is None:
             from dslaunch.runners.preflight import probe_hosts
 
-            found = probe_hosts(plan, hosts)
+            found = probe_hosts(plan, hosts, runner.run_on_nodes)
         return found
 
-    return HostPool(plan, probe, _slurm_address if plan.launcher == "slurm" else _ssh_address)
-
-
-def _slurm_address(plan: LaunchPlan, host: str) -> str:
-    import os
-
-    from dslaunch.slurmlib.address import node_address
-
-    return node_address(host, os.environ)
-
-
-def _ssh_address(plan: LaunchPlan, host: str) -> str:
-    from dslaunch.runners.remote.sshconfig import resolve_address
-
-    return resolve_address(host, plan.remote.ssh_config)
+    return HostPool(plan, probe, runner.address_of)

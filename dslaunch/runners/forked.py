@@ -1,6 +1,7 @@
-"""A node agent forked from the launcher on this machine, and this machine's rendezvous port: what the runners
-that run their agents here share (the local runner, one launcher per pod in ``runners/node.py``, the in-step Slurm
-agent), so none of them imports another runner's module.
+"""A node agent forked from the launcher on this machine, this machine's rendezvous port, and a command run here for
+each node: what the runners that run their agents here share (the local runner, one launcher per pod in
+``runners/node.py``, the in-step Slurm agent; mpirun's runner picks its port and runs ``--preflight`` here too), so
+none of them imports another runner's module.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ from typing import TYPE_CHECKING, ClassVar
 
 from dslaunch import wire
 from dslaunch.errors import DslaunchError
+from dslaunch.job.protocols import AgentHandle
 from dslaunch.oslib import prctl, procs
 from dslaunch.plan import LaunchPlan
 
 if TYPE_CHECKING:
     from dslaunch.agent.preload.client import Zygote
+    from dslaunch.job.protocols import NodeAnswers
+    from dslaunch.output.status_line import StatusLine
 
 
 def _reset_signal_handlers() -> None:
@@ -47,8 +51,10 @@ class _ForkedAgent:
     reads: no reader of the job's output can hold up an exit or a teardown.
     """
 
-    def __init__(self, plan: LaunchPlan, node_rank: int, warm: Mapping[int, Zygote | None] | None = None) -> None:
-        from dslaunch.agent.run_node import run_node
+    def __init__(
+        self, plan: LaunchPlan, node_rank: int, warm: Mapping[int, Zygote | None] | None, status_line: StatusLine | None
+    ) -> None:
+        from dslaunch.agent.run_node import Forked, run_node
 
         in_r, in_w = os.pipe()
         ev_r, ev_w = os.pipe()
@@ -69,7 +75,8 @@ class _ForkedAgent:
                     os._exit(143)
                 if plan.cwd:
                     os.chdir(plan.cwd)
-                code = run_node(plan, node_rank, control=sys.stdin.buffer, events=ev_w, warm=warm)
+                forked = Forked(ev_w, status_line)
+                code = run_node(plan, node_rank, control=sys.stdin.buffer, forked=forked, warm=warm)
             except BaseException:  # noqa: BLE001 - report, then leave without running the launcher's code
                 import traceback
 
@@ -102,7 +109,7 @@ class _ForkedAgent:
         return self.returncode
 
 
-class LocalAgent:
+class LocalAgent(AgentHandle):
     """A local node agent: stop requests go in on its stdin, events come out on their own pipe.
 
     An agent that ends without its ``Done`` (SIGKILL, the OOM killer, a crash) did not sweep its node: its ranks
@@ -113,11 +120,18 @@ class LocalAgent:
 
     started: ClassVar[set[int]] = set()  # every agent this launcher forked: its own children, never "adopted"
 
-    def __init__(self, plan: LaunchPlan, node_rank: int, warm: Mapping[int, Zygote | None] | None = None) -> None:
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        node_rank: int,
+        warm: Mapping[int, Zygote | None] | None = None,
+        status_line: StatusLine | None = None,
+    ) -> None:
+        """``status_line``: the job's (--status-line), which this agent draws where it is the terminal's one writer."""
         self.node_rank = node_rank
         self.host = plan.node(node_rank).host
         self.run_id = plan.run_id
-        self.proc = _ForkedAgent(plan, node_rank, warm)
+        self.proc = _ForkedAgent(plan, node_rank, warm, status_line)
         LocalAgent.started.add(self.proc.pid)
         self._zygotes = {z.proc.pid for z in (warm or {}).values() if z is not None and z.proc is not None}
         self._stopped = False
@@ -178,6 +192,24 @@ class LocalAgent:
             procs.kill_job(self.run_id, self.node_rank)
             procs.kill_adopted(LocalAgent.started | self._zygotes)  # what they left that hides its run id
         return status
+
+
+def run_here(plan: LaunchPlan, command: str, timeout: float = 60.0) -> NodeAnswers:
+    """The shell ``command`` once for each node of ``plan``, on this machine (``Runner.run_on_nodes`` of the runners
+    whose agents run here, and of mpirun's, which gives no command to one node)."""
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(_node: object) -> tuple[int | None, str, str]:
+        try:
+            done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None, "", f"no answer within {timeout:.0f} s"
+        return done.returncode, done.stdout, done.stderr
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(one, plan.nodes))
+    return {node.node_rank: answer for node, answer in zip(plan.nodes, answers)}
 
 
 def port_on_this_machine(addr: str) -> int:

@@ -29,19 +29,23 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dslaunch import wire
 from dslaunch.agent import mpi_env
 from dslaunch.agent.dialback_client import dialback_text
 from dslaunch.errors import DslaunchError
 from dslaunch.job.loop import supervise_and_report
-from dslaunch.job.protocols import Runner
+from dslaunch.job.protocols import AgentHandle, NodeAnswers, Runner
 from dslaunch.job.result import START_FAILED, JobResult, stopped
 from dslaunch.oslib import prctl
 from dslaunch.output.lanes import ErrLane
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.runners.remote.agent_links import AgentLinks
 from dslaunch.runners.remote.base import relay_lines
+
+if TYPE_CHECKING:
+    from dslaunch.observe.session import Observer
 
 HOSTFILE_TOKEN = "{hostfile}"  # replaced by the per-job hostfile's path
 SSH_TOKEN = "{ssh}"  # replaced by the per-job ssh wrapper's path (MPICH)
@@ -219,7 +223,7 @@ class AgentLines:
             waiting = [n for n in waiting if not self.listener.send(mpi_env.dial_name(n), data)]
 
 
-class MpiJob:
+class MpiJob(AgentHandle):
     """The ``mpirun`` process, as one agent handle for all nodes."""
 
     def __init__(self, plan: LaunchPlan, argv: list[str], env: dict[str, str], lines: AgentLines, err: ErrLane) -> None:
@@ -227,7 +231,6 @@ class MpiJob:
         its terminal, so the status line can stay below everything (output/terminal.py)."""
         self.node_rank = 0
         self.nodes = len(plan.nodes)
-        self.node_ranks = tuple(range(self.nodes))  # every agent's events come through mpirun (job/protocols.nodes_of)
         self._lines = lines
         self.host = f"{argv[0].rsplit('/', 1)[-1]} ({len(plan.nodes)} node(s))"
         prctl.load()  # before the fork: the child only makes the call
@@ -243,6 +246,11 @@ class MpiJob:
         self._stopped = False
         self._asked = False  # a requested stop went to the agents
         self._dialled = False  # ... on their dial-back connections
+
+    @property
+    def node_ranks(self) -> tuple[int, ...]:
+        """Every node's: each agent's events come through mpirun."""
+        return tuple(range(self.nodes))
 
     def lines(self) -> Iterator[str]:
         """mpirun's stdout; the agents' ``done`` events become one, sent only if every node reported."""
@@ -316,7 +324,13 @@ class _MpiRunner(Runner):
         argv = mpi_argv(plan, self.flavour, program, HOSTFILE_TOKEN, ssh=ssh)
         return [shlex.join(argv) + f"  # {HOSTFILE_TOKEN}: {hostfile}; plan in ${wire.PLAN_VAR}"]
 
-    def run(self, plan: LaunchPlan) -> JobResult:
+    def run_on_nodes(self, plan: LaunchPlan, command: str) -> NodeAnswers:
+        """Here, for each node: mpirun gives no command to one node."""
+        from dslaunch.runners.forked import run_here
+
+        return run_here(plan, command)
+
+    def run(self, plan: LaunchPlan, observer: Observer | None) -> JobResult:
         try:
             program = find_program(self.flavour)
             text = hostfile_text(plan, self.flavour)
@@ -347,7 +361,7 @@ class _MpiRunner(Runner):
                 print(f"dslaunch: cannot start {program}: {exc}", file=sys.stderr)
                 return JobResult(START_FAILED, f"cannot start {program}: {exc}")
             try:
-                return supervise_and_report(plan, [job], err)
+                return supervise_and_report(plan, [job], err, observer)
             finally:
                 listener.close()  # after mpirun ended: its agents are gone
 

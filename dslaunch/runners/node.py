@@ -9,14 +9,16 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from dslaunch.job.loop import report, supervise
-from dslaunch.job.protocols import Runner
+from dslaunch.job.protocols import NodeAnswers, Runner
 from dslaunch.job.result import JobResult
+from dslaunch.observe.session import status_line_of
 from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan
-from dslaunch.runners.forked import LocalAgent, check_port_free
+from dslaunch.runners.forked import LocalAgent, check_port_free, run_here
 
 if TYPE_CHECKING:
     from dslaunch.agent.preload.warm import WarmZygotes
+    from dslaunch.observe.session import Observer
     from dslaunch.pods.pod_launcher import PodLauncher
 
 
@@ -43,7 +45,10 @@ class NodeRunner(Runner):
             lines.append(f"pods' control channel: this launcher {role} (join timeout {plan.pods.join_timeout:g} s)")
         return lines
 
-    def run(self, plan: LaunchPlan) -> JobResult:
+    def run_on_nodes(self, plan: LaunchPlan, command: str) -> NodeAnswers:
+        return run_here(plan, command)  # every node's is here: a pod's plan is its own node's
+
+    def run(self, plan: LaunchPlan, observer: Observer | None) -> JobResult:
         node_rank = 0 if plan.pods.elastic else plan.manual_node or 0
         alone = (len(plan.nodes) == 1 or not plan.pods.port) and not plan.pods.elastic  # no control channel
         if not alone and self._pods is None:
@@ -60,16 +65,17 @@ class NodeRunner(Runner):
             self._warm = WarmZygotes()
         self._warm.prepare(plan, node_rank)  # warm while the pods join, and kept from attempt to attempt
         if self._pods is None:
-            result = report(supervise(plan, [self._agent(plan, node_rank)]), plan)
+            result = report(supervise(plan, [self._agent(plan, node_rank, None, observer)], None, observer), plan)
             # pods without a control channel decide alone and cannot agree: the budget only (docs/restarts.md)
             return result if len(plan.nodes) == 1 else replace(result, failures=())
         if self._pods.coordinating(plan, node_rank):
             check_port_free(plan.master_addr, plan.master_port)  # our rank 0 serves the rendezvous
-            return self._pods.coordinate(plan)
-        return self._pods.join(plan, node_rank)
+            return self._pods.coordinate(plan, observer)
+        return self._pods.join(plan, node_rank, observer)
 
-    def _agent(self, plan: LaunchPlan, node_rank: int, warm_key: int | None = None) -> LocalAgent:
-        """This node's agent; ``warm_key``: the node rank its kept zygote was prepared under, if not ``node_rank``."""
+    def _agent(self, plan: LaunchPlan, node_rank: int, warm_key: int | None, observer: Observer | None) -> LocalAgent:
+        """This node's agent; ``warm_key``: the node rank its kept zygote was prepared under, if not ``node_rank``;
+        it draws the job's status line, if any, on this pod's console."""
         zygotes = self._warm.zygotes if self._warm is not None else {}
         kept = zygotes.get(node_rank if warm_key is None else warm_key)
-        return LocalAgent(plan, node_rank, {node_rank: kept} if kept is not None else None)
+        return LocalAgent(plan, node_rank, {node_rank: kept} if kept is not None else None, status_line_of(observer))

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import ast
 import shutil
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
-from dslaunch.cli.decide import pick_address, pick_launcher
+from dslaunch.cli.decide import TRANSPORTS, pick_address, pick_launcher
 from dslaunch.errors import DslaunchError
-from dslaunch.plan import NodePlan
+from dslaunch.plan import LaunchPlan, NodePlan, TransportFacts
+from dslaunch.runners import RUNNERS
 from tests.helpers import run_cli
-from tests.plans import dry_run_json, nodes_of
+from tests.plans import dry_run_json, nodes_of, plan_of
 
 ROOT = Path(__file__).resolve().parents[2]
 REMOTE = "pdsh" if shutil.which("pdsh") else "ssh"
@@ -118,3 +120,54 @@ def test_port_zero_is_resolved_only_where_the_port_must_be_free() -> None:
         "dslaunch/runners/remote/base.py",
         "dslaunch/slurmlib/task_plan.py",
     ]
+
+
+# ---- what each transport does, as the layers below the CLI see it (plan.transport) --------------------------------
+FACT_COLUMNS = (
+    "heartbeats",
+    "teardown_by_signal",
+    "stacks_on_demand",
+    "supervises_own_node",
+    "console_per_node",
+    "node0_holds_job_figures",
+)
+FACTS_TABLE = {
+    # launcher:  heartbeats, teardown by signal, stacks, own node only, console per node, node 0's figures
+    "local": (False, False, True, False, False, False),
+    "ssh": (True, False, True, False, False, False),
+    "pdsh": (False, True, True, False, False, False),
+    "slurm": (False, False, True, True, False, False),
+    "openmpi": (False, False, False, False, False, False),
+    "mpich": (False, False, False, False, False, False),
+    "node": (False, False, True, False, True, True),
+}
+
+
+@pytest.mark.parametrize("launcher", sorted(FACTS_TABLE))
+def test_each_launchers_transport_facts(launcher: str) -> None:
+    facts = TRANSPORTS[launcher]
+    assert tuple(getattr(facts, name) for name in FACT_COLUMNS) == FACTS_TABLE[launcher]
+
+
+def test_every_runner_has_a_row_and_every_fact_a_column() -> None:
+    assert sorted(TRANSPORTS) == sorted(RUNNERS)
+    assert tuple(f.name for f in fields(TransportFacts)) == FACT_COLUMNS
+
+
+@pytest.mark.parametrize(
+    ("options", "launcher"),
+    [
+        ([], "local"),
+        (["--launcher", "ssh", "-H", "{hostfile}"], "ssh"),
+        (["--launcher", "pdsh", "-H", "{hostfile}"], "pdsh"),
+        (["--launcher", "openmpi", "-H", "{hostfile}"], "openmpi"),
+        (["--node-rank", "1", "--nnodes", "2", "--master-addr", "10.0.0.1", "--master-port", "29511"], "node"),
+    ],
+)
+def test_the_plan_carries_its_launchers_facts_over_the_wire(options: list[str], launcher: str, tmp_path: Path) -> None:
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("w1 slots=1\nw2 slots=1\n")
+    (tmp_path / "train.py").write_text("")  # the local launcher checks it exists
+    plan = plan_of([arg.format(hostfile=hostfile) for arg in options] + ["train.py"], cwd=tmp_path)
+    assert plan.launcher == launcher and plan.transport == TRANSPORTS[launcher]
+    assert LaunchPlan.from_json(plan.to_json()).transport == plan.transport

@@ -12,6 +12,7 @@ from dslaunch.job.attempts import HostPool, attempts_summary, run_attempts
 from dslaunch.job.protocols import Runner
 from dslaunch.job.result import JobResult
 from dslaunch.mesh import MeshConfigError
+from dslaunch.observe.session import Observer
 from dslaunch.plan import Candidate, Elastic, LaunchPlan
 from tests.plans import cli_error, dry_run_json, make_plan, plan_of
 
@@ -86,7 +87,7 @@ class FakeRunner(Runner):
     def describe(self, plan: LaunchPlan) -> list[str]:
         return []
 
-    def run(self, plan: LaunchPlan) -> JobResult:
+    def run(self, plan: LaunchPlan, observer: Observer | None) -> JobResult:
         self.plans.append(plan)
         return self.results.pop(0)
 

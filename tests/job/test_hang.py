@@ -12,7 +12,7 @@ from dslaunch import wire
 from dslaunch.bootstrap import progress
 from dslaunch.job import hang
 from dslaunch.plan import LaunchPlan
-from tests.plans import make_plan
+from tests.plans import make_plan, with_launcher
 
 
 def _plan(timeout: float | None = 5.0) -> LaunchPlan:
@@ -55,7 +55,7 @@ def test_nodes_whose_ranks_all_ended_are_no_hang() -> None:
 
 
 def test_mpirun_is_one_handle_for_every_node_and_one_launcher_per_node_watches_its_own() -> None:
-    mpi = hang.HangWatch(replace(_plan(), launcher="openmpi"), (0,))
+    mpi = hang.HangWatch(with_launcher(_plan(), "openmpi"), (0, 1))  # its one handle carries both nodes
     mpi.on_event(wire.Idle(0, True, 2))
     assert not mpi.hung(set())  # node 1 (behind the same mpirun) still makes progress
     mpi.on_event(wire.Idle(1, True, 2))
@@ -63,7 +63,7 @@ def test_mpirun_is_one_handle_for_every_node_and_one_launcher_per_node_watches_i
     mpi.declare(0.0)
     assert mpi.settled(set(), 0.0)  # no stacks to wait for
     assert mpi.result(set()).why == "no stacks with --launcher openmpi"
-    pod = hang.HangWatch(replace(_plan(), launcher="node"), (1,))
+    pod = hang.HangWatch(with_launcher(_plan(), "node"), (1,))
     pod.on_event(wire.Idle(1, True, 2))
     assert pod.hung(set())
 

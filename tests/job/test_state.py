@@ -29,11 +29,11 @@ from dslaunch.job.state import (
 from dslaunch.job.summary import cause_line, format_summary
 from dslaunch.plan import LaunchPlan
 from dslaunch.wire import RankExit
-from tests.plans import make_plan
+from tests.plans import make_plan, with_launcher
 
 PLAN = make_plan(hosts=("a", "b"), slots=("0", "1"))  # node 0: ranks 0, 1 on a; node 1: ranks 2, 3 on b
 HANGS = replace(PLAN, hang_timeout=5.0)
-MPI_HANGS = replace(HANGS, launcher="openmpi")
+MPI_HANGS = with_launcher(HANGS, "openmpi")
 NODES = ((0, "a"), (1, "b"))  # the handles' (node_rank, host), by index
 
 
@@ -276,7 +276,7 @@ def test_the_kill_deadline_comes_shutdown_timeout_plus_grace_after_the_stop() ->
             [(STOP_RANK,), (), (Signal(signal.SIGUSR1),)],
         ),
         (
-            replace(PLAN, launcher="openmpi"),
+            with_launcher(PLAN, "openmpi"),
             [Sig(signal.SIGQUIT)],
             [(Say("dslaunch: stacks on demand are not available with --launcher openmpi"),)],
         ),

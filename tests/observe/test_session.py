@@ -94,23 +94,23 @@ def test_the_job_figures() -> None:
 
 def test_nothing_to_see_starts_nothing() -> None:
     assert session.start(ObserveSettings(straggler_factor=0), PLAN) is None
-    assert session.current() is None
-    assert isinstance(session.for_attempt(PLAN), session._Unobserved)
+    assert isinstance(session.for_attempt(None, PLAN), session.Unobserved)
+    assert session.status_line_of(None) is None
 
 
 def test_the_metrics_file_is_written(tmp_path: Path) -> None:
     path = os.path.join(tmp_path, "job.prom")
     observer = session.start(ObserveSettings(metrics_file=path), PLAN)
     try:
-        assert observer is not None and session.for_attempt(PLAN) is observer
+        assert observer is not None and session.for_attempt(observer, PLAN) is observer
+        assert observer.status_line is None  # none asked for
         observer.on_event(wire.Spawned(0, 0, 100, "a"), 0.0)
         observer.tick(10.0)
         text = Path(path).read_text()
         assert "dslaunch_ranks_alive 1.0" in text
         assert 'dslaunch_job_state{state="running"} 1.0' in text
     finally:
-        session.stop()
-    assert session.current() is None
+        observer.close()
     assert not [n for n in os.listdir(tmp_path) if n != "job.prom"]  # written aside, renamed
 
 

@@ -23,10 +23,11 @@ from dslaunch.observe.trainer_status import CA_VAR, TOKEN_VAR, URL_VAR, Endpoint
 from dslaunch.plan import LaunchPlan, NodePlan, Program
 from tests.helpers import DSLAUNCH as DSLAUNCH_CMD
 from tests.observe.status_server import PATH, Recorded, Request, check_body, make_ca, server_context, serving
+from tests.plans import with_launcher
 
 NOW = 1737628245.0  # 2025-01-23T10:30:45Z
 NODES = (NodePlan("a", 0, ("0",), (0,)), NodePlan("b", 1, ("0",), (1,)))
-PLAN = LaunchPlan("node", "r1", NODES, "a", 29500, Program("t.py"))
+PLAN = with_launcher(LaunchPlan("local", "r1", NODES, "a", 29500, Program("t.py")), "node")
 ONE = "eyJhbGciOiJSUzI1NiJ9.one.sig"  # the token file's first content
 TWO = "eyJhbGciOiJSUzI1NiJ9.two.sig"  # after kubelet rotated it
 TOKENS = {ONE, TWO}  # what the server takes
@@ -218,11 +219,11 @@ def test_only_the_coordinators_launcher_posts(
         assert settings.collect
         observer = session.start(settings, replace(plan, manual_node=None))  # an elastic pod: known per attempt
         assert observer is not None and observer.trainer is not None
-        session.for_attempt(plan).on_event(wire.Spawned(0, 0, 100, "a"), 0.0)
+        session.for_attempt(observer, plan).on_event(wire.Spawned(0, 0, 100, "a"), 0.0)
         observer.tick(time.monotonic())
         observer.attempt_ended(0, "", restarting=False)
         time.sleep(0.2)
-        session.stop()
+        observer.close()
         requests = list(recorded.requests)
     assert bool(requests) is posts
     if posts:
@@ -232,10 +233,8 @@ def test_only_the_coordinators_launcher_posts(
 def test_a_fixed_jobs_member_pod_starts_no_poster(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(URL_VAR, "https://127.0.0.1:1" + PATH)
     observer = session.start(ObserveSettings(trainer_status=True), replace(PLAN, manual_node=1))
-    try:
-        assert observer is not None and observer.trainer is None
-    finally:
-        session.stop()
+    assert observer is not None and observer.trainer is None
+    observer.close()
 
 
 class _Offers:
@@ -260,7 +259,7 @@ class _Offers:
     ],
 )
 def test_only_node_0_of_a_pod_job_holds_the_job_wide_figures(launcher: str, node: int | None, member: bool) -> None:
-    plan = replace(PLAN, launcher=launcher, manual_node=node)
+    plan = with_launcher(replace(PLAN, manual_node=node), launcher)
     assert session._member_pod(plan) is member
     assert session.Observer(ObserveSettings(trainer_status=True), plan).job_wide is not member
 

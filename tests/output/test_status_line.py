@@ -1,5 +1,5 @@
-"""The status line at the bottom of a terminal (output/footer.py, the sink's side in output/sink.py): the line
-fitted to the terminal, the board shared with a forked agent, the screen a real pty shows (read back through the
+"""The status line at the bottom of a terminal (output/status_line.py, the sink's side in output/sink.py): the line
+fitted to the terminal, its page shared with a forked agent, the screen a real pty shows (read back through the
 pyte terminal emulator), and a real job under a pty and in a pipe."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from dslaunch.observe import live
-from dslaunch.output import footer
 from dslaunch.output.sink import Sink
+from dslaunch.output.status_line import ERASE, MAX_TEXT, StatusLine, fit
 from tests.helpers import DSLAUNCH, SCRIPTS
 from tests.output.screen import Screen
 
@@ -30,27 +30,27 @@ from tests.output.screen import Screen
     ],
 )
 def test_the_line_fits_one_terminal_row(text: bytes, columns: int, expected: bytes) -> None:
-    assert footer.fit(text, columns) == expected
+    assert fit(text, columns) == expected
 
 
 @pytest.mark.launch
 def test_a_forked_child_reads_what_the_parent_posts_after_the_fork() -> None:
-    board = footer.Board()
-    board.post("first")
+    line = StatusLine()
+    line.post("first")
     r, w = os.pipe()
     go_r, go_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(r)
         os.read(go_r, 1)
-        os.write(w, board.read())
+        os.write(w, line.read())
         os._exit(0)
     os.close(w)
-    board.post("dslaunch: step 7 " + "x" * 5000)  # longer than the page: cut
+    line.post("dslaunch: step 7 " + "x" * 5000)  # longer than the page: cut
     os.write(go_w, b"1")
     got = os.read(r, 8192)
     os.waitpid(pid, 0)
-    assert got.startswith(b"dslaunch: step 7 x") and len(got) == footer.MAX_TEXT
+    assert got.startswith(b"dslaunch: step 7 x") and len(got) == MAX_TEXT
 
 
 def test_the_status_lines_words() -> None:
@@ -74,25 +74,26 @@ def term() -> Screen:
     screen.close()
 
 
-def _drawing(term: Screen, text: list[bytes]) -> Sink:
-    """A started sink on the pty that draws ``text[0]`` as its status line (changed by the test as it goes)."""
+def _drawing(term: Screen, line: StatusLine) -> Sink:
+    """A started sink on the pty that draws ``line`` (posted to by the test as it goes)."""
     sink = Sink(term.slave, live=True)
-    sink.footer = lambda: text[0]
+    sink.status_line = line
     sink.start()
     return sink
 
 
 def test_the_sink_keeps_the_line_below_its_output_and_erases_it_at_the_end(term: Screen) -> None:
-    text = [b"dslaunch: step 1"]
-    sink = _drawing(term, text)
+    line = StatusLine()
+    line.post("dslaunch: step 1")
+    sink = _drawing(term, line)
     sink.put("a", [b"line one\n"])
     term.pump()
     assert term.lines() == ["line one", "dslaunch: step 1"]
-    text[0] = b"dslaunch: step 2"  # redrawn within REDRAW, with nothing else written
+    line.post("dslaunch: step 2")  # redrawn within REDRAW, with nothing else written
     sink.put("b", [b"line two\n", b"line three\n"])
     term.pump(0.8)
     assert term.lines() == ["line one", "line two", "line three", "dslaunch: step 2"]
-    sink.end_footer(2.0)
+    sink.end_status_line(2.0)
     term.pump()
     assert term.lines() == ["line one", "line two", "line three"]
     assert term.raw.count(b"dslaunch: step 2") >= 1
@@ -100,22 +101,23 @@ def test_the_sink_keeps_the_line_below_its_output_and_erases_it_at_the_end(term:
 
 def test_output_left_without_a_newline_keeps_its_line(term: Screen) -> None:
     """Output ends mid-line before any status line is posted: the line, once drawn, goes below it, never glued."""
-    text = [b""]
-    sink = _drawing(term, text)
+    line = StatusLine()
+    sink = _drawing(term, line)
     sink.put("a", [b"partial"])
     term.pump()
-    text[0] = b"dslaunch: status"
+    line.post("dslaunch: status")
     term.pump(0.8)
     assert term.lines() == ["partial", "dslaunch: status"]
     sink.put("a", [b"more\n"])
     term.pump(0.8)
     assert term.lines() == ["partial", "more", "dslaunch: status"]
-    sink.end_footer(2.0)
+    sink.end_status_line(2.0)
 
 
 def test_a_ranks_progress_bar_takes_the_last_line_while_it_lasts(term: Screen) -> None:
     sink = Sink(term.slave, live=True)
-    sink.footer = lambda: b"dslaunch: status"
+    sink.status_line = StatusLine()
+    sink.status_line.post("dslaunch: status")
     sink.start()
     sink.put("a", [b"before\n"])
     term.pump()
@@ -125,7 +127,7 @@ def test_a_ranks_progress_bar_takes_the_last_line_while_it_lasts(term: Screen) -
     sink.put("a", [b"\r100%|##########|\n"])  # the bar's line ends: the status line comes back below it
     term.pump(0.8)
     assert term.lines() == ["before", "100%|##########|", "dslaunch: status"]
-    sink.end_footer(2.0)
+    sink.end_status_line(2.0)
 
 
 def _run_under_pty(args: list[str], rows: int = 200) -> tuple[int, Screen]:
@@ -165,7 +167,7 @@ def test_in_a_pipe_nothing_extra_is_written(tmp_path: Path) -> None:
         capture_output=True, timeout=60, env={**os.environ, "TERM": "xterm"},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert footer.ERASE not in result.stdout + result.stderr and b"dslaunch: step" not in result.stdout
+    assert ERASE not in result.stdout + result.stderr and b"dslaunch: step" not in result.stdout
     assert result.stdout.count(b" step ") == 30
 
 

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from dslaunch.oslib.ports import listen_port
-from dslaunch.output import footer, sink, terminal
+from dslaunch.output import terminal
 from dslaunch.output.lanes import ErrLane
 from dslaunch.output.sink import Sink
+from dslaunch.output.status_line import ERASE, StatusLine
 from dslaunch.runners import mpi
 from testbeds.ssh_cluster import ADDRS, SshCluster
 from tests.helpers import DSLAUNCH, SCRIPTS
@@ -83,7 +84,7 @@ def test_in_a_pipe_a_remote_job_writes_nothing_extra(ssh_cluster: SshCluster, tm
         capture_output=True, timeout=60, env=clean_env({"TERM": "xterm"}), cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert footer.ERASE not in result.stdout + result.stderr and b" ranks | " not in result.stdout + result.stderr
+    assert ERASE not in result.stdout + result.stderr and b" ranks | " not in result.stdout + result.stderr
     assert result.stdout.count(b" step ") == 20 and result.stderr.count(b" note ") == 4
 
 
@@ -96,18 +97,18 @@ def test_while_owned_every_writer_queues_in_the_one_sink_and_gets_its_own_stream
     try:
         os.dup2(screen.slave, 1)
         os.dup2(screen.slave, 2)
-        assert terminal.own(Sink(1), err) is None  # no status line asked for: nothing taken
-        board = footer.open_board()
-        board.post("dslaunch: step 3 | 2/2 ranks | 0 restarts")
-        assert terminal.own(Sink(1), None) is None  # a runner whose children write stderr themselves
+        assert terminal.own(Sink(1), err, None) is None  # no status line asked for: nothing taken
+        line = StatusLine()
+        line.post("dslaunch: step 3 | 2/2 ranks | 0 restarts")
+        assert terminal.own(Sink(1), None, line) is None  # a runner whose children write stderr themselves
         out = Sink(1)
-        owner = terminal.own(out, err)
-        assert owner is not None and sys.stderr is not before
+        owner = terminal.own(out, err, line)
+        assert owner is not None and sys.stderr is not before and line.queue is not None
         out.start()
         out.put("rank", [b"from a rank\n"])
         err.write(b"a node's stderr\n")
         print("the launcher's print", file=sys.stderr)
-        assert sink.write_within(2, b"the launcher's summary line\n", 1.0)
+        assert terminal.say(line, b"the launcher's summary line\n")
         out.put("rank", [b"no newline yet"])
         screen.pump(1.0)
         assert screen.lines() == [
@@ -115,17 +116,15 @@ def test_while_owned_every_writer_queues_in_the_one_sink_and_gets_its_own_stream
             "no newline yet", "dslaunch: step 3 | 2/2 ranks | 0 restarts",
         ], screen.lines()  # fmt: skip
         owner.release(2.0)
-        assert sys.stderr is before and not footer.launcher_draws
+        assert sys.stderr is before and line.queue is None
         err.write(b"after\n")
         err.flush(2.0)
         screen.pump(0.5)
         assert screen.lines()[-1] == "after" and not any(" ranks | " in line for line in screen.lines())
     finally:
         sys.stderr = before
-        sink.route_terminal(None)
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
         os.close(saved[0])
         os.close(saved[1])
-        footer._board = None
         screen.close()

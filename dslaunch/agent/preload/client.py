@@ -113,6 +113,7 @@ class Zygote:
     label: str  # "--preload torch on HOST", for warnings
     warm: bool = False  # started by the launcher for every attempt of the job (warm.py)
     sent: int = 0  # requests sent from this process's copy: with the pid, each request's id
+    owner: int = -1  # the pid of the process that started it (its parent), once started
 
     def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None, rank: int) -> ForkedRank | None:
         """Fork one rank from the zygote; None (after a one-line warning) when it must be exec'd instead."""
@@ -170,7 +171,7 @@ class Zygote:
         if self.proc is None:
             return
         self.sock.close()
-        if self.warm and os.getpid() != self.proc_owner():
+        if self.warm and os.getpid() != self.owner:
             self.proc = None
             return
         try:
@@ -179,10 +180,6 @@ class Zygote:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
-
-    def proc_owner(self) -> int:
-        """The pid of the process that started the zygote (its parent)."""
-        return int(getattr(self.proc, "owner", -1))
 
 
 def start(
@@ -223,8 +220,7 @@ def start(
         zygote._fallback(f"cannot start the preloaded process: {exc}", rank=None)
         return None
     theirs.close()
-    proc.owner = os.getpid()  # type: ignore[attr-defined]
-    zygote.proc = proc
+    zygote.proc, zygote.owner = proc, os.getpid()
     try:
         reply = protocol.receive(ours)
     except (OSError, ValueError):

@@ -6,7 +6,7 @@ agent's children (only a process's ancestors can adopt it). Each rank gets a *wa
 process of the double fork stays, as the rank's parent and a child subreaper (what the rank double-forks stays
 below it). The waiter writes the rank's exit code on a pipe the agent reads (:class:`client.ForkedRank`), and
 when the agent is gone, however it went, it kills the rank's process group and everything below itself, and
-exits (waiter.py). The agent's teardown also kills what is below each waiter (node_loop). The zygote's
+exits (waiter.py). The agent's teardown also kills what is below each waiter (node_ranks.py). The zygote's
 parent-death signal is on the launcher, which closes it when it exits (:meth:`WarmZygotes.close_all`, atexit);
 the zygote waits for its waiters first. A zygote lacks ``NODE_RANK`` in its own environment
 (``client._process_env``), so the per-node sweep at each attempt's end (procs.kill_job) leaves it alone.

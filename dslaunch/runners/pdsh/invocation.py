@@ -1,16 +1,24 @@
-"""pdsh's command line, environment and output labels, and its start (pure but for ``start_pdsh``)."""
+"""pdsh's command line, environment and output labels (pure), its start, and one command on each node."""
 
 from __future__ import annotations
 
+import os
+import re
 import signal
 import subprocess
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from dslaunch.errors import DslaunchError
 from dslaunch.oslib import prctl
-from dslaunch.plan import RemoteSettings
+from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.runners.remote.base import KEEPALIVE_COUNT, keepalive_interval
 from dslaunch.runners.remote.sshconfig import default_config_path
+
+if TYPE_CHECKING:
+    from dslaunch.job.protocols import NodeAnswers
+
+_EXIT_CODE = re.compile(r"exited with exit code (\d+)$")  # pdsh's own line for a host's nonzero status
 
 
 def ssh_args(settings: RemoteSettings) -> list[str]:
@@ -93,3 +101,41 @@ def start_pdsh(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         env=env,
         preexec_fn=lambda: prctl.set_parent_death_signal(signal.SIGKILL),
     )
+
+
+def run_on_each(plan: LaunchPlan, command: str) -> NodeAnswers:
+    """``command`` once on each node of ``plan``, by one pdsh (its output split back: :func:`answers`)."""
+    settings = plan.remote
+    pdsh_labels([n.host for n in plan.nodes])
+    argv = pdsh_command(settings, [n.host for n in plan.nodes], command.replace("%", "%%"))
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        env=pdsh_env(settings, dict(os.environ)),
+        timeout=settings.connect_timeout + 60,
+        stdin=subprocess.DEVNULL,
+    )
+    return answers(plan, done.stdout, done.stderr, os.uname().nodename)
+
+
+def answers(plan: LaunchPlan, stdout: str, stderr: str, here: str) -> NodeAnswers:
+    """pdsh's output (run from host ``here``) split back by each node's label: its stdout, its stderr after pdsh's
+    own lines about it, and its exit status, what pdsh says of it (0 where pdsh says nothing, None where the host
+    wrote nothing at all)."""
+    outs: dict[str, list[str]] = {}
+    errs: dict[str, list[str]] = {}
+    own: dict[str, list[str]] = {}  # pdsh's lines ("ssh exited with exit code 127"): before the host's own words
+    pdsh_mark = f"pdsh@{here}: "
+    for text, sink in ((stdout, outs), (stderr, errs)):
+        for line in text.splitlines():
+            host, _, rest = line.removeprefix(pdsh_mark).partition(": ")
+            (own if sink is errs and line.startswith(pdsh_mark) else sink).setdefault(host, []).append(rest)
+    results: NodeAnswers = {}
+    for node in plan.nodes:
+        key = pdsh_label(node.host)
+        out = "\n".join(outs.get(key, []))
+        err = "\n".join(own.get(key, []) + errs.get(key, []))
+        codes = [int(m.group(1)) for line in own.get(key, []) if (m := _EXIT_CODE.search(line))]
+        results[node.node_rank] = (codes[-1] if codes else 0 if out or err else None, out, err)
+    return results

@@ -27,15 +27,25 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from dslaunch import wire
 from dslaunch.agent import dialback_client
 from dslaunch.job.loop import supervise_and_report
+from dslaunch.job.protocols import AgentHandle, NodeAnswers
 from dslaunch.job.result import JobResult
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.runners.pdsh.demux import PdshDemux
 from dslaunch.runners.pdsh.dialback import DialBack, dialback_agent_command
-from dslaunch.runners.pdsh.invocation import pdsh_command, pdsh_env, pdsh_label, pdsh_labels, ssh_args, start_pdsh
+from dslaunch.runners.pdsh.invocation import (
+    pdsh_command,
+    pdsh_env,
+    pdsh_label,
+    pdsh_labels,
+    run_on_each,
+    ssh_args,
+    start_pdsh,
+)
 from dslaunch.runners.pdsh.ssh_mux import SshMux
 from dslaunch.runners.remote import job_agents, rlimits, stage
 from dslaunch.runners.remote.agent_command import agent_command, reap_command
@@ -43,6 +53,9 @@ from dslaunch.runners.remote.agent_links import AgentLinks
 from dslaunch.runners.remote.base import ALL_HOSTS, RemoteRunner, report_start_failures
 from dslaunch.runners.remote.job_agents import JobAgents
 from dslaunch.runners.remote.spares import Spares
+
+if TYPE_CHECKING:
+    from dslaunch.observe.session import Observer
 
 
 def pdsh_argv(plan: LaunchPlan, settings: RemoteSettings) -> list[str]:
@@ -56,7 +69,7 @@ def pdsh_argv(plan: LaunchPlan, settings: RemoteSettings) -> list[str]:
     return pdsh_command(settings, [n.host for n in plan.nodes], command, strict=True)
 
 
-class PdshNode:
+class PdshNode(AgentHandle):
     def __init__(
         self,
         node_rank: int,
@@ -176,6 +189,9 @@ class PdshRunner(RemoteRunner):
             raise OSError(f"ssh did not finish within {timeout:.0f} s") from None
         return done.returncode, done.stdout, done.stderr
 
+    def run_on_nodes(self, plan: LaunchPlan, command: str) -> NodeAnswers:
+        return run_on_each(plan, command)
+
     def probe(self, plan: LaunchPlan, hosts: list[str]) -> dict[str, str]:
         """Check ``hosts`` as --preflight does (job/attempts.HostPool); a spare found unfit stays so, and one that
         passed its check less than --spare-check-interval ago is not checked again."""
@@ -183,9 +199,9 @@ class PdshRunner(RemoteRunner):
 
         spares = self._spares
         if spares is None:
-            return probe_hosts(plan, hosts)
+            return probe_hosts(plan, hosts, self.run_on_nodes)
         failures, todo = spares.to_probe(hosts, plan.remote.spare_check)
-        return {**failures, **probe_hosts(plan, todo)}
+        return {**failures, **probe_hosts(plan, todo, self.run_on_nodes)}
 
     def close(self) -> None:
         """The job is over: end its job agents, their pdsh runs and the shared ssh connection."""
@@ -197,11 +213,11 @@ class PdshRunner(RemoteRunner):
             self._mux.close()
         self._spares = self._agents = self._dial = self._mux = None
 
-    def run(self, plan: LaunchPlan) -> JobResult:
+    def run(self, plan: LaunchPlan, observer: Observer | None) -> JobResult:
         settings = plan.remote
         pdsh_labels([n.host for n in plan.nodes])  # before anything is staged
         if plan.restarts.max_restarts > 0:
-            return self._run_on_job_agents(plan)
+            return self._run_on_job_agents(plan, observer)
         for warning in rlimits.make_room(len(plan.nodes), "pdsh"):  # pdsh inherits them: pipes, ssh clients
             self.err.write(warning.encode())
         mux = SshMux()
@@ -213,7 +229,7 @@ class PdshRunner(RemoteRunner):
             timeout = max(1, round(settings.connect_timeout))
             appended = shlex.split(env["PDSH_SSH_ARGS_APPEND"])
             self._ssh_options = [*mux.options(), *appended, "-o", f"ConnectTimeout={timeout}"]  # first value wins
-            return self._run(plan, settings, env)
+            return self._run(plan, settings, env, observer)
         finally:
             mux.close()
 
@@ -243,7 +259,7 @@ class PdshRunner(RemoteRunner):
         self._spares = Spares(self._agents, self.probe, self.err)
         return None
 
-    def _run_on_job_agents(self, plan: LaunchPlan) -> JobResult:
+    def _run_on_job_agents(self, plan: LaunchPlan, observer: Observer | None) -> JobResult:
         """One attempt on the job agents: started (by pdsh) on the hosts that have none."""
         settings = plan.remote
         if self._dial is None and (why := self._set_up(plan)) is not None:
@@ -266,11 +282,13 @@ class PdshRunner(RemoteRunner):
         spares.promoted(hosts)
         if plan.elastic.candidates:
             spares.stand_by(plan, lambda spare_hosts: dict(dial.start(plan, spare_hosts)[0]))
-        result = spares.supervise(plan, attempts)
+        result = spares.supervise(plan, attempts, observer)
         self.reap(plan, settings, [a.host for a in attempts if not a.reported])
         return result
 
-    def _run(self, plan: LaunchPlan, settings: RemoteSettings, env: dict[str, str]) -> JobResult:
+    def _run(
+        self, plan: LaunchPlan, settings: RemoteSettings, env: dict[str, str], observer: Observer | None
+    ) -> JobResult:
         plan, why = self.with_free_port(plan, settings)
         if why:
             return report_start_failures(self.err, {plan.nodes[0].host: why})
@@ -280,7 +298,7 @@ class PdshRunner(RemoteRunner):
         listener = AgentLinks(plan.run_id, secret)
         try:
             after = {n.host: dialback_client.dialback_text(listener.port, secret, n.host) for n in plan.nodes}
-            return self._run_staged(plan, settings, env, after, listener)
+            return self._run_staged(plan, settings, env, after, listener, observer=observer)
         finally:
             listener.close()  # after pdsh ended: its agents are gone
 
@@ -291,6 +309,8 @@ class PdshRunner(RemoteRunner):
         env: dict[str, str],
         after: dict[str, str],
         listener: AgentLinks,
+        *,
+        observer: Observer | None,
     ) -> JobResult:
         try:
             failed = stage.stage_plan(
@@ -311,7 +331,7 @@ class PdshRunner(RemoteRunner):
         tell = _AgentSignals(plan, self._ssh_options, env)
         handles = [PdshNode(n.node_rank, n.host, demux, tell, listener.send) for n in plan.nodes]
         try:
-            result = supervise_and_report(plan, handles, self.err)
+            result = supervise_and_report(plan, handles, self.err, observer)
         finally:
             if proc.poll() is None:
                 proc.kill()

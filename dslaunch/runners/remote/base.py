@@ -73,6 +73,12 @@ class RemoteRunner(Runner):
         """Run a shell command on ``host``: (status, stdout, stderr); raise ``OSError`` if it cannot run."""
         raise NotImplementedError
 
+    def address_of(self, plan: LaunchPlan, host: str) -> str:
+        """What ``host`` resolves to through the ssh config (its HostName), as the ranks reach it."""
+        from dslaunch.runners.remote.sshconfig import resolve_address
+
+        return resolve_address(host, plan.remote.ssh_config)
+
     def with_free_port(self, plan: LaunchPlan, settings: RemoteSettings) -> tuple[LaunchPlan, str | None]:
         """The plan with node 0's free port when it asks for port 0; else the plan and why it failed."""
         if plan.master_port != 0:

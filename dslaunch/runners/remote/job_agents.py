@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from dslaunch import wire
+from dslaunch.job.protocols import AgentHandle
 from dslaunch.output.sink import STALL
 from dslaunch.plan import LaunchPlan
 
@@ -57,7 +58,7 @@ def start(agent: JobAgent, plan: LaunchPlan, node_rank: int) -> Attempt:
     return Attempt(agent, node_rank)
 
 
-class Attempt:
+class Attempt(AgentHandle):
     """One attempt on a job agent (an ``AgentHandle``, ``job/protocols.py``)."""
 
     def __init__(self, agent: JobAgent, node_rank: int) -> None:

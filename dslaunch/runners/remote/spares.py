@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dslaunch import wire
 from dslaunch.job.loop import supervise_and_report
@@ -19,6 +19,9 @@ from dslaunch.job.result import JobResult
 from dslaunch.output.lanes import ErrLane
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.remote.job_agents import Attempt, JobAgent, JobAgents
+
+if TYPE_CHECKING:
+    from dslaunch.observe.session import Observer
 
 Probe = Callable[[LaunchPlan, list[str]], dict[str, str]]  # (plan, hosts) -> the hosts that failed, with why
 StartAgents = Callable[[list[str]], dict[str, JobAgent]]  # hosts -> the agents started (a host left out failed)
@@ -88,10 +91,10 @@ class Spares:
             unfit = {h: self.unfit[h] for h in hosts if h in self.unfit}
         return unfit, [h for h in hosts if h not in unfit and not self.fresh(h, interval)]
 
-    def supervise(self, plan: LaunchPlan, attempts: list[Attempt]) -> JobResult:
+    def supervise(self, plan: LaunchPlan, attempts: list[Attempt], observer: Observer | None) -> JobResult:
         """Run one attempt to its end; then drop the agents that did not reach it, and keep the hosts it blamed out
         of the spares (the next attempts leave them out too: HostPool)."""
-        result = supervise_and_report(plan, attempts, self.err)
+        result = supervise_and_report(plan, attempts, self.err, observer)
         self.agents.after(attempts)
         with self.lock:
             self.unfit.update(result.blamed)

@@ -29,6 +29,7 @@ from dslaunch.errors import DslaunchError
 from dslaunch.job.loop import report, supervise
 from dslaunch.job.result import JobResult
 from dslaunch.job.state import Outcome, lost_node_code
+from dslaunch.observe.session import status_line_of
 from dslaunch.oslib import port_holders, prctl
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.forked import LocalAgent
@@ -40,6 +41,8 @@ from dslaunch.slurmlib.task_plan import node_rank_of, resolve_port
 if TYPE_CHECKING:
     from dslaunch.agent.preload.client import Zygote
     from dslaunch.agent.preload.warm import WarmZygotes
+    from dslaunch.observe.session import Observer
+    from dslaunch.output.status_line import StatusLine
 
 # --launcher slurm's launcher turns its SIGQUIT into this, for every process of the step: ignored by default
 # everywhere, so only the dslaunch tasks react (a SIGQUIT would kill the ranks' children, srun aborts on it).
@@ -74,13 +77,16 @@ class _Peers:
 _peers = _Peers()
 
 
-def attempt_in_step(plan: LaunchPlan, env: Mapping[str, str] | None = None, *, last: bool = False) -> JobResult:
+def attempt_in_step(
+    plan: LaunchPlan, env: Mapping[str, str] | None = None, *, last: bool = False, observer: Observer | None = None
+) -> JobResult:
     """Be the node agent for this task's node for one attempt; return how it ended.
 
     With restarts, every task runs its own attempts: a failing node tells the others at once
     (``scancel --signal=URG``), each stops its ranks, and each starts the next attempt once no
     such signal has come for ``SETTLE`` seconds, so a late one cannot stop the new attempt.
     ``last``: this process exits after this attempt (srun mode's task), so a SIGTERM after it stays harmless.
+    ``observer``: the job's, where this task's dslaunch has one (node mode).
     """
     env = os.environ if env is None else env
     plan = resolve_port(plan, env)
@@ -109,14 +115,12 @@ def attempt_in_step(plan: LaunchPlan, env: Mapping[str, str] | None = None, *, l
     signal.signal(signal.SIGTERM, late)
     try:
         channel = _peers.channel
-        _peers.current = StepAgent(
-            plan, node_rank, on_failure=lambda: _tell_once(plan, env), warm=_peers.warm.zygotes, channel=channel
-        )
+        _peers.current = _new_agent(plan, node_rank, env, observer)
         if channel is not None:
             channel.begin(plan.restarts.count, _peers.current.stop_at)
         if peer_signal.heard_at() > since:  # heard while there was no agent to stop yet
             _peers.current.stop()
-        outcome = supervise(plan, [_peers.current], decides_stop_step=channel is None)
+        outcome = supervise(plan, [_peers.current], None, observer, decides_stop_step=channel is None)
     finally:
         signal.signal(STACKS_REQUEST, stacks)
         signal.signal(STOP_REQUEST, asked)
@@ -132,6 +136,20 @@ def attempt_in_step(plan: LaunchPlan, env: Mapping[str, str] | None = None, *, l
     # applies the repeat or --no-restart-on rules, so every task restarts as the others do (docs/restarts.md).
     result = replace(result, failures=())
     return replace(result, retry=False) if late.seen else result
+
+
+def _new_agent(plan: LaunchPlan, node_rank: int, env: Mapping[str, str], observer: Observer | None) -> StepAgent:
+    """This attempt's agent: it tells the other tasks when a rank of its node fails on its own, and draws the job's
+    status line where it is its console's one writer."""
+    zygotes = _peers.warm.zygotes if _peers.warm is not None else None
+    return StepAgent(
+        plan,
+        node_rank,
+        on_failure=lambda: _tell_once(plan, env),
+        warm=zygotes,
+        channel=_peers.channel,
+        status_line=status_line_of(observer),
+    )
 
 
 class _LateTerm:
@@ -302,11 +320,13 @@ class StepAgent(LocalAgent):
         self,
         plan: LaunchPlan,
         node_rank: int,
+        *,
         on_failure: Callable[[], None] | None = None,
         warm: Mapping[int, Zygote | None] | None = None,
         channel: Hub | Spoke | None = None,
+        status_line: StatusLine | None = None,
     ) -> None:
-        super().__init__(plan, node_rank, warm)
+        super().__init__(plan, node_rank, warm, status_line)
         self.relay_user_signals = not plan.slurm.signals_ranks
         self.stop_signum = plan.stop_signum
         self._on_failure = on_failure
@@ -353,7 +373,7 @@ def _tell_peers(env: Mapping[str, str]) -> None:
 
 def exec_rank(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> None:
     """Become the rank this task stands for (never returns)."""
-    from dslaunch.agent import ranks as rankspec
+    from dslaunch.agent.ranks import rank_argv, rank_env
 
     env = os.environ if env is None else env
     plan = resolve_port(plan, env)
@@ -361,7 +381,7 @@ def exec_rank(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> None:
     node = plan.node(step.nodeid)
     local = step.localid
     error_file = os.path.join(plan.log_dir, f"rank{node.ranks[local]}.error.json") if plan.log_dir else ""
-    rank_environ = rankspec.rank_env(plan, node, local, env, error_file)
+    rank_environ = rank_env(plan, node, local, env, error_file)
     if not error_file:  # TORCHELASTIC_ERROR_FILE stays "", as torchrun sets it without a log dir
         rank_environ.pop("DSLAUNCH_ERROR_FILE", None)
     # Slurm's numbering, also under --distribution=cyclic (the plan numbers ranks node by node).
@@ -370,7 +390,7 @@ def exec_rank(plan: LaunchPlan, env: Mapping[str, str] | None = None) -> None:
         rank_environ["CUDA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"]  # Slurm's GPU binding wins
     else:
         rank_environ.pop("CUDA_VISIBLE_DEVICES", None)
-    argv = rankspec.rank_argv(plan, local)
+    argv = rank_argv(plan, local)
     sys.stdout.flush()
     sys.stderr.flush()
     if plan.cwd:

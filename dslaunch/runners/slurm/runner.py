@@ -16,10 +16,11 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dslaunch import wire
 from dslaunch.channel import secret
-from dslaunch.job.protocols import Runner
+from dslaunch.job.protocols import NodeAnswers, Runner
 from dslaunch.job.result import START_FAILED, JobResult
 from dslaunch.oslib import prctl
 from dslaunch.plan import LaunchPlan
@@ -27,6 +28,9 @@ from dslaunch.runners.slurm import in_step
 from dslaunch.runners.slurm.srun_stderr import SrunErrors
 from dslaunch.slurmlib import lost_nodes, srun, task_plan
 from dslaunch.slurmlib.step_code import step_code
+
+if TYPE_CHECKING:
+    from dslaunch.observe.session import Observer
 
 _STDERR_WAIT = 5.0  # after srun ended, for the rest of its stderr to be passed on
 _RELAYED = (*wire.STOP_SIGNALS, *wire.FORWARDED_SIGNALS, wire.STACKS_SIGNAL)
@@ -72,12 +76,38 @@ class SlurmRunner(Runner):
         """Spares and node ranges: the hosts of the allocation that fail --preflight's checks, through srun."""
         from dslaunch.runners.preflight import probe_hosts
 
-        return probe_hosts(plan, hosts)
+        return probe_hosts(plan, hosts, self.run_on_nodes)
 
-    def run(self, plan: LaunchPlan) -> JobResult:
+    def run_on_nodes(self, plan: LaunchPlan, command: str) -> NodeAnswers:
+        """One srun task on each node of ``plan`` (inside the allocation); its output names the node it ran on."""
+        hosts = [n.host for n in plan.nodes]
+        try:
+            done = subprocess.run(
+                srun.probe_argv(hosts, command, plan.run_id),
+                capture_output=True,
+                text=True,
+                timeout=plan.remote.connect_timeout + 60,
+                stdin=subprocess.DEVNULL,
+            )
+            outs = srun.probe_outputs(done.stdout)
+            why = done.stderr.strip().splitlines() or [f"srun exit {done.returncode}"]
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            outs, why = {}, [f"srun: {exc}"]
+        return {
+            n.node_rank: (0, outs[n.host], "") if n.host in outs else (None, "", f"no answer through srun ({why[-1]})")
+            for n in plan.nodes
+        }
+
+    def address_of(self, plan: LaunchPlan, host: str) -> str:
+        """The node's address in the allocation (slurmlib/address.py)."""
+        from dslaunch.slurmlib.address import node_address
+
+        return node_address(host, os.environ)
+
+    def run(self, plan: LaunchPlan, observer: Observer | None) -> JobResult:
         mode = plan.slurm.mode
         if mode == "node":
-            return in_step.attempt_in_step(plan)
+            return in_step.attempt_in_step(plan, observer=observer)
         if mode == "rank":
             in_step.exec_rank(plan)
         return _run_srun(srun_line(plan), plan, step_env(plan, os.environ))

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dslaunch.plan import LaunchPlan, RemoteSettings
+
+if TYPE_CHECKING:
+    from dslaunch.job.protocols import NodeAnswers
 
 # Bytes per read of a channel: paramiko moves what is left in its buffer (up to the 2 MiB window) down after each
 # read, so small reads of a full buffer cost more than the bytes they return; much larger ones cost memory.
@@ -48,3 +51,26 @@ def run_on(conn: Any, command: str, timeout: float) -> tuple[int, str, str]:
     out = channel.makefile("rb").read().decode("utf-8", "replace")
     err = channel.makefile_stderr("rb").read().decode("utf-8", "replace")
     return channel.recv_exit_status(), out, err
+
+
+def run_on_each(plan: LaunchPlan, command: str) -> NodeAnswers:
+    """``command`` once on each node of ``plan``, each over a new connection, at most ``fanout`` at a time."""
+    settings = plan.remote
+    conns, failures = connect_all(plan, settings)
+    results: NodeAnswers = {}
+    for node in plan.nodes:
+        if node.host in failures:
+            results[node.node_rank] = (None, "", failures[node.host])
+
+    def one(node_rank: int) -> tuple[int | None, str, str]:
+        try:
+            return run_on(conns[node_rank], command, settings.connect_timeout + 20)
+        except Exception as exc:  # noqa: BLE001 - any transport error is this host's failure
+            return None, "", str(exc)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(settings.fanout, len(conns)))) as pool:
+        for node_rank, result in zip(conns, pool.map(one, conns)):
+            results[node_rank] = result
+    for conn in conns.values():
+        conn.close()
+    return results

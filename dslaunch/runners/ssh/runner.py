@@ -14,21 +14,30 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dslaunch import wire
 from dslaunch.job.loop import supervise_and_report
+from dslaunch.job.protocols import AgentHandle, NodeAnswers
 from dslaunch.job.result import START_FAILED, JobResult
 from dslaunch.output.lanes import ErrLane
 from dslaunch.plan import LaunchPlan, RemoteSettings
-from dslaunch.runners.remote import base as common
 from dslaunch.runners.remote import job_agents, rlimits
 from dslaunch.runners.remote.agent_command import agent_command
-from dslaunch.runners.remote.base import RemoteRunner, report_start_failures
+from dslaunch.runners.remote.base import (
+    KEEPALIVE_COUNT,
+    RemoteRunner,
+    keepalive_interval,
+    relay_lines,
+    report_start_failures,
+)
 from dslaunch.runners.remote.job_agents import Attempt, JobAgent, JobAgents
 from dslaunch.runners.remote.spares import Spares, run_each
 from dslaunch.runners.ssh.channel_agent import SshJobAgent
-from dslaunch.runners.ssh.connect import RECV, connect_all, connect_hosts, run_on
+from dslaunch.runners.ssh.connect import RECV, connect_all, connect_hosts, run_on, run_on_each
+
+if TYPE_CHECKING:
+    from dslaunch.observe.session import Observer
 
 HEARTBEAT_ROOM = 1024  # bytes the channel's window must have left for a heartbeat, so sending one never waits
 
@@ -60,7 +69,7 @@ class Keepalive:
         while not self._done.wait(self.every / 2):
             self._watched = [w for w in self._watched if w[0].is_active()]
             for transport, conn, beat in list(self._watched):
-                if time.monotonic() - transport.replied_at > self.every * (common.KEEPALIVE_COUNT + 1):
+                if time.monotonic() - transport.replied_at > self.every * (KEEPALIVE_COUNT + 1):
                     conn.close()
                     continue
                 beat()
@@ -82,7 +91,7 @@ def heartbeat(channel: Any) -> None:
         pass
 
 
-class SshAgent:
+class SshAgent(AgentHandle):
     def __init__(
         self,
         node_rank: int,
@@ -103,9 +112,7 @@ class SshAgent:
         self.channel.sendall(plan_b64.encode() + b"\n")
         self._stopped = False
         self.reported = False  # the agent sent its "done" event
-        self._relay = threading.Thread(
-            target=common.relay_lines, args=(err, self.channel.makefile_stderr("rb")), daemon=True
-        )
+        self._relay = threading.Thread(target=relay_lines, args=(err, self.channel.makefile_stderr("rb")), daemon=True)
         self._relay.start()
         keepalive.watch(conn, partial(heartbeat, self.channel))
 
@@ -186,6 +193,9 @@ class SshRunner(RemoteRunner):
             for n in plan.nodes
         ]
 
+    def run_on_nodes(self, plan: LaunchPlan, command: str) -> NodeAnswers:
+        return run_on_each(plan, command)
+
     def probe(self, plan: LaunchPlan, hosts: list[str]) -> dict[str, str]:
         """Check ``hosts`` as --preflight does (job/attempts.HostPool): with job agents, over the
         connections they have, and a spare that passed its last check less than --spare-check-interval ago is not
@@ -193,14 +203,14 @@ class SshRunner(RemoteRunner):
         from dslaunch.runners.preflight import probe_hosts
 
         if plan.restarts.max_restarts == 0:
-            return probe_hosts(plan, hosts)
+            return probe_hosts(plan, hosts, self.run_on_nodes)
         self._settings = plan.remote  # exec_on's, before the first attempt sets it
         if self._spares is None:
             return probe_hosts(plan, hosts, self._probe_results)
         failures, todo = self._spares.to_probe(hosts, plan.remote.spare_check)
         return {**failures, **probe_hosts(plan, todo, self._probe_results)}
 
-    def _probe_results(self, plan: LaunchPlan, command: str) -> dict[int, tuple[int | None, str, str]]:
+    def _probe_results(self, plan: LaunchPlan, command: str) -> NodeAnswers:
         timeout = plan.remote.connect_timeout + 20
 
         def one(host: str) -> tuple[int | None, str, str]:
@@ -252,16 +262,16 @@ class SshRunner(RemoteRunner):
             self._conns[host] = conn
         return run_on(conn, command, timeout)
 
-    def run(self, plan: LaunchPlan) -> JobResult:
+    def run(self, plan: LaunchPlan, observer: Observer | None) -> JobResult:
         if plan.restarts.max_restarts > 0:
-            return self._run_on_job_agents(plan)
+            return self._run_on_job_agents(plan, observer)
         settings = self._settings = plan.remote
         for warning in rlimits.make_room(len(plan.nodes), "ssh"):  # a socket and threads per host, for the job
             self.err.write(warning.encode())
         conns, failures = connect_all(plan, settings)
         self._conns = {plan.node(rank).host: conn for rank, conn in conns.items()}
         handles: list[SshAgent] = []
-        keepalive = Keepalive(common.keepalive_interval(settings))
+        keepalive = Keepalive(keepalive_interval(settings))
         try:
             if failures:
                 return report_start_failures(self.err, failures)
@@ -286,7 +296,7 @@ class SshRunner(RemoteRunner):
                     for h in handles:
                         h.stop()
                     return report_start_failures(self.err, {node.host: f"{type(exc).__name__}: {exc}"})
-            result = supervise_and_report(plan, handles, self.err)
+            result = supervise_and_report(plan, handles, self.err, observer)
             self.reap(plan, settings, [h.host for h in handles if not h.reported])
             return result
         finally:
@@ -298,13 +308,13 @@ class SshRunner(RemoteRunner):
                 conn.close()
             self._conns = {}
 
-    def _run_on_job_agents(self, plan: LaunchPlan) -> JobResult:
+    def _run_on_job_agents(self, plan: LaunchPlan, observer: Observer | None) -> JobResult:
         """One attempt on the job agents: started on the hosts that have none, told elsewhere."""
         settings = self._settings = plan.remote
         if self._agents is None:
             for warning in rlimits.make_room(len(plan.nodes), "ssh"):
                 self.err.write(warning.encode())
-            self._agents, self._keepalive = JobAgents(), Keepalive(common.keepalive_interval(settings))
+            self._agents, self._keepalive = JobAgents(), Keepalive(keepalive_interval(settings))
             self._spares = Spares(self._agents, self.probe, self.err)
         agents, keepalive, spares = self._agents, self._keepalive, self._spares
         assert keepalive is not None and spares is not None  # set with _agents
@@ -348,6 +358,6 @@ class SshRunner(RemoteRunner):
             return report_start_failures(
                 self.err, {host: f"{type(exc).__name__}: {exc}" for host in conns} or {"?": str(exc)}
             )
-        result = spares.supervise(plan, attempts)
+        result = spares.supervise(plan, attempts, observer)
         self.reap(plan, settings, [a.host for a in attempts if not a.reported])
         return result

@@ -25,7 +25,7 @@ from dslaunch.plan import LaunchPlan
 from dslaunch.runners.remote.agent_links import AgentLinks
 from tests.helpers import SCRIPTS, job_processes, wait_for_file, wait_until_gone
 from tests.plans import make_plan
-from tests.runners.pods import Flood
+from tests.pods.pods import Flood
 from tests.runners.remote.relay import Relay
 
 RUN = "r1"

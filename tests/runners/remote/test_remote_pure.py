@@ -17,7 +17,7 @@ from dslaunch.errors import DslaunchError
 from dslaunch.plan import LaunchPlan, RemoteSettings
 from dslaunch.runners import preflight_probe as probe
 from dslaunch.runners.pdsh.dialback import dialback_agent_command
-from dslaunch.runners.pdsh.invocation import pdsh_env, pdsh_label, pdsh_labels
+from dslaunch.runners.pdsh.invocation import answers, pdsh_env, pdsh_label, pdsh_labels
 from dslaunch.runners.pdsh.runner import pdsh_argv
 from dslaunch.runners.remote.agent_command import agent_command, reap_command
 from dslaunch.runners.remote.sshconfig import resolve, valid_host
@@ -400,3 +400,21 @@ def test_pdsh_host_queue_spills_output_and_lets_events_pass() -> None:
     assert [g for g in got if g != "@event\n"] == outputs  # output order kept, nothing lost
     assert got.index("@event\n") < got.index(outputs[1])  # the event did not wait behind spilled output
     assert q.spill is None  # the spill file is closed once drained
+
+
+def test_pdshs_output_split_back_by_host_with_each_hosts_status() -> None:
+    """--preflight over pdsh (runners/pdsh/invocation.answers): a host's status is what pdsh says of it."""
+    plan = make_plan(hosts=("alice@w1", "w2", "w3", "w4"))
+    stdout = "w1: probe says hi\nw2: half\n"
+    stderr = (
+        "pdsh@here: w2: ssh exited with exit code 127\n"
+        "w2: python3: not found\n"
+        "pdsh@here: w3: ssh exited with exit code 255\n"
+        "w3: ssh: connect to host w3 port 22: Connection refused\n"
+        "w1: a warning of its own\n"
+    )
+    got = answers(plan, stdout, stderr, "here")
+    assert got[0] == (0, "probe says hi", "a warning of its own")  # pdsh says nothing of it: 0
+    assert got[1] == (127, "half", "ssh exited with exit code 127\npython3: not found")
+    assert got[2] == (255, "", "ssh exited with exit code 255\nssh: connect to host w3 port 22: Connection refused")
+    assert got[3] == (None, "", "")  # not a word from it

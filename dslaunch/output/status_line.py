@@ -1,9 +1,11 @@
 """The status line kept at the bottom of a terminal (``--status-line``, docs/observability.md).
 
-The launcher knows the job's figures; a forked node agent writes the ranks' output to the terminal. They share one
-:class:`Board`, an anonymous shared memory page made before the agent is forked: the launcher posts the line,
-the agent's sink (``output/sink.py``) draws it below the output it writes and redraws it as it changes. A seqlock
-keeps a reader from taking a line half written; nothing here blocks either side.
+The launcher knows the job's figures; whoever writes the terminal draws the line below what it writes (a sink,
+``output/sink.py``). One :class:`StatusLine` a job, made by the launcher before any agent is forked, and handed
+down to whoever draws it: to the launcher's attempt sink where the launcher is its terminal's one writer
+(``output/terminal.py``), else to the forked node agent that writes the ranks' output to the terminal
+(``output/pump.py``). Its text sits on an anonymous shared memory page, so the agent, a fork, reads what the
+launcher posts; a seqlock keeps a reader from taking a line half written, and nothing here blocks either side.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import mmap
 import os
 import struct
 import unicodedata
+from collections.abc import Callable
 
 ERASE = b"\r\x1b[2K"  # to the line's start, and clear it
 _SIZE = 4096
@@ -19,10 +22,13 @@ _HEAD = struct.Struct("<QH")  # sequence number (odd while a post is under way),
 MAX_TEXT = _SIZE - _HEAD.size
 
 
-class Board:
+class StatusLine:
     def __init__(self) -> None:
         self._page = mmap.mmap(-1, _SIZE, flags=mmap.MAP_SHARED)
         self._seq = 0
+        # While the launcher's attempt sink writes the terminal and draws the line (output/terminal.py): where the
+        # launcher's own lines queue, in order with everything else. None: an agent may draw it.
+        self.queue: Callable[[bytes], bool] | None = None
 
     def post(self, text: str) -> None:
         data = text.encode("utf-8", "replace")[:MAX_TEXT]
@@ -42,6 +48,18 @@ class Board:
                 return data
         return b""
 
+    def over_it(self, fd: int = 2) -> bytes:
+        """What a line the launcher prints itself starts with while the agent may have drawn the line on the same
+        terminal: the erase (the agent draws it again below at its next look)."""
+        return ERASE if self.queue is None and os.isatty(fd) else b""
+
+    def clear(self, fd: int = 2) -> None:
+        if data := self.over_it(fd):
+            try:
+                os.write(fd, data)
+            except OSError:
+                pass
+
 
 def fit(text: bytes, columns: int) -> bytes:
     """``text`` as one terminal line of at most ``columns - 1`` cells (no wrap: a wrapped line could not be
@@ -56,33 +74,3 @@ def fit(text: bytes, columns: int) -> bytes:
         out.append(ch)
         cells += width
     return "".join(out).encode()
-
-
-_board: Board | None = None
-launcher_draws = False  # the launcher's own sink draws the line (output/terminal.py): its lines queue before it
-
-
-def open_board() -> Board:
-    """This launcher's board (one a process), made before any agent is forked."""
-    global _board
-    if _board is None:
-        _board = Board()
-    return _board
-
-
-def board() -> Board | None:
-    return _board
-
-
-def over_the_line(fd: int = 2) -> bytes:
-    """What a line the launcher prints itself starts with while the agent may have drawn the status line on the
-    same terminal: the erase (the agent draws it again below at its next look)."""
-    return ERASE if _board is not None and not launcher_draws and os.isatty(fd) else b""
-
-
-def clear(fd: int = 2) -> None:
-    if data := over_the_line(fd):
-        try:
-            os.write(fd, data)
-        except OSError:
-            pass
