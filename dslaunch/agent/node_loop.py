@@ -25,6 +25,7 @@ from dslaunch.agent import node_state as ns
 from dslaunch.agent import ranks as rankspec
 from dslaunch.agent.failures import ErrorRecord, keep_tail, read_error_file, tail_lines
 from dslaunch.agent.node_io import (
+    CaughtSignals,
     fresh_error_file,
     fs_clock_offset,
     kill_descendants,
@@ -74,6 +75,8 @@ class _RankProcess:
 
 
 class NodeLoop:
+    signals: CaughtSignals  # from start() until the sweep at run()'s end
+
     def __init__(
         self,
         plan: LaunchPlan,
@@ -110,7 +113,11 @@ class NodeLoop:
 
     # ---- spawning -------------------------------------------------------
     def start(self, error_dir: str, warm: Mapping[int, Zygote | None] | None = None) -> None:
-        """Start the ranks; ``warm``: the zygotes a local launcher keeps for the job (preload/warm.py)."""
+        """Start the ranks; ``warm``: the zygotes a local launcher keeps for the job (preload/warm.py). The signals are
+        caught from here on: one that comes before ``run`` waits in the pipe for the loop."""
+        caught: tuple[int, ...] = (*wire.STOP_SIGNALS, *wire.FORWARDED_SIGNALS, wire.STACKS_SIGNAL)
+        self.signals = CaughtSignals(caught + ((wire.TEARDOWN_SIGNAL,) if self.plan.launcher == "pdsh" else ()))
+        self.sel.register(self.signals.fd, selectors.EVENT_READ, ("signal", None))
         prctl.set_child_subreaper()
         log_dir = self.plan.log_dir
         if log_dir:
@@ -180,14 +187,7 @@ class NodeLoop:
 
     # ---- main loop ------------------------------------------------------
     def run(self) -> int:
-        wake_r, wake_w = os.pipe()
-        os.set_blocking(wake_r, False)
-        os.set_blocking(wake_w, False)
-        old_wakeup = signal.set_wakeup_fd(wake_w)
-        caught: tuple[int, ...] = (*wire.STOP_SIGNALS, *wire.FORWARDED_SIGNALS, wire.STACKS_SIGNAL)
-        caught += (wire.TEARDOWN_SIGNAL,) if self.plan.launcher == "pdsh" else ()
-        old_handlers = {s: signal.signal(s, lambda *_: None) for s in caught}
-        self.sel.register(wake_r, selectors.EVENT_READ, ("signal", None))
+        """After ``start``: the loop, then the sweep, with the signals still caught (``node_io.CaughtSignals``)."""
         if self.control is not None:
             os.set_blocking(self.control.fileno(), False)
             self.sel.register(self.control.fileno(), selectors.EVENT_READ, ("control", None))
@@ -196,10 +196,9 @@ class NodeLoop:
         try:
             code = self._loop()
         finally:
-            signal.set_wakeup_fd(old_wakeup)
-            for s, h in old_handlers.items():
-                signal.signal(s, h)
             self._kill_leftovers()
+            self.sel.unregister(self.signals.fd)
+            self.signals.release()
             if self.progress is not None:
                 self.progress.close()
             self.output.finish()
