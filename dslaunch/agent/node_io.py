@@ -79,16 +79,60 @@ def killpg(pid: int, sig: int) -> None:
         pass
 
 
-def kill_descendants(roots: Iterable[int], spared: Collection[int]) -> None:
-    """SIGKILL every descendant of ``roots`` but the ``spared`` ones, and reap the orphans this process adopted."""
-    found = [pid for root in roots for pid in procs.descendants(root) if pid not in spared]
-    for pid in found:
-        kill(pid)
-    for pid in found:  # adopted orphans are ours to reap; others are their parents' (also killed)
-        try:
-            os.waitpid(pid, 0)
-        except ChildProcessError:
-            pass
+def kill_descendants(roots: Iterable[int], spared: Collection[int], within: float = 1.0) -> None:
+    """SIGKILL every descendant of ``roots`` but the ``spared`` ones, and reap the orphans this process adopted.
+
+    One scan of ``/proc`` cannot see what is forked after it: a process that forks between the scan and its SIGKILL
+    (one that hops to a new pid all the time, the worst case) left a child no scan saw, alive. So each process is
+    killed as soon as it is found, before its children are read (killed, it forks no more), and the tree is walked
+    again until a walk finds nothing not killed before (for ``within`` seconds at most). The agent is a subreaper:
+    whatever escaped one walk is still below it for the next."""
+    roots, killed = tuple(roots), set[int]()
+    deadline = time.monotonic() + within
+    while True:
+        found, todo = [], list(roots)
+        while todo:
+            for pid in procs.descendants_once(todo.pop()):  # its children
+                if pid not in spared and pid not in killed:
+                    kill(pid)
+                    killed.add(pid)
+                    found.append(pid)
+                todo.append(pid)
+        for pid in found:  # adopted orphans are ours to reap; others are their parents' (also killed)
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        if not found or time.monotonic() > deadline:
+            return
+
+
+class CaughtSignals:
+    """``signals`` caught, each one's number written to a pipe the node loop reads (``signal.set_wakeup_fd``), from
+    before the first rank starts until the node has been swept: none takes its default action (death, for most) while
+    there is anything to sweep. A lost launcher's news can come twice, a few ms apart: over ssh the channel's EOF and
+    then the parent-death SIGTERM of sshd's exit, under pdsh the EOF and then the dial-back watcher's SIGHUP; the
+    second, taken by default once the loop had ended, killed the agent halfway through its sweep and left what its
+    ranks had double-forked alive (issue 55, docs/teardown.md)."""
+
+    def __init__(self, signals: Iterable[int]) -> None:
+        self.fd, self._write = os.pipe()
+        for fd in (self.fd, self._write):
+            os.set_blocking(fd, False)
+        self._old_wakeup = signal.set_wakeup_fd(self._write)
+        self._old = {s: signal.signal(s, _noted) for s in signals}
+
+    def release(self) -> None:
+        """The old handlers back; a signal that came since the loop last read the pipe is dropped: the node is done."""
+        signal.set_wakeup_fd(self._old_wakeup)
+        for s, handler in self._old.items():
+            signal.signal(s, handler)
+        os.close(self.fd)
+        os.close(self._write)
+
+
+def _noted(_signum: int, _frame: object) -> None:
+    """The wakeup pipe has the signal's number: the node loop acts on it there."""
 
 
 def write_all(fd: int, data: bytes) -> None:

@@ -23,6 +23,7 @@ from dslaunch import wire
 from dslaunch.agent.failures import ErrorRecord, keep_tail, read_error_file, tail_lines
 from dslaunch.agent.node_control import LauncherChannels
 from dslaunch.agent.node_io import (
+    CaughtSignals,
     fresh_error_file,
     fs_clock_offset,
     killpg,
@@ -69,6 +70,8 @@ _PID_POLL = 0.05  # a rank without a pidfd is polled this often
 
 
 class NodeLoop:
+    signals: CaughtSignals  # from start() until the sweep at run()'s end
+
     def __init__(
         self,
         plan: LaunchPlan,
@@ -102,7 +105,13 @@ class NodeLoop:
 
     # ---- spawning -------------------------------------------------------
     def start(self, error_dir: str, warm: Mapping[int, Zygote | None] | None = None) -> None:
-        """Start the ranks; ``warm``: the zygotes a local launcher keeps for the job (preload/warm.py)."""
+        """Start the ranks; ``warm``: the zygotes a local launcher keeps for the job (preload/warm.py). The signals are
+        caught from here on: one that comes before ``run`` waits in the pipe for the loop."""
+        caught: tuple[int, ...] = (*wire.STOP_SIGNALS, *wire.FORWARDED_SIGNALS, wire.STACKS_SIGNAL)
+        self.signals = CaughtSignals(
+            caught + ((wire.TEARDOWN_SIGNAL,) if self.plan.transport.teardown_by_signal else ())
+        )
+        self.sel.register(self.signals.fd, selectors.EVENT_READ, ("signal", None))
         prctl.set_child_subreaper()
         log_dir = self.plan.log_dir
         if log_dir:
@@ -151,14 +160,7 @@ class NodeLoop:
 
     # ---- main loop ------------------------------------------------------
     def run(self) -> int:
-        wake_r, wake_w = os.pipe()
-        os.set_blocking(wake_r, False)
-        os.set_blocking(wake_w, False)
-        old_wakeup = signal.set_wakeup_fd(wake_w)
-        caught: tuple[int, ...] = (*wire.STOP_SIGNALS, *wire.FORWARDED_SIGNALS, wire.STACKS_SIGNAL)
-        caught += (wire.TEARDOWN_SIGNAL,) if self.plan.transport.teardown_by_signal else ()
-        old_handlers = {s: signal.signal(s, lambda *_: None) for s in caught}
-        self.sel.register(wake_r, selectors.EVENT_READ, ("signal", None))
+        """After ``start``: the loop, then the sweep, with the signals still caught (``node_io.CaughtSignals``)."""
         if self.control is not None:
             os.set_blocking(self.control.fileno(), False)
             self.sel.register(self.control.fileno(), selectors.EVENT_READ, ("control", None))
@@ -167,10 +169,9 @@ class NodeLoop:
         try:
             code = self._loop()
         finally:
-            signal.set_wakeup_fd(old_wakeup)
-            for s, h in old_handlers.items():
-                signal.signal(s, h)
             self._kill_leftovers()
+            self.sel.unregister(self.signals.fd)
+            self.signals.release()
             if self.progress is not None:
                 self.progress.close()
             self.output.finish()

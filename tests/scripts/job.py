@@ -7,6 +7,8 @@ job.py usr1 DIR              like sleep, and write DIR/usr1.<rank> on SIGUSR1
 job.py child DIR             like sleep, with a child process that outlives the rank unless killed
 job.py daemon DIR CODE       double-fork a setsid daemon (stdio on /dev/null) that sleeps, then exit CODE
 job.py chatty DIR CODE       double-fork a grandchild that keeps printing on the rank's stdout, then exit CODE
+job.py detach DIR            double-fork a setsid daemon that execs `sleep 301` (the job's environment, stdio on
+                             /dev/null), print that it is ready, then as sleep
 job.py grace DIR RANK CODE S like fail; every other rank logs each SIGTERM to DIR/sigterm.<rank>, takes S seconds
                              to "checkpoint" after the first, writes DIR/saved.<rank> and exits 143
 """
@@ -57,6 +59,17 @@ if mode in ("daemon", "chatty"):
     with open(os.path.join(folder, f"ready.{rank}"), "w") as f:
         f.write(str(os.getpid()))
     sys.exit(int(sys.argv[3]))
+if mode == "detach":
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            os.execv("/bin/sleep", ["sleep", "301"])
+        os._exit(0)
+    os.wait()
+    print(f"rank {rank} ready, its daemon started", flush=True)
 if mode == "usr1":
     import signal
 
