@@ -174,31 +174,3 @@ class Rejects:
             self.first = why
             return True
         return False
-
-
-# ---- one event's dataclass and fields, kept here for wire.py's size (wire.Event, issue 40) --------------------------
-@dataclass(frozen=True)
-class TimerWindow:
-    """One rank's ``engine.timers`` regions summed over a window of steps: ``regions`` as (name, seconds in all,
-    seconds in its fastest step); ``wall``: the window's wall time; ``first_step_at``: in a rank's first window,
-    the Unix time of its first step."""
-
-    node_rank: int
-    rank: int
-    index: int
-    step: int
-    steps: int
-    wall: float
-    regions: tuple[tuple[str, float, float], ...]
-    first_step_at: float = 0.0
-
-
-_COUNT = Int(0, INT_MAX)
-_SECONDS = Real(0, 1e12)
-TIMER_WINDOW_FIELDS: tuple[dict[str, Spec], dict[str, Spec]] = (
-    {
-        **{"node_rank": _COUNT, "rank": _COUNT, "index": _COUNT, "step": _COUNT},
-        **{"steps": Int(1, INT_MAX), "wall": _SECONDS, "regions": ListOf(Row((Text(64), _SECONDS, _SECONDS)), 64)},
-    },
-    {"first_step_at": _SECONDS},
-)
