@@ -52,8 +52,8 @@ class Real(Spec):
     def take(self, value: object) -> float:
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise Malformed(self.words())
-        if not (math.isfinite(value) and self.lo <= value <= self.hi):
-            raise Malformed(self.words())
+        if not (self.lo <= value <= self.hi and math.isfinite(value)):  # the range first: an int past a float's
+            raise Malformed(self.words())  # range (JSON's 1e400 written out) makes isfinite raise OverflowError
         return float(value)
 
     def words(self) -> str:

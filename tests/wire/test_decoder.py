@@ -50,6 +50,7 @@ REFUSED = {
     "a negative rank": (_with("exit", rank=-1), "field 'rank'"),
     "a rank past the largest world": (_with("exit", rank=1 << 40), "field 'rank'"),
     "NaN for a time": (_with("exit", ts=math.nan), "field 'ts'"),
+    "an integer past a float's range for a time": (_with("exit", ts=10**400), "field 'ts' must be a number"),
     "a host of 2000 characters": (_with("spawned", host="h" * 2000), "field 'host' must be a string of at most"),
     "a tail of numbers": (_with("exit", stderr_tail=[1, 2]), "field 'stderr_tail'"),
     "a stacks row too short": (_with("stacks", ranks=[[2, "running", 5]]), "field 'ranks'"),

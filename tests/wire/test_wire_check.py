@@ -16,7 +16,7 @@ def test_the_specs_take_what_they_say_and_nothing_else() -> None:
         with pytest.raises(Malformed):
             Int(0, 3).take(bad)
     assert Real(0, 2).take(1) == 1.0 and isinstance(Real(0, 2).take(1), float)
-    for bad in (math.inf, 3.0, False, "1.0"):
+    for bad in (math.inf, math.nan, 3.0, False, "1.0", 10**400, -(10**400)):
         with pytest.raises(Malformed):
             Real(0, 2).take(bad)
     assert ListOf(Text(2), 2).take(["a", "bb"]) == ("a", "bb")
