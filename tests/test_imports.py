@@ -203,7 +203,7 @@ LEAVES: dict[str, tuple[str, ...]] = {
     "dslaunch.wire": tuple(f"dslaunch.wire.{m}" for m in ("control", "decoder", "events", "plan_codec", "stream")),
     "dslaunch.wire.plan_codec": ("dslaunch.plan",),  # it encodes the plan
     "dslaunch.wire.events": (),
-    "dslaunch.wire.decoder": ("dslaunch.wire.events", "dslaunch.wire_check"),
+    "dslaunch.wire.decoder": ("dslaunch.wire.events", "dslaunch.wire_check", "orjson"),  # orjson: on first decode
     "dslaunch.wire.stream": ("dslaunch.wire.events",),
     "dslaunch.wire.control": ("dslaunch.plan", "dslaunch.wire.plan_codec", "dslaunch.wire_check"),
     "dslaunch.wire_check": (),  # every wire message's fields checked

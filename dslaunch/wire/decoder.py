@@ -1,6 +1,18 @@
-"""Marked lines back into events: every field's type and range checked (``wire_check``), or ``Malformed`` (why)."""
+"""Marked lines back into events: every field's type and range checked, or ``Malformed`` (why).
+
+One decoder for every event, cheap at scale (issue 54): the line is parsed by orjson (imported on the first
+decode: the launcher has it loaded for its logs, and a node agent, which never decodes events, never imports it),
+then checked by its kind's ``wire_check.compiled`` checker, generated from the specs below on the kind's first use:
+straight-line code, no loop over the fields; where it refuses, ``wire_check.fields`` says why. The event is then
+made without its dataclass ``__init__`` (every field is already checked; the events have no ``__post_init__``).
+Figures: docs/benchmarks.md, "Decoding a message".
+"""
 
 from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 from dslaunch.limits import MAX_WORLD_SIZE
 from dslaunch.wire.events import (
@@ -17,7 +29,19 @@ from dslaunch.wire.events import (
     StopStep,
     TimerWindow,
 )
-from dslaunch.wire_check import INT_MAX, Bool, Int, ListOf, Malformed, Maybe, Real, Row, Spec, Text, fields, load_object
+from dslaunch.wire_check import (
+    INT_MAX,
+    Bool,
+    Int,
+    ListOf,
+    Malformed,
+    Maybe,
+    Real,
+    Row,
+    Spec,
+    Text,
+    compiled,
+)
 
 
 def decode(line: str) -> Event | None:
@@ -32,15 +56,59 @@ def decode_checked(line: str) -> Event | Malformed | None:
     if not line.startswith(MARKER):
         return None
     try:
-        raw = load_object(line[len(MARKER) :])
-        kind = raw.pop("ev", None)
-        cls = _KINDS.get(kind) if type(kind) is str else None
-        if cls is None:
-            return Malformed(f"no event kind {str(kind)[:40]!r}")
-        required, optional = _SCHEMAS[cls]
-        return cls(**fields(raw, required, optional))
+        raw = _load(line[len(MARKER) :])
+    except ValueError as exc:  # orjson.JSONDecodeError: bad JSON, bad UTF-8, nesting past its depth limit
+        return Malformed(f"not JSON ({type(exc).__name__})")
+    if type(raw) is not dict:
+        return Malformed("not a JSON object")
+    kind = raw.pop("ev", None)
+    made = (_MAKERS.get(kind) or _maker(kind)) if type(kind) is str else None
+    if made is None:
+        return Malformed(f"no event kind {str(kind)[:40]!r}")
+    try:
+        return made(raw)
     except Malformed as exc:
         return exc
+
+
+def _first_load(text: str) -> Any:
+    global _load
+    import orjson
+
+    _load = orjson.loads
+    return _load(text)
+
+
+_load: Callable[[str], Any] = _first_load
+_MAKERS: dict[str, Callable[[dict[str, Any]], Event]] = {}  # kind -> its checked maker, compiled on first use
+
+
+def _maker(kind: str) -> Callable[[dict[str, Any]], Event] | None:
+    cls = _KINDS.get(kind)
+    if cls is None:
+        return None
+    required, optional = _SCHEMAS[cls]
+    check = compiled(required, optional, _defaults(cls)).check
+    new, setattr_ = object.__new__, object.__setattr__
+
+    def make(raw: dict[str, Any]) -> Event:
+        event = new(cls)
+        setattr_(event, "__dict__", check(raw))  # a frozen dataclass, every field checked: no __init__ to run
+        return event
+
+    _MAKERS[kind] = make
+    return make
+
+
+def _defaults(cls: type) -> dict[str, Any]:
+    """The values of ``cls``'s fields that have one (its optional fields)."""
+    found: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            found[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            found[f.name] = f.default_factory()
+    return found
 
 
 # What each event's fields may hold. A node agent cuts what it sends (a rank's error at TRACEBACK_CHARS, its stderr

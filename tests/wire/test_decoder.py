@@ -10,12 +10,14 @@ import math
 from dataclasses import asdict
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dslaunch import wire
-from dslaunch.wire_check import Malformed
+from dslaunch.wire_check import Malformed, fields
+from tests.wire.strategies import JSON, ODD, fields_of, near
 
 EVENTS: dict[str, wire.Event] = {
     "spawned": wire.Spawned(rank=3, local_rank=1, pid=42, host="pod-1"),
@@ -49,8 +51,8 @@ REFUSED = {
     "an exit code over 255": (_with("done", code=256), "integer in 0..255"),
     "a negative rank": (_with("exit", rank=-1), "field 'rank'"),
     "a rank past the largest world": (_with("exit", rank=1 << 40), "field 'rank'"),
-    "NaN for a time": (_with("exit", ts=math.nan), "field 'ts'"),
-    "an integer past a float's range for a time": (_with("exit", ts=10**400), "field 'ts' must be a number"),
+    "NaN for a time": (_with("exit", ts=math.nan), "not JSON"),  # orjson refuses NaN; were it parsed, 'ts' would
+    "an integer past a float's range for a time": (_with("exit", ts=10**400), "not JSON"),  # infinity to orjson
     "a host of 2000 characters": (_with("spawned", host="h" * 2000), "field 'host' must be a string of at most"),
     "a tail of numbers": (_with("exit", stderr_tail=[1, 2]), "field 'stderr_tail'"),
     "a stacks row too short": (_with("stacks", ranks=[[2, "running", 5]]), "field 'ranks'"),
@@ -61,7 +63,10 @@ REFUSED = {
     "a kind that is no string": (_marked({"ev": ["done"]}), "no event kind"),
     "not an object": (_marked([1, 2]), "not a JSON object"),
     "not JSON": (wire.MARKER + "{oops\n", "not JSON"),
-    "nesting deep enough to recurse out": (wire.MARKER + "[" * 100_000 + "\n", "not JSON (RecursionError)"),
+    "nesting deep enough to recurse out": (
+        wire.MARKER + "[" * 100_000 + "\n",
+        "not JSON",
+    ),  # orjson: past its depth limit
 }
 
 
@@ -99,13 +104,6 @@ def test_decode_never_raises(text: str) -> None:
 
 
 # ---- fuzzing ----------------------------------------------------------------------------------------------------
-JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=12,
-)
-
-
 def _valid(event: wire.Event) -> bool:
     """Every field in its type and range: what the consumers (job/state.py, pods/) may rely on."""
     d: dict[str, Any] = asdict(event)
@@ -151,3 +149,66 @@ def test_every_field_of_every_event_has_its_check(cls: type) -> None:
         f.name for f in given if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     } == set(required)
     assert {f.name for f in given} == set(required) | set(optional)
+
+
+# ---- every kind against the decoder: valid ones round-trip, changed ones decode as the reference check says ---------
+KIND_OF = {cls: kind for kind, cls in wire._KINDS.items()}
+
+
+def _reference(line: str) -> object:
+    """What the decoder must give (as text, types showing): orjson's parse, then ``wire_check.fields``' loop over
+    the fields and the dataclass's ``__init__``, as the decoder did before its checkers were compiled."""
+    try:
+        raw = orjson.loads(line[len(wire.MARKER) :])
+    except ValueError:
+        return "Malformed"
+    if type(raw) is not dict or type(raw.get("ev")) is not str or raw["ev"] not in wire._KINDS:
+        return "Malformed"
+    cls = wire._KINDS[raw.pop("ev")]
+    try:
+        return repr(cls(**fields(raw, *wire._SCHEMAS[cls])))
+    except Malformed:
+        return "Malformed"
+
+
+def _got(line: str) -> object:
+    got = wire.decode_checked(line)
+    assert got is not None
+    return "Malformed" if isinstance(got, Malformed) else repr(got)
+
+
+@pytest.mark.parametrize("cls", sorted(wire._SCHEMAS, key=lambda c: c.__name__))
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_every_kind_round_trips_and_a_changed_one_decodes_as_the_reference_says(cls: type, data: st.DataObject) -> None:
+    required, optional = wire._SCHEMAS[cls]
+    obj = data.draw(fields_of(required, optional))
+    event = cls(**fields(obj, required, optional))
+    assert repr(wire.decode(wire.encode(event))) == repr(event)  # every field, its type too (1.0, not 1)
+    names = sorted({*required, *optional, "ev"})
+    change = data.draw(st.sampled_from(["one field", "drop", "add", "cut", "byte"]))
+    line = wire.MARKER + json.dumps({"ev": KIND_OF[cls], **obj})
+    if change == "one field":
+        target = data.draw(st.sampled_from(names))
+        spec = {**required, **optional}.get(target)
+        value = data.draw(near(spec) if spec is not None else st.sampled_from(sorted(wire._KINDS)) | ODD)
+        line = wire.MARKER + json.dumps({"ev": KIND_OF[cls], **obj, target: value})
+    elif change == "drop":
+        gone = data.draw(st.sampled_from(names))
+        line = wire.MARKER + json.dumps({k: v for k, v in {"ev": KIND_OF[cls], **obj}.items() if k != gone})
+    elif change == "add":
+        line = wire.MARKER + json.dumps({"ev": KIND_OF[cls], **obj, data.draw(st.text(max_size=6)): data.draw(ODD)})
+    elif change == "cut":
+        line = line[: data.draw(st.integers(len(wire.MARKER), len(line)))]
+    else:
+        at, byte = data.draw(st.integers(len(wire.MARKER), len(line) - 1)), data.draw(st.characters())
+        line = line[:at] + byte + line[at + 1 :]
+    assert _got(line) == _reference(line)
+
+
+@pytest.mark.parametrize("cls", sorted(wire._KINDS.values(), key=lambda c: c.__name__))
+def test_every_event_is_a_plain_frozen_dataclass_the_decoder_may_make_without_its_init(cls: type) -> None:
+    """The decoder sets a checked event's ``__dict__`` instead of calling ``__init__``: that is only the same where
+    ``__init__`` does nothing else (no ``__post_init__``, no slots)."""
+    assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert not hasattr(cls, "__post_init__") and not hasattr(cls, "__slots__")
