@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from dslaunch.limits import MAX_WORLD_SIZE
+from dslaunch.limits import MAX_SLOTS_PER_HOST, MAX_WORLD_SIZE
 from dslaunch.wire.events import (
     _KINDS,
     MARKER,
@@ -22,6 +22,7 @@ from dslaunch.wire.events import (
     Event,
     Idle,
     NodeLost,
+    NodeWindows,
     RankExit,
     Spawned,
     Stacks,
@@ -89,15 +90,35 @@ def _maker(kind: str) -> Callable[[dict[str, Any]], Event] | None:
         return None
     required, optional = _SCHEMAS[cls]
     check = compiled(required, optional, _defaults(cls)).check
+    agree = _AGREE.get(cls)
     new, setattr_ = object.__new__, object.__setattr__
 
     def make(raw: dict[str, Any]) -> Event:
         event = new(cls)
         setattr_(event, "__dict__", check(raw))  # a frozen dataclass, every field checked: no __init__ to run
+        if agree is not None:
+            agree(event)
         return event
 
     _MAKERS[kind] = make
     return make
+
+
+def _node_windows_agree(w: NodeWindows) -> None:
+    """What the field checks cannot see: every column a place per rank, each rank once, each region once with its
+    ``who`` places in range, each once, and the seconds a value per rank that timed a region (raises ``Malformed``)."""
+    n = len(w.ranks)
+    if not n or len(set(w.ranks)) != n or not len(w.step) == len(w.steps) == len(w.wall) == n:
+        raise Malformed("field 'ranks' must be distinct ranks, one for each place of 'step', 'steps' and 'wall'")
+    if len(set(w.regions)) != len(w.regions) or len(w.who) != len(w.regions):
+        raise Malformed("field 'regions' must name each region once, each with its 'who'")
+    if any(who and (len(set(who)) != len(who) or max(who) >= n) for who in w.who):
+        raise Malformed("field 'who' must hold places of 'ranks', each once")
+    if not len(w.totals) == len(w.fastest) == sum(len(who) or n for who in w.who):
+        raise Malformed("fields 'totals' and 'fastest' must hold a value per rank that timed each region")
+
+
+_AGREE: dict[type, Callable[[Any], None]] = {NodeWindows: _node_windows_agree}
 
 
 def _defaults(cls: type) -> dict[str, Any]:
@@ -120,6 +141,14 @@ _CODE = Int(0, 255)
 _TIME = Real(-1e12, 1e12)
 _COUNT = Int(0, INT_MAX)
 _SECONDS = Real(0, 1e12)
+_PLACE = Int(0, MAX_SLOTS_PER_HOST - 1)
+_REGIONS = 64  # region names in one NodeWindows
+
+
+def _PER_RANK(spec: Spec) -> ListOf:
+    return ListOf(spec, MAX_SLOTS_PER_HOST)  # a value per rank of one node
+
+
 _SCHEMAS: dict[type, tuple[dict[str, Spec], dict[str, Spec]]] = {
     Spawned: ({"rank": _RANK, "local_rank": _RANK, "pid": Int(0, INT_MAX), "host": _HOST}, {}),
     RankExit: (
@@ -145,4 +174,14 @@ _SCHEMAS: dict[type, tuple[dict[str, Spec], dict[str, Spec]]] = {
         {"first_step_at": _SECONDS},
     ),
     StopStep: ({"node_rank": _NODE, "step": Maybe(Int(1, 1 << 62))}, {}),
+    NodeWindows: (
+        {
+            **{"node_rank": _NODE, "index": _COUNT, "ranks": _PER_RANK(_RANK), "step": _PER_RANK(_COUNT)},
+            **{"steps": _PER_RANK(Int(1, INT_MAX)), "wall": _PER_RANK(_SECONDS)},
+            **{"regions": ListOf(Text(64), _REGIONS), "who": ListOf(_PER_RANK(_PLACE), _REGIONS)},
+            **{"totals": ListOf(_SECONDS, _REGIONS * MAX_SLOTS_PER_HOST)},
+            **{"fastest": ListOf(_SECONDS, _REGIONS * MAX_SLOTS_PER_HOST)},
+        },
+        {"first_step_at": _SECONDS},
+    ),
 }

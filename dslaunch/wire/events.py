@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import signal
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 MARKER = "@dslaunch-event "
 
@@ -121,7 +122,36 @@ class TimerWindow:
     first_step_at: float = 0.0
 
 
-Event = Spawned | RankExit | Done | Idle | Stacks | NodeLost | StopAsked | StopStep | TimerWindow
+@dataclass(frozen=True)
+class NodeWindows:
+    """One node's ranks' windows of one number, in one event (the agent sends one a poll, not one a rank: issue 54).
+    Columns, a place per rank: ``step`` its last step, ``steps``, ``wall``. Per region of ``regions``, ``who``: the
+    places of the ranks that timed it, () for every rank; ``totals`` and ``fastest`` hold each region's seconds in
+    all and in the fastest step, a value per rank that timed it, region after region (flat: one list to check).
+    ``first_step_at``: the earliest of their first steps, in a first window."""
+
+    node_rank: int
+    index: int
+    ranks: tuple[int, ...]
+    step: tuple[int, ...]
+    steps: tuple[int, ...]
+    wall: tuple[float, ...]
+    regions: tuple[str, ...]
+    who: tuple[tuple[int, ...], ...]
+    totals: tuple[float, ...]
+    fastest: tuple[float, ...]
+    first_step_at: float = 0.0
+
+    def columns(self) -> Iterator[tuple[str, tuple[int, ...], tuple[float, ...], tuple[float, ...]]]:
+        """Each region as (name, who, totals, fastest)."""
+        at, n = 0, len(self.ranks)
+        for name, who in zip(self.regions, self.who):
+            end = at + (len(who) or n)
+            yield name, who, self.totals[at:end], self.fastest[at:end]
+            at = end
+
+
+Event = Spawned | RankExit | Done | Idle | Stacks | NodeLost | StopAsked | StopStep | TimerWindow | NodeWindows
 _KINDS: dict[str, type[Event]] = {
     "spawned": Spawned,
     "stop": StopAsked,
@@ -131,13 +161,15 @@ _KINDS: dict[str, type[Event]] = {
     "stacks": Stacks,
     "lost": NodeLost,
     "window": TimerWindow,
+    "windows": NodeWindows,
     "stopstep": StopStep,
 }
 _NAMES = {cls: name for name, cls in _KINDS.items()}
 
 
 def encode(event: Event) -> str:
-    return MARKER + json.dumps({"ev": _NAMES[type(event)], **asdict(event)}, separators=(",", ":")) + "\n"
+    fields = vars(event)  # the fields, each a value JSON takes (tuples as lists): no deep copy, as asdict() makes
+    return MARKER + json.dumps({"ev": _NAMES[type(event)], **fields}, separators=(",", ":")) + "\n"
 
 
 def exit_code_of(returncode: int) -> tuple[int, str | None]:
