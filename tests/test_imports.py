@@ -199,7 +199,13 @@ LEAVES: dict[str, tuple[str, ...]] = {
     "dslaunch.errors": (),  # the one user-error base every parser raises
     "dslaunch.limits": (),  # caps and ASCII-only numbers for every parser
     "dslaunch.plan": (),  # the frozen plan every layer passes around
-    "dslaunch.wire": ("dslaunch.plan", "dslaunch.wire_check"),  # the launcher <-> agent wire: it encodes the plan
+    # the launcher <-> agent wire: the package re-exports its modules' names
+    "dslaunch.wire": tuple(f"dslaunch.wire.{m}" for m in ("control", "decoder", "events", "plan_codec", "stream")),
+    "dslaunch.wire.plan_codec": ("dslaunch.plan",),  # it encodes the plan
+    "dslaunch.wire.events": (),
+    "dslaunch.wire.decoder": ("dslaunch.wire.events", "dslaunch.wire_check", "orjson"),  # orjson: on first decode
+    "dslaunch.wire.stream": ("dslaunch.wire.events",),
+    "dslaunch.wire.control": ("dslaunch.plan", "dslaunch.wire.plan_codec", "dslaunch.wire_check"),
     "dslaunch.wire_check": (),  # every wire message's fields checked
     "dslaunch.inputs.hostfile": (),
     "dslaunch.agent.mpi_env": (),

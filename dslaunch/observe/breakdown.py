@@ -55,25 +55,62 @@ class RegionStats:
     slowest_host: str
 
 
+@dataclass(frozen=True)
+class Where:
+    node_rank: int
+    host: str
+
+
+@dataclass
+class Column:
+    """One region over the ranks that timed it, a place per rank: seconds per step on average and in the fastest step
+    (the launcher's figures, stragglers and breakdown read a window of thousands of ranks as columns: issue 54)."""
+
+    ranks: list[int] = field(default_factory=list)
+    average: list[float] = field(default_factory=list)
+    fastest: list[float] = field(default_factory=list)
+
+
 def summarize(ranks: Sequence[RankTotals]) -> tuple[RegionStats, ...]:
     """Per region (:data:`STEP` first, then by name): min / median / max of the ranks' seconds per step; the
     slowest rank is the lowest-numbered one at the max."""
-    per_rank = [(r, r.per_step()) for r in sorted(ranks, key=lambda r: r.rank)]
-    names = sorted({name for _, times in per_rank for name in times}, key=lambda n: (n != STEP, n))
+    regions: dict[str, Column] = {}
+    for r in ranks:
+        for name, seconds in r.per_step().items():
+            column = regions.setdefault(name, Column())
+            column.ranks.append(r.rank)
+            column.average.append(seconds)
+    return summarize_columns(regions, {r.rank: Where(r.node_rank, r.host) for r in ranks})
+
+
+def summarize_columns(regions: Mapping[str, Column], where: Mapping[int, Where]) -> tuple[RegionStats, ...]:
+    """:func:`summarize` of columns: per region, the min, median and max in C over the column (a sort for the
+    median), and the slowest rank found by position (by rank only where several share the max)."""
     stats = []
-    for name in names:
-        timed = [(times[name], r) for r, times in per_rank if name in times]
-        values = [t for t, _ in timed]
-        top, slow = max(timed, key=lambda pair: (pair[0], -pair[1].rank))
-        stats.append(
-            RegionStats(name, len(values), min(values), median(values), top, slow.rank, slow.node_rank, slow.host)
-        )
+    for name in sorted(regions, key=lambda n: (n != STEP, n)):
+        column = regions[name]
+        values = column.average
+        if not values:
+            continue
+        ordered = sorted(values)
+        top = ordered[-1]
+        at = values.index(top)
+        slow = column.ranks[at]
+        for _ in range(values.count(top) - 1):  # ranks tied at the max: the lowest-numbered (each found in C)
+            at = values.index(top, at + 1)
+            slow = min(slow, column.ranks[at])
+        node = where[slow]
+        middle = _middle(ordered)
+        stats.append(RegionStats(name, len(values), ordered[0], middle, top, slow, node.node_rank, node.host))
     return tuple(stats)
 
 
 def median(values: Iterable[float]) -> float:
     """The middle value (the mean of the two middle ones for an even count); 0 for none."""
-    ordered = sorted(values)
+    return _middle(sorted(values))
+
+
+def _middle(ordered: Sequence[float]) -> float:
     n = len(ordered)
     if n == 0:
         return 0.0

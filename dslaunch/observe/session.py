@@ -4,11 +4,12 @@ metrics and posts to Kubeflow Trainer's progress API.
 The CLI starts one :class:`Observer` for the job (:func:`start`) and passes it down: ``job/attempts.py`` tells it
 how each attempt ended, and hands it to the runner, which passes it to ``job/loop.supervise``, which hands it every
 agent event of an attempt and ticks it. The observer posts the job's status line (``--status-line``), which the
-runner hands on to whoever draws it. It groups the ranks' windows
-(``wire.TimerWindow``) by window number; a window is complete once every rank of the attempt that is still
+runner hands on to whoever draws it. It groups the ranks' windows (each node's ``wire.NodeWindows``; a lone rank's
+``wire.TimerWindow`` too) by window number; a window is complete once every rank of the attempt that is still
 running sent it, or two later ones came from some rank (a rank whose window was not read is left out). Each
-complete window feeds the straggler watch and the breakdown's running period; the period prints every
-``--breakdown-every`` steps or seconds.
+complete window feeds the straggler watch and the breakdown's running period, read as columns
+(``observe/node_windows.py``): a node's ranks at a time, not each rank in Python, so a coordinator of thousands of
+pods keeps up (issue 54); the period prints every ``--breakdown-every`` steps or seconds.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dslaunch import wire
 from dslaunch.observe import breakdown, live
 from dslaunch.observe.figures import JobFigures
+from dslaunch.observe.node_windows import Period, one_rank, subset, window_columns
 from dslaunch.observe.settings import ObserveSettings
-from dslaunch.observe.stragglers import StragglerWatch, Where
+from dslaunch.observe.stragglers import StragglerWatch
 from dslaunch.plan import LaunchPlan
 
 if TYPE_CHECKING:
@@ -32,6 +35,15 @@ if TYPE_CHECKING:
 
 _STALE = 2  # a window still incomplete once some rank sent this many later ones is taken as it is
 _METRICS_FILE_EVERY = 1.0
+
+
+@dataclass
+class _Gathering:
+    """One window's events so far: which ranks sent it, and how many of those are still running."""
+
+    parts: list[wire.NodeWindows] = field(default_factory=list)
+    ranks: set[int] = field(default_factory=set)
+    live: int = 0
 
 
 class Observer:
@@ -47,11 +59,12 @@ class Observer:
         self._attempt(plan)
 
     def _attempt(self, plan: LaunchPlan) -> None:
-        self.where = {r: Where(n.node_rank, n.host) for n in plan.nodes for r in n.ranks}
-        self.pending: dict[int, dict[int, wire.TimerWindow]] = {}
+        self.where = {r: breakdown.Where(n.node_rank, n.host) for n in plan.nodes for r in n.ranks}
+        self.pending: dict[int, _Gathering] = {}
         self.done_index = 0
         self.ended: set[int] = set()
-        self.period: dict[int, breakdown.RankTotals] = {}
+        self.live = len(self.where)  # the attempt's ranks that have not ended
+        self.period = Period()
         self.period_first = 0
         self.printed_at = time.monotonic()
         self.printed_step = 0
@@ -77,49 +90,68 @@ class Observer:
             f.ranks_alive += 1
         elif isinstance(event, wire.RankExit):
             f.ranks_alive = max(0, f.ranks_alive - 1)
-            self.ended.add(event.rank)
+            self._ended(event.rank)
         elif isinstance(event, wire.Done):
             f.nodes_done += 1
         elif isinstance(event, wire.NodeLost):
             f.nodes_lost += 1
-        elif isinstance(event, wire.TimerWindow) and event.rank in self.where and event.index > self.done_index:
-            self.pending.setdefault(event.index, {})[event.rank] = event
-            if event.first_step_at:
-                f.first_step(event.first_step_at)
-            self._complete(now)
+        elif isinstance(event, wire.TimerWindow):
+            self._windows(one_rank(event), now)
+        elif isinstance(event, wire.NodeWindows):
+            self._windows(event, now)
+
+    def _ended(self, rank: int) -> None:
+        if rank in self.ended:
+            return
+        self.ended.add(rank)
+        if rank in self.where:
+            self.live -= 1
+            for gathering in self.pending.values():
+                gathering.live -= rank in gathering.ranks
+
+    def _windows(self, event: wire.NodeWindows, now: float) -> None:
+        """A node's ranks' windows of one number: kept for that window (ranks of other attempts or already heard
+        left out), which completes once every running rank sent it."""
+        if event.index <= self.done_index:
+            return
+        gathering = self.pending.get(event.index) or self.pending.setdefault(event.index, _Gathering())
+        ranks = set(event.ranks)
+        if not (gathering.ranks.isdisjoint(ranks) and self.where.keys() >= ranks):
+            keep = [i for i, r in enumerate(event.ranks) if r in self.where and r not in gathering.ranks]
+            if not keep:
+                return
+            event = subset(event, keep)
+            ranks = set(event.ranks)
+        gathering.parts.append(event)
+        gathering.ranks |= ranks
+        gathering.live += len(ranks) - len(ranks & self.ended) if self.ended else len(ranks)
+        if event.first_step_at:
+            self.figures.first_step(event.first_step_at)
+        self._complete(now)
 
     def _complete(self, now: float) -> None:
         newest = max(self.pending, default=0)
         while self.pending:
             index = min(self.pending)
-            got = self.pending[index]
-            waiting = set(self.where) - self.ended - set(got)
-            if waiting and newest - index < _STALE:
+            if self.pending[index].live < self.live and newest - index < _STALE:
                 return
-            del self.pending[index]
+            parts = self.pending.pop(index).parts
             self.done_index = index
-            self._window(got, now)
+            self._window(parts, now)
 
-    def _window(self, got: dict[int, wire.TimerWindow], now: float) -> None:
+    def _window(self, parts: list[wire.NodeWindows], now: float) -> None:
         f = self.figures
-        current = {}
-        for rank, w in got.items():
-            where = self.where[rank]
-            one = breakdown.RankTotals(rank, where.node_rank, where.host)
-            one.add(w.steps, w.wall, w.regions)
-            current[rank] = one
-            total = self.period.setdefault(rank, breakdown.RankTotals(rank, where.node_rank, where.host))
-            total.add(w.steps, w.wall, w.regions)
-        last = max(w.step for w in got.values())
-        first = min(w.step - w.steps + 1 for w in got.values())
-        self.period_first = self.period_first or first
-        walls = [w.wall for w in got.values()]
-        f.stepped(breakdown.median(walls))
-        f.step, f.step_rate = max(f.step, last), breakdown.median(w.steps / w.wall for w in got.values() if w.wall)
-        f.regions = breakdown.summarize(list(current.values()))
+        window = window_columns(parts)
+        for part in parts:
+            self.period.add(part)
+        last = window.last
+        self.period_first = self.period_first or window.first
+        f.stepped(breakdown.median(window.walls))
+        f.step, f.step_rate = max(f.step, last), breakdown.median(window.rates)
+        f.regions = breakdown.summarize_columns(window.regions, self.where)
         if self.watch is not None:
-            per_rank = {r: {k: (v, t.fastest.get(k, v)) for k, v in t.per_step().items()} for r, t in current.items()}
-            for line in self.watch.feed(per_rank):
+            medians = {s.region: s.median for s in f.regions}
+            for line in self.watch.feed_columns(window.regions, window.count, medians):
                 self._warn(line)
             f.stragglers = sum(1 for t in self.watch.tracks.values() if t.flagged)
         every = self.settings.every_steps
@@ -130,9 +162,9 @@ class Observer:
     def _print_period(self, last: int, now: float) -> None:
         if not self.period:
             return
-        stats = breakdown.summarize(list(self.period.values()))
+        stats = breakdown.summarize_columns(self.period.columns(), self.where)
         first = self.period_first
-        self.period, self.period_first, self.printed_at, self.printed_step = {}, 0, now, last
+        self.period, self.period_first, self.printed_at, self.printed_step = Period(), 0, now, last
         if self.settings.breakdown:
             self._say(breakdown.format_table(stats, first, last, self.figures.ranks))
             if self.settings.log_dir:
@@ -171,7 +203,7 @@ class Observer:
         while self.pending:
             index = min(self.pending)
             self.done_index = index
-            self._window(self.pending.pop(index), now)
+            self._window(self.pending.pop(index).parts, now)
         self._print_period(self.figures.step, now)
         f = self.figures
         f.attempt_over(time.time(), restarting)

@@ -17,7 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from dslaunch.observe.breakdown import STEP, medians
+from dslaunch.observe.breakdown import STEP, Column, Where, median
+
+__all__ = ["FLOOR", "MIN_RANKS", "StragglerWatch", "Where"]  # Where: its old home, kept for its importers
 
 FLOOR = 0.001
 MIN_RANKS = 3  # a median of two ranks is halfway between a straggler and the rest
@@ -31,12 +33,6 @@ class _Track:
     named: bool = False  # its own line was printed (not folded into its node's)
 
 
-@dataclass(frozen=True)
-class Where:
-    node_rank: int
-    host: str
-
-
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms"
 
@@ -47,26 +43,66 @@ class StragglerWatch:
     windows: int  # how many windows in a row make a straggler (and a recovery)
     steps: int  # what they come to in steps, for the message
     where: Mapping[int, Where]  # rank -> its node and host
-    tracks: dict[tuple[int, str], _Track] = field(default_factory=dict)
+    tracks: dict[tuple[int, str], _Track] = field(default_factory=dict)  # only ranks slow now, or named
     nodes_flagged: set[tuple[int, str]] = field(default_factory=set)
+    node_ranks: dict[int, list[int]] = field(default_factory=dict)  # node rank -> its ranks, from ``where``
+
+    def __post_init__(self) -> None:
+        for rank, w in self.where.items():
+            self.node_ranks.setdefault(w.node_rank, []).append(rank)
 
     def feed(self, window: Mapping[int, Mapping[str, tuple[float, float]]]) -> list[str]:
         """One window: rank -> region -> (average, fastest) seconds per step. The lines to print. A window that
         fewer than :data:`MIN_RANKS` or half the job's ranks sent (the job is ending) is no measure: skipped."""
-        if len(window) < MIN_RANKS or 2 * len(window) < len(self.where):
-            return []
-        averages = {rank: {k: v[0] for k, v in times.items() if k != STEP} for rank, times in window.items()}
-        median = medians(averages)
-        changed: list[tuple[int, str, bool]] = []  # (rank, region, now flagged)
+        regions: dict[str, Column] = {}
         for rank, times in sorted(window.items()):
             for region, (average, fastest) in times.items():
-                if region == STEP or region not in median:
-                    continue
-                limit = max(self.factor * median[region], median[region] + FLOOR)
+                column = regions.setdefault(region, Column())
+                column.ranks.append(rank)
+                column.average.append(average)
+                column.fastest.append(fastest)
+        return self.feed_columns(regions, len(window))
+
+    def feed_columns(
+        self, regions: Mapping[str, Column], count: int, medians: Mapping[str, float] | None = None
+    ) -> list[str]:
+        """:meth:`feed` of one window as columns (``count``: the ranks that sent it). Only the ranks slow in it
+        (their fastest step over the limit: found in C with ``max`` where none is) and those already tracked are
+        looked at one by one: a window of 100,000 ranks with no straggler costs a ``max`` and a median a region
+        (``medians``: each region's, where the caller has them: the breakdown's figures of the same window)."""
+        if count < MIN_RANKS or 2 * count < len(self.where):
+            return []
+        median_of = {
+            name: median(c.average) if medians is None else medians[name]
+            for name, c in regions.items()
+            if name != STEP and c.average
+        }
+        tracked: dict[str, set[int]] = {}
+        for rank, region in self.tracks:
+            tracked.setdefault(region, set()).add(rank)
+        changed: list[tuple[int, str, bool]] = []  # (rank, region, now flagged): by rank, then region name
+        looked: list[tuple[int, str]] = []
+        for region, column in regions.items():
+            if region not in median_of:
+                continue
+            limit = max(self.factor * median_of[region], median_of[region] + FLOOR)
+            fastest = column.fastest
+            places = [i for i, t in enumerate(fastest) if t > limit] if max(fastest) > limit else []
+            if region in tracked:
+                place_of = {rank: i for i, rank in enumerate(column.ranks)}
+                places = sorted({*places, *(place_of[r] for r in tracked[region] if r in place_of)})
+            for i in places:
+                rank = column.ranks[i]
                 track = self.tracks.setdefault((rank, region), _Track())
-                if self._update(track, slow=fastest > limit, fine=average <= limit):
+                looked.append((rank, region))
+                if self._update(track, slow=fastest[i] > limit, fine=column.average[i] <= limit):
                     changed.append((rank, region, track.flagged))
-        return self._lines(changed, window, median)
+        changed.sort(key=lambda c: c[:2])
+        lines = self._lines(changed, regions, median_of)
+        for key in looked:  # a track back where a fresh one starts is forgotten: the others stay few
+            if self.tracks.get(key) == _Track():
+                del self.tracks[key]
+        return lines
 
     def _update(self, track: _Track, *, slow: bool, fine: bool) -> bool:
         """Whether the rank's state flipped."""
@@ -81,22 +117,32 @@ class StragglerWatch:
         return False
 
     def _node_ranks(self, node_rank: int) -> list[int]:
-        return [r for r, w in self.where.items() if w.node_rank == node_rank]
+        return self.node_ranks.get(node_rank, [])
 
     def _lines(
         self,
         changed: Sequence[tuple[int, str, bool]],
-        window: Mapping[int, Mapping[str, tuple[float, float]]],
+        regions: Mapping[str, Column],
         median: Mapping[str, float],
     ) -> list[str]:
-        lines = []
+        lines: list[str] = []
+        if not changed:
+            return lines
+        places: dict[str, dict[int, int]] = {}
+
+        def average(rank: int, region: str) -> float | None:
+            if region not in places:
+                places[region] = {r: i for i, r in enumerate(regions[region].ranks)}
+            at = places[region].get(rank)
+            return None if at is None else regions[region].average[at]
+
         for node_rank, region in sorted({(self.where[r].node_rank, reg) for r, reg, _ in changed if r in self.where}):
             ranks = self._node_ranks(node_rank)
             all_slow = len(ranks) > 1 and all(self.tracks.get((r, region), _Track()).flagged for r in ranks)
             key = (node_rank, region)
             if all_slow and key not in self.nodes_flagged:
                 self.nodes_flagged.add(key)
-                times = [window[r][region][0] for r in ranks if region in window.get(r, {})]
+                times = [t for t in (average(r, region) for r in ranks) if t is not None]
                 lines.append(
                     f"straggler node: node {node_rank} ({self.where[ranks[0]].host}): all its {len(ranks)} "
                     f"ranks spend {_ms(min(times))}-{_ms(max(times))} per step in '{region}', the job's median "
@@ -110,18 +156,18 @@ class StragglerWatch:
             where = self.where.get(rank, Where(-1, "?"))
             if (where.node_rank, region) in self.nodes_flagged:
                 continue  # its node's line says it
-            average = window[rank][region][0]
+            seconds = average(rank, region) or 0.0
             name = f"rank {rank} (node {where.node_rank}, host {where.host})"
             if flagged and not track.named:
                 track.named = True
                 lines.append(
-                    f"straggler: {name} spends {_ms(average)} per step in '{region}', the job's median "
+                    f"straggler: {name} spends {_ms(seconds)} per step in '{region}', the job's median "
                     f"{_ms(median[region])} (over {self.factor:g}x for {self.steps} steps)"
                 )
             elif not flagged and track.named:
                 track.named = False
                 lines.append(
-                    f"straggler recovered: {name} spends {_ms(average)} per step in '{region}', "
+                    f"straggler recovered: {name} spends {_ms(seconds)} per step in '{region}', "
                     f"the job's median {_ms(median[region])}"
                 )
         return lines

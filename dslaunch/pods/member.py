@@ -241,7 +241,7 @@ class Forwarding(AgentHandle):
                 self.send(event)
             elif isinstance(event, _TO_COORDINATOR) and self.to_coordinator:
                 self.send(event)
-            elif isinstance(event, wire.TimerWindow) and self.to_coordinator:
+            elif isinstance(event, (wire.NodeWindows, wire.TimerWindow)) and self.to_coordinator:
                 self.send(event)
                 continue  # the coordinator sees the job's windows, not each pod alone (docs/observability.md)
             elif isinstance(event, wire.Done):

@@ -44,6 +44,7 @@ POD_EVENTS = (
     wire.StopAsked,
     wire.StopStep,
     wire.TimerWindow,
+    wire.NodeWindows,  # its ranks' windows of one number, one event (issue 54)
 )
 
 control = wire_check.control  # a control message of given kinds, checked (shared with the Slurm tasks' channel)
@@ -65,6 +66,8 @@ def from_pod(line: str, node_rank: int, ranks: Collection[int] | None) -> wire.E
         raise Malformed(f"{type(event).__name__} for node {said} on node {node_rank}'s link")
     if isinstance(event, (wire.Spawned, wire.RankExit, wire.TimerWindow)):
         told = [event.rank]
+    elif isinstance(event, wire.NodeWindows):
+        told = list(event.ranks)
     else:
         told = [r[0] for r in getattr(event, "ranks", ())]
     strangers = [r for r in told if ranks is not None and r not in ranks]

@@ -46,6 +46,7 @@ ACCEPTED_FROM_POD = [
     _event(wire.Done(1, 143, 15, 1.7e9)),
     _event(wire.TimerWindow(1, 2, 3, 15, 5, 0.5, (("forward", 0.1, 0.02),))),  # its timers, for the coordinator
     _event(wire.Spawned(3, 1, 4242, "pod-1")),  # a rank started: the coordinator counts the job's ranks alive
+    _event(wire.NodeWindows(1, 3, (2, 3), (15, 15), (5, 5), (0.5, 0.5), ("f",), ((),), (0.1, 0.1), (0.02, 0.02))),
 ]
 REFUSED_FROM_POD = {
     "another pod's rank, the coordinator's rank 0": (_exit(rank=0), "rank 0 is not one of node 1's"),
@@ -62,6 +63,15 @@ REFUSED_FROM_POD = {
         _event(wire.TimerWindow(1, 2, 1, 5, 5, 0.5, (("forward", 0.1, 0.02),))).replace("0.02", "-1"),
         "regions",
     ),
+    "another pod's rank in its windows": (
+        _event(wire.NodeWindows(1, 3, (2, 0), (15, 15), (5, 5), (0.5, 0.5), (), (), (), ())),
+        "rank 0 is not one of node 1's",
+    ),
+    "windows with a column short of a rank": (
+        _event(wire.NodeWindows(1, 3, (2, 3), (15, 15), (5, 5), (0.5, 0.5), ("f",), ((),), (0.1,), (0.02,))),
+        "must hold a value per rank that timed each region",
+    ),
+    "another node's windows": (_event(wire.NodeWindows(0, 3, (2,), (15,), (5,), (0.5,), (), (), (), ())), "for node 0"),
     "another pod's rank started": (_event(wire.Spawned(0, 0, 4242, "pod-0")), "rank 0 is not one of node 1's"),
     "a control message": ('{"t":"stop"}\n', "not an event"),
     "output": ("hello\n", "not an event"),
