@@ -231,6 +231,7 @@ def _parser() -> argparse.ArgumentParser:
         help="pod: as pods/member.join; pod-retry: retries",
     )
     add("--spread", type=float, default=0.0, help="the pods start over this many seconds (0: all at once)")
+    add("--nice", type=int, default=0, help="run everything of the benchmark at this nice value (as root: < 0)")
     add("--host-format", default="job-worker-{}", help="a pod's host name (Kubeflow's pods: JOB-worker-N)")
     add("--check", action="store_true", help="pods check every relayed event with their real decoder")
     add("--results", default=str(Path(tempfile.gettempdir()) / "dslaunch-bench-pods-scale.json"))
@@ -268,6 +269,8 @@ def main() -> None:
     args = _parser().parse_args()
     wanted = set(args.scenarios.split(","))
     signal.signal(signal.SIGTERM, _stop_on_term)
+    if args.nice:  # the coordinator, the simulator, the servers and the soak's busy loops alike: apart from other work
+        os.nice(args.nice)
     raise_nofile()  # the coordinator inherits it, as a pod's container has a high one
     from dslaunch.oslib import prctl
 

@@ -124,7 +124,7 @@ class Worker:
             "lost": lambda c: c.lost.get(tuple(arg)),
             "stop_at": lambda c: c.stop_at,
             "node": lambda c: c.node,
-            "latest": lambda c: max(c.started.items()) if c.started else None,
+            "latest": lambda c: (*max(c.started.items()), c.state == RUNNING) if c.started else None,
             "log": lambda c: c.log,
         }[q]
         return {c.idx: read(c) for c in self.clients.values()}
