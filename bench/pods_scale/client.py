@@ -139,6 +139,9 @@ class Client:
             self._failed(now, "timed out", answered=self.state == ANSWERED)
         elif kind == "startby" and self.state == JOINED and not self.standby and self.role == "pod":
             self._give_up("the other pods did not all join in time")
+        elif kind == "step" and self.state == RUNNING and not self.silent:
+            signum = self.stopping or 15
+            self._ranks_end(0, None, False, wire.Done(self.node, 128 + signum, signum, time.time()))
         elif kind == "hb" and self.state in (JOINED, RUNNING) and not self.silent:
             self.send_lines([HB])
             self.loop.at(now + HEARTBEAT, self, "hb", gen)
@@ -449,10 +452,9 @@ class Client:
             self.stopping = 0
             self._ranks_end(143, "SIGTERM", True, wire.Done(self.node, 143))
         elif kind == "stop_at":
-            if self.stop_at is None:
+            if self.stop_at is None:  # the ranks stop when they reach the step, a step or two from now
                 self.stop_at = (message["step"], now)
-                signum = self.stopping or 15
-                self._ranks_end(0, None, False, wire.Done(self.node, 128 + signum, signum, time.time()))
+                self.loop.at(time.monotonic() + self.loop.cfg.get("step_time", 0.0), self, "step", self.gen)
         elif kind == "end":
             self._close()
             if message["last"]:
