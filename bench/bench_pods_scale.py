@@ -64,7 +64,7 @@ def _sim(job: Job, folder: Path, args: argparse.Namespace, members: list[tuple[i
     if not coordinator.wait_listening(60):
         coordinator.kill()
         raise scenarios.Abort(f"the coordinator did not listen: {coordinator.tail(600)}")
-    cfg = {"address": job.address, "key": SECRET.encode(), "run_id": job.run_id, "shape": job.shape()}
+    cfg: dict[str, Any] = {"address": job.address, "key": SECRET.encode(), "run_id": job.run_id, "shape": job.shape()}
     cfg.update(ranks_per_pod=job.ranks, max_restarts=job.max_restarts, check=args.check, join_timeout=job.join_timeout)
     cfg["step_time"] = args.step_time
     workers = args.workers or max(2, -(-len(members) // 4096))
@@ -84,7 +84,7 @@ def run_fixed(pods: int, args: argparse.Namespace, folder: Path, wanted: set[str
     figures: dict[str, Any] = {}
     notes: list[str] = []
     steps: list[tuple[str, Callable[[scenarios.Sim], bool]]] = [
-        ("quiet", lambda sim: scenarios.quiet(sim, args.settle, args.quiet_window) or True),
+        ("quiet", lambda sim: scenarios.quiet(sim, args.settle, args.quiet_window)),
         ("drop", lambda sim: scenarios.dropped(sim, args.restart_wait)),
         ("silent", lambda sim: scenarios.silent(sim, args.restart_wait)),
         ("restart", lambda sim: scenarios.coordinator_restarted(sim, args.restart_wait)),

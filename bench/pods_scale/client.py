@@ -57,7 +57,8 @@ class Client:
         self.loop, self.idx, self.dialect, self.host, self.role = loop, idx, dialect, host, role
         self.fixed_rank = node_rank  # a fixed job's node rank; -1 for an elastic pod
         self.asked, self.node, self.seen, self.attempt = node_rank, node_rank, -1, -1
-        self.state, self.sock, self.gen = NEW, None, 0
+        self.state, self.gen = NEW, 0
+        self.sock: socket.socket | None = None
         self.buf, self.out = b"", b""
         self.seal: Sealer | None = None
         self.unseal: Sealer | None = None
@@ -468,7 +469,8 @@ class Client:
             wire.RankExit(self.node * rpp + i, i, self.node, self.host, pid + i, code, sig, wall, by_agent)
             for i in range(rpp)
         ]
-        self.send_lines([messages.encoded(e)[:-1] for e in (*exits, done)])
+        events: list[wire.Event] = [*exits, done]
+        self.send_lines([messages.encoded(e)[:-1] for e in events])
 
     def propose(self) -> None:
         """A Slurm task's proposal for attempt 0 (stop_channel.Spoke.propose)."""

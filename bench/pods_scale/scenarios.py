@@ -84,7 +84,7 @@ def _started(sim: Sim, attempt: int, pods: list[int]) -> tuple[int, float | None
 def _hopeless(sim: Sim) -> bool:
     """A fixed job's attempt cannot start: a pod gave up, and every other has joined or given up too."""
     states = sim.fleet.summary()["states"]
-    return states.get("done", 0) > 0 and states.get("joining", 0) == 0
+    return bool(states.get("done", 0) > 0 and states.get("joining", 0) == 0)
 
 
 def joined(sim: Sim, wait: float) -> bool:
@@ -111,7 +111,7 @@ def joined(sim: Sim, wait: float) -> bool:
     return count == len(pods)
 
 
-def quiet(sim: Sim, settle: float, window: float) -> None:
+def quiet(sim: Sim, settle: float, window: float) -> bool:
     """The coordinator's CPU over ``window`` once the attempt runs (the pods heartbeat, nothing else happens), its
     threads and memory; the simulator's own CPU in the same window."""
     time.sleep(settle)
@@ -130,6 +130,7 @@ def quiet(sim: Sim, settle: float, window: float) -> None:
         threads=end.threads if end else None,
         rss_mb=round(end.rss_mb, 1) if end else None,
     )
+    return True
 
 
 def running(sim: Sim) -> int | None:
@@ -143,7 +144,7 @@ def running(sim: Sim) -> int | None:
 def _losses(sim: Sim) -> int:
     """Losses so far: pods heard lost (by any pod) and links to the coordinator that ended without its word."""
     summary = sim.fleet.summary()
-    return sum(summary["lost_heard"].values()) + summary["coordinator_lost"]
+    return int(sum(summary["lost_heard"].values()) + summary["coordinator_lost"])
 
 
 def _lose(sim: Sim, how: str, name: str, wait: float) -> tuple[float, float] | None:

@@ -11,6 +11,7 @@ import selectors
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -115,7 +116,7 @@ class Worker:
         """Each client's ``q``: when it first tried, its tries, its first welcome, when it started attempt ``arg``
         (or was told it stands by for it), when it heard node ``arg[1]`` lost in attempt ``arg[0]``, its stop step
         and when it came, its node rank."""
-        read = {
+        read: Callable[[Client], Any] = {
             "first_try": lambda c: c.first_try,
             "tries": lambda c: c.tries,
             "joined": lambda c: c.joined_at[0] if c.joined_at else None,
