@@ -64,8 +64,9 @@ def _sim(job: Job, folder: Path, args: argparse.Namespace, members: list[tuple[i
     if not coordinator.wait_listening(60):
         coordinator.kill()
         raise scenarios.Abort(f"the coordinator did not listen: {coordinator.tail(600)}")
-    cfg = {"address": job.address, "key": SECRET.encode(), "run_id": job.run_id, "shape": job.shape()}
+    cfg: dict[str, Any] = {"address": job.address, "key": SECRET.encode(), "run_id": job.run_id, "shape": job.shape()}
     cfg.update(ranks_per_pod=job.ranks, max_restarts=job.max_restarts, check=args.check, join_timeout=job.join_timeout)
+    cfg["step_time"] = args.step_time
     workers = args.workers or max(2, -(-len(members) // 4096))
     fleet = Fleet(workers, cfg)
     fleet.add("pod", args.pod_dialect, members)
@@ -83,7 +84,7 @@ def run_fixed(pods: int, args: argparse.Namespace, folder: Path, wanted: set[str
     figures: dict[str, Any] = {}
     notes: list[str] = []
     steps: list[tuple[str, Callable[[scenarios.Sim], bool]]] = [
-        ("quiet", lambda sim: scenarios.quiet(sim, args.settle, args.quiet_window) or True),
+        ("quiet", lambda sim: scenarios.quiet(sim, args.settle, args.quiet_window)),
         ("drop", lambda sim: scenarios.dropped(sim, args.restart_wait)),
         ("silent", lambda sim: scenarios.silent(sim, args.restart_wait)),
         ("restart", lambda sim: scenarios.coordinator_restarted(sim, args.restart_wait)),
@@ -174,35 +175,71 @@ def _median(runs: list[dict[str, Any]], key: str, unit: str = "") -> str:
     if not values:
         return "-" if not any(key in r for r in runs) else "**not reached**"
     mid = statistics.median(values)
-    text = f"{mid:,.0f}{unit}" if unit in ("", " MB") and mid >= 10 else f"{mid:,.2f}{unit}"
+    if all(isinstance(v, int) for v in values) and float(mid).is_integer():
+        text = f"{int(mid):,}{unit}"
+    else:
+        text = f"{mid:,.0f}{unit}" if unit in ("", " MB") and mid >= 10 else f"{mid:,.2f}{unit}"
     return text if len(values) == len(runs) else f"{text} ({len(values)} of {len(runs)} runs)"
 
 
+COLUMNS = (  # (heading, key, unit): the medians of the pods' runs, by pod count
+    ("all joined", "joined_s", " s"),
+    ("tries a pod", "tries_per_pod", ""),
+    ("quiet CPU (% of a core)", "quiet_cpu_pct", "%"),
+    ("threads", "threads", ""),
+    ("RSS", "rss_mb", " MB"),
+    ("taken as lost while quiet", "quiet_losses", ""),
+    ("a dropped pod told to all", "drop_told_s", " s"),
+    ("the job again on every pod", "drop_restart_s", " s"),
+    ("a silent pod noticed by all", "silent_told_s", " s"),
+    ("a requested stop agreed", "stop_agreed_s", " s"),
+    ("a standby in place", "standby_s", " s"),
+    ("coordinator restarted, pods rejoined", "coordinator_restart_s", " s"),
+)
+
+
 def table(results: dict[str, Any]) -> str:
-    head = (
-        "| pods | all joined | tries a pod | quiet CPU (% of a core) | threads | RSS | a dropped pod told to all "
-        "| a silent pod noticed by all | a requested stop agreed | a standby in place | coordinator restarted | runs |"
-    )
-    rows = [head, "|" + "---|" * 12]
+    """The pods' figures by pod count, the other channels' below, and when and how they were measured."""
+    runs_all = [r for kind in results.values() for runs in kind.values() for r in runs]
+    loads = sorted(float(r["load"].split()[0]) for r in runs_all if r.get("load"))
+    said = sorted({r.get("setup", "") for r in runs_all} - {""})
+    when = max((r.get("when", "") for r in runs_all), default="")
+    head = f"Measured {when} UTC on 2 cores"
+    head += f", load average {loads[0]:g} to {loads[-1]:g} at the runs' ends" if loads else ""
+    head += f"; {'; '.join(said)}." if said else "."
+    rows = ["| pods | " + " | ".join(c[0] for c in COLUMNS) + " | runs |", "|" + "---|" * (len(COLUMNS) + 2)]
     for size, runs in sorted(results.get("pods", {}).items(), key=lambda kv: int(kv[0])):
-        rows.append(
-            f"| {int(size):,} | {_median(runs, 'joined_s', ' s')} | {_median(runs, 'tries_per_pod')} "
-            f"| {_median(runs, 'quiet_cpu_pct', '%')} | {_median(runs, 'threads')} | {_median(runs, 'rss_mb', ' MB')} "
-            f"| {_median(runs, 'drop_told_s', ' s')} | {_median(runs, 'silent_told_s', ' s')} "
-            f"| {_median(runs, 'stop_agreed_s', ' s')} | {_median(runs, 'standby_s', ' s')} "
-            f"| {_median(runs, 'coordinator_restart_s', ' s')} | {len(runs)} |"
+        cells = " | ".join(_median(runs, key, unit) for _h, key, unit in COLUMNS)
+        rows.append(f"| {int(size):,} | {cells} | {len(runs)} |")
+    lines = [head, "\n".join(rows)] if len(rows) > 2 else [head]
+    for size, runs in sorted(results.get("slurm", {}).items(), key=lambda kv: int(kv[0])):
+        lines.append(
+            f"- Slurm's stop channel, {int(size):,} tasks: connected {_median(runs, 'connected')} in "
+            f"{_median(runs, 'connected_s', ' s')}, a step agreed by all in {_median(runs, 'agreed_s', ' s')}; "
+            f"the hub's threads {_median(runs, 'threads_peak')} ({len(runs)} runs)"
         )
-    lines = ["\n".join(rows)]
-    for name, key in (("slurm", "agreed_s"), ("dialback", "joined_s")):
-        for size, runs in sorted(results.get(name, {}).items(), key=lambda kv: int(kv[0])):
-            extra = f", joined {_median(runs, 'joined')} of {size}" if name == "dialback" else ""
-            lines.append(f"- {name} at {int(size):,}: {_median(runs, key, ' s')}{extra} ({len(runs)} runs)")
+    for size, runs in sorted(results.get("dialback", {}).items(), key=lambda kv: int(kv[0])):
+        lines.append(
+            f"- the dial-back, {int(size):,} agents under a flood of {_median(runs, 'flood')}: joined "
+            f"{_median(runs, 'joined')} in {_median(runs, 'joined_s', ' s')}; the listener's threads "
+            f"{_median(runs, 'threads_peak')} ({len(runs)} runs)"
+        )
     return "\n\n".join(lines)
 
 
 # ---- the run ----------------------------------------------------------------------------------------------------
 def _stop_on_term(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+SETUP = ""  # what the runs were measured on and with, for the table
+
+
+def _setup(args: argparse.Namespace) -> str:
+    done = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True)
+    options = f"pods: {args.pod_dialect}, {args.ranks} ranks, hosts {args.host_format!r}"
+    options += f", started over {args.spread:g} s" if args.spread else ", started at once"
+    return f"dslaunch {done.stdout.strip() or '?'}, {options}" + (f", nice {args.nice}" if args.nice else "")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -231,6 +268,8 @@ def _parser() -> argparse.ArgumentParser:
         help="pod: as pods/member.join; pod-retry: retries",
     )
     add("--spread", type=float, default=0.0, help="the pods start over this many seconds (0: all at once)")
+    add("--step-time", type=float, default=2.0, help="from a pod's stop step to its ranks' exits (they reach it)")
+    add("--nice", type=int, default=0, help="run everything of the benchmark at this nice value (as root: < 0)")
     add("--host-format", default="job-worker-{}", help="a pod's host name (Kubeflow's pods: JOB-worker-N)")
     add("--check", action="store_true", help="pods check every relayed event with their real decoder")
     add("--results", default=str(Path(tempfile.gettempdir()) / "dslaunch-bench-pods-scale.json"))
@@ -266,8 +305,12 @@ def _one_run(args: argparse.Namespace, wanted: set[str], folder: Path, results: 
 
 def main() -> None:
     args = _parser().parse_args()
+    global SETUP
+    SETUP = _setup(args)
     wanted = set(args.scenarios.split(","))
     signal.signal(signal.SIGTERM, _stop_on_term)
+    if args.nice:  # the coordinator, the simulator, the servers and the soak's busy loops alike: apart from other work
+        os.nice(args.nice)
     raise_nofile()  # the coordinator inherits it, as a pod's container has a high one
     from dslaunch.oslib import prctl
 
@@ -293,6 +336,7 @@ def main() -> None:
 
 def _keep(results: dict[str, Any], kind: str, size: int, got: dict[str, Any], path: Path) -> None:
     got["load"] = load_average()
+    got["setup"] = SETUP
     got["when"] = time.strftime("%Y-%m-%d %H:%M:%S")
     results.setdefault(kind, {}).setdefault(str(size), []).append(got)
     path.write_text(json.dumps(results, indent=1, default=str))

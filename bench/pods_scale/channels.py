@@ -41,7 +41,7 @@ def _thread_guard(pid: int, cap: int, seen: dict[str, Any]) -> Any:
 def _settled(fleet: Fleet, count: int) -> bool:
     """Every client has joined or given up."""
     states = fleet.summary()["states"]
-    return states.get("joining", 0) == 0 and sum(states.values()) == count
+    return bool(states.get("joining", 0) == 0 and sum(states.values()) == count)
 
 
 def slurm_stop_channel(tasks: int, workers: int, max_threads: int) -> dict[str, Any]:
@@ -50,7 +50,8 @@ def slurm_stop_channel(tasks: int, workers: int, max_threads: int) -> dict[str, 
     run_id, key = f"benchslurm{os.getpid()}", os.urandom(32)
     figures: dict[str, Any] = {"tasks": tasks}
     server = Server("hub", run_id, key, [str(tasks), str(free_port())])
-    cfg = {"address": ("127.0.0.1", server.port), "key": key, "run_id": run_id, "shape": None, "ranks_per_pod": 0}
+    cfg: dict[str, Any] = {"address": ("127.0.0.1", server.port), "key": key, "run_id": run_id, "shape": None}
+    cfg["ranks_per_pod"] = 0
     cfg.update(max_restarts=0, check=True, join_timeout=60.0)
     fleet = Fleet(workers, cfg, first_source=3)
     guard = _thread_guard(server.proc.pid, max_threads, figures)
@@ -89,7 +90,8 @@ def dial_back(agents: int, flood: int, dialect: str, workers: int, max_threads: 
     run_id, key = f"benchdial{os.getpid()}", os.urandom(32)
     figures: dict[str, Any] = {"agents": agents, "flood": flood, "dialect": dialect}
     server = Server("dial", run_id, key, [])
-    cfg = {"address": ("127.0.0.1", server.port), "key": key, "run_id": run_id, "shape": None, "ranks_per_pod": 0}
+    cfg: dict[str, Any] = {"address": ("127.0.0.1", server.port), "key": key, "run_id": run_id, "shape": None}
+    cfg["ranks_per_pod"] = 0
     cfg.update(max_restarts=0, check=True, join_timeout=60.0)
     flooding = Fleet(1, {**cfg, "join_timeout": 1e9}, first_source=4) if flood else None
     fleet = Fleet(workers, cfg, first_source=5)

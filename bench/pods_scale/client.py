@@ -57,7 +57,8 @@ class Client:
         self.loop, self.idx, self.dialect, self.host, self.role = loop, idx, dialect, host, role
         self.fixed_rank = node_rank  # a fixed job's node rank; -1 for an elastic pod
         self.asked, self.node, self.seen, self.attempt = node_rank, node_rank, -1, -1
-        self.state, self.sock, self.gen = NEW, None, 0
+        self.state, self.gen = NEW, 0
+        self.sock: socket.socket | None = None
         self.buf, self.out = b"", b""
         self.seal: Sealer | None = None
         self.unseal: Sealer | None = None
@@ -139,6 +140,9 @@ class Client:
             self._failed(now, "timed out", answered=self.state == ANSWERED)
         elif kind == "startby" and self.state == JOINED and not self.standby and self.role == "pod":
             self._give_up("the other pods did not all join in time")
+        elif kind == "step" and self.state == RUNNING and not self.silent:
+            signum = self.stopping or 15
+            self._ranks_end(0, None, False, wire.Done(self.node, 128 + signum, signum, time.time()))
         elif kind == "hb" and self.state in (JOINED, RUNNING) and not self.silent:
             self.send_lines([HB])
             self.loop.at(now + HEARTBEAT, self, "hb", gen)
@@ -449,10 +453,9 @@ class Client:
             self.stopping = 0
             self._ranks_end(143, "SIGTERM", True, wire.Done(self.node, 143))
         elif kind == "stop_at":
-            if self.stop_at is None:
+            if self.stop_at is None:  # the ranks stop when they reach the step, a step or two from now
                 self.stop_at = (message["step"], now)
-                signum = self.stopping or 15
-                self._ranks_end(0, None, False, wire.Done(self.node, 128 + signum, signum, time.time()))
+                self.loop.at(time.monotonic() + self.loop.cfg.get("step_time", 0.0), self, "step", self.gen)
         elif kind == "end":
             self._close()
             if message["last"]:
@@ -466,7 +469,8 @@ class Client:
             wire.RankExit(self.node * rpp + i, i, self.node, self.host, pid + i, code, sig, wall, by_agent)
             for i in range(rpp)
         ]
-        self.send_lines([messages.encoded(e)[:-1] for e in (*exits, done)])
+        events: list[wire.Event] = [*exits, done]
+        self.send_lines([messages.encoded(e)[:-1] for e in events])
 
     def propose(self) -> None:
         """A Slurm task's proposal for attempt 0 (stop_channel.Spoke.propose)."""

@@ -196,8 +196,8 @@ def usage(pid: int) -> Usage | None:
     except (OSError, IndexError):
         return None
     cpu = (int(fields[11]) + int(fields[12])) / TICK  # utime, stime: fields 14 and 15 of stat
-    kb = lambda name: int(status.get(name, "0 kB").split()[0])  # noqa: E731
-    return Usage(cpu, int(status.get("Threads", "0")), kb("VmRSS") / 1024, kb("VmHWM") / 1024)
+    rss, hwm = (int(status.get(name, "0 kB").split()[0]) / 1024 for name in ("VmRSS", "VmHWM"))
+    return Usage(cpu, int(status.get("Threads", "0")), rss, hwm)
 
 
 def cpu_share(pids: list[int], seconds: float) -> tuple[float, list[Usage | None]]:

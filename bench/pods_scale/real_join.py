@@ -9,6 +9,7 @@ from the simulator's loops; the outcome (who joined, who gave up, and why) is th
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import tempfile
 import threading
@@ -55,6 +56,7 @@ def main(pods: int, wait: float) -> dict[str, object]:
         for link in links:
             link.close()
         coordinator.kill()
+        shutil.rmtree(folder, ignore_errors=True)
     counted = Counter(outcomes.values())
     return {"real_started": counted.pop("started", 0), "real_outcomes": dict(counted.most_common(4))}
 

@@ -41,7 +41,7 @@ class Sim:
     spread: float = 0.0  # the pods start over this many seconds
     figures: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    attempt: int = 0
+    attempt: int = 0  # coordinators restarted (their logs' names)
     gone: set[int] = field(default_factory=set)
 
     def guard(self) -> None:
@@ -84,7 +84,7 @@ def _started(sim: Sim, attempt: int, pods: list[int]) -> tuple[int, float | None
 def _hopeless(sim: Sim) -> bool:
     """A fixed job's attempt cannot start: a pod gave up, and every other has joined or given up too."""
     states = sim.fleet.summary()["states"]
-    return states.get("done", 0) > 0 and states.get("joining", 0) == 0
+    return bool(states.get("done", 0) > 0 and states.get("joining", 0) == 0)
 
 
 def joined(sim: Sim, wait: float) -> bool:
@@ -111,15 +111,17 @@ def joined(sim: Sim, wait: float) -> bool:
     return count == len(pods)
 
 
-def quiet(sim: Sim, settle: float, window: float) -> None:
+def quiet(sim: Sim, settle: float, window: float) -> bool:
     """The coordinator's CPU over ``window`` once the attempt runs (the pods heartbeat, nothing else happens), its
     threads and memory; the simulator's own CPU in the same window."""
     time.sleep(settle)
     sim.guard()
     pids = [sim.coordinator.pid, *sim.fleet.pids]
+    lost_before = _losses(sim)
     before = [usage(p) for p in pids]
     time.sleep(window)
     after = [usage(p) for p in pids]
+    sim.figures["quiet_losses"] = _losses(sim) - lost_before  # none should be: nothing was lost
     share = [(a.cpu - b.cpu) / window if a and b else 0.0 for a, b in zip(after, before)]
     end = after[0]
     sim.figures.update(
@@ -128,14 +130,33 @@ def quiet(sim: Sim, settle: float, window: float) -> None:
         threads=end.threads if end else None,
         rss_mb=round(end.rss_mb, 1) if end else None,
     )
+    return True
 
 
-def _lose(sim: Sim, how: str, name: str, wait: float) -> tuple[float, float]:
-    """Lose one pod (``how``: "drop" closes its connection, "silence" stops it sending); the time until every other
-    pod has heard it lost (the coordinator's ``NodeLost`` relay), then the pod recreated and the time until the next
-    attempt runs on every pod."""
+def running(sim: Sim) -> int | None:
+    """The attempt every simulated pod runs now, or None (some pod is joining, waiting, or in another attempt)."""
+    got = sim.fleet.query("latest")
+    now = {got[p][0] for p in sim.live() if got.get(p) is not None and got[p][2]}
+    alive = sum(1 for p in sim.live() if got.get(p) is not None and got[p][2])
+    return next(iter(now)) if len(now) == 1 and alive == len(sim.live()) else None
+
+
+def _losses(sim: Sim) -> int:
+    """Losses so far: pods heard lost (by any pod) and links to the coordinator that ended without its word."""
+    summary = sim.fleet.summary()
+    return int(sum(summary["lost_heard"].values()) + summary["coordinator_lost"])
+
+
+def _lose(sim: Sim, how: str, name: str, wait: float) -> tuple[float, float] | None:
+    """Lose one pod (``how``: "drop" closes its connection, "silence" stops it sending): the time until every other
+    pod has heard it lost (the coordinator's ``NodeLost`` relay); then the pod is recreated. None: the job was not
+    running on every pod to begin with (noted)."""
+    attempt = running(sim)
+    if attempt is None:
+        sim.notes.append(f"{name}: the job no longer ran on every pod before it (a pod taken as lost meanwhile)")
+        return None
     victim = sim.live()[len(sim.live()) // (2 if how == "drop" else 3)]
-    node, attempt = sim.fleet.query("node")[victim], sim.attempt
+    node = sim.fleet.query("node")[victim]
     others = [p for p in sim.live() if p != victim]
     cpu0 = _cpu(sim)
     t0 = time.monotonic()
@@ -156,29 +177,26 @@ def _lose(sim: Sim, how: str, name: str, wait: float) -> tuple[float, float]:
 
 
 def next_attempt(sim: Sim, t0: float, name: str, wait: float = RESTART_WAIT, cpu0: float | None = None) -> bool:
-    """The job runs again on every pod (every pod's latest start is of one attempt after the last): seconds from
-    ``t0``; with ``cpu0`` (the coordinator's CPU seconds at ``t0``), the coordinator's CPU seconds meanwhile."""
-    before = sim.attempt
+    """The job runs again on every pod (each runs one attempt, started after ``t0``): seconds from ``t0``; with
+    ``cpu0`` (the coordinator's CPU seconds at ``t0``), the coordinator's CPU seconds meanwhile."""
     pods = sim.live()
 
-    def latest() -> tuple[int, int, float | None]:
+    def since() -> tuple[int, float | None]:
         got = sim.fleet.query("latest")
-        attempts = [got[p][0] for p in pods if got.get(p) is not None]
-        top = max(attempts, default=-1)
-        on = [got[p][1] for p in pods if got.get(p) is not None and got[p][0] == top]
-        return top, len(on), max(on, default=None)
+        fresh = [got[p] for p in pods if got.get(p) is not None and got[p][2] and got[p][1] >= t0]
+        attempts = {a for a, _t, _running in fresh}
+        return (len(fresh), max(t for _a, t, _r in fresh)) if len(attempts) == 1 else (0, None)
 
-    sim.wait(lambda: latest()[0] > before and latest()[1] == len(pods), wait)
-    attempt, count, last = latest()
-    ok = attempt > before and count == len(pods)
-    sim.attempt = max(attempt, before + 1)
+    sim.wait(lambda: since()[0] == len(pods), wait)
+    count, last = since()
+    ok = count == len(pods)
     sim.figures[f"{name}_s"] = round(last - t0, 3) if ok and last else None
     used = usage(sim.coordinator.pid)
     if cpu0 is not None and used is not None:
         sim.figures[f"{name}_cpu_s"] = round(used.cpu - cpu0, 2)
     if not ok:
         summary = sim.fleet.summary()
-        sim.notes.append(f"{name}: attempt {attempt} started on {count} of {len(pods)} within {wait:g} s")
+        sim.notes.append(f"{name}: the job did not run again on every pod within {wait:g} s")
         sim.notes.append(f"pods gave up: {dict(summary['gave_up'].most_common(4))}; states: {dict(summary['states'])}")
     return ok
 
@@ -190,29 +208,33 @@ def _cpu(sim: Sim) -> float:
 
 def dropped(sim: Sim, wait: float = RESTART_WAIT) -> bool:
     """A deleted pod (its connection closes): told to every other pod; the job restarted on every pod."""
-    t0, cpu0 = _lose(sim, "drop", "drop", LOSS_WAIT)
-    return next_attempt(sim, t0, "drop_restart", wait, cpu0=cpu0)
+    lost = _lose(sim, "drop", "drop", LOSS_WAIT)
+    return lost is not None and next_attempt(sim, lost[0], "drop_restart", wait, cpu0=lost[1])
 
 
 def silent(sim: Sim, wait: float = RESTART_WAIT) -> bool:
     """A pod that stops sending, its connection open (powered off, cut off): noticed, told to every other pod."""
-    t0, cpu0 = _lose(sim, "silence", "silent", LOSS_WAIT)
-    return next_attempt(sim, t0, "silent_restart", wait, cpu0=cpu0)
+    lost = _lose(sim, "silence", "silent", LOSS_WAIT)
+    return lost is not None and next_attempt(sim, lost[0], "silent_restart", wait, cpu0=lost[1])
 
 
 def coordinator_restarted(sim: Sim, wait: float = RESTART_WAIT) -> bool:
     """The coordinator's pod deleted and recreated at once: every member pod joins the new one (a lost coordinator
     is a failed attempt: a member joins again while --max-restarts allows); seconds from the kill to the next
     attempt on every pod, and from the new coordinator's listening."""
+    if running(sim) is None:
+        sim.notes.append("restart: the job no longer ran on every pod before it (a pod taken as lost meanwhile)")
+        return False
     t0 = time.monotonic()
     sim.coordinator.kill()
-    sim.coordinator = Coordinator(sim.job, sim.folder, f"coordinator{sim.attempt + 1}")
+    sim.attempt += 1
+    sim.coordinator = Coordinator(sim.job, sim.folder, f"coordinator-restarted{sim.attempt}")
     listening = sim.coordinator.wait_listening(30)
     t_listen = time.monotonic()
     ok = next_attempt(sim, t0, "coordinator_restart", wait, cpu0=0.0)  # the new coordinator's CPU from its start
     if ok and listening:
-        got = sim.fleet.query("started", sim.attempt)
-        sim.figures["coordinator_restart_from_listen_s"] = round(max(got[p] for p in sim.live()) - t_listen, 3)
+        got = sim.fleet.query("latest")
+        sim.figures["coordinator_restart_from_listen_s"] = round(max(got[p][1] for p in sim.live()) - t_listen, 3)
     return ok
 
 
@@ -262,8 +284,8 @@ def standby(sim: Sim, wait: float) -> None:
             f"standby: {count} of {len(pods) - 1} started, {_standbys(sim, pods)} standing by, within {wait:g} s"
         )
         return
-    running = sim.fleet.query("started", 0)
-    victim = next(p for p in pods if running.get(p) is not None)
+    started = sim.fleet.query("started", 0)
+    victim = next(p for p in pods if started.get(p) is not None)
     t0 = time.monotonic()
     sim.fleet.act("drop", [victim])
     sim.gone.add(victim)

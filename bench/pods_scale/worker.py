@@ -11,6 +11,7 @@ import selectors
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -115,7 +116,7 @@ class Worker:
         """Each client's ``q``: when it first tried, its tries, its first welcome, when it started attempt ``arg``
         (or was told it stands by for it), when it heard node ``arg[1]`` lost in attempt ``arg[0]``, its stop step
         and when it came, its node rank."""
-        read = {
+        read: Callable[[Client], Any] = {
             "first_try": lambda c: c.first_try,
             "tries": lambda c: c.tries,
             "joined": lambda c: c.joined_at[0] if c.joined_at else None,
@@ -124,7 +125,7 @@ class Worker:
             "lost": lambda c: c.lost.get(tuple(arg)),
             "stop_at": lambda c: c.stop_at,
             "node": lambda c: c.node,
-            "latest": lambda c: max(c.started.items()) if c.started else None,
+            "latest": lambda c: (*max(c.started.items()), c.state == RUNNING) if c.started else None,
             "log": lambda c: c.log,
         }[q]
         return {c.idx: read(c) for c in self.clients.values()}
