@@ -114,12 +114,13 @@ def window_columns(parts: Iterable[wire.NodeWindows]) -> WindowColumns:
 @dataclass
 class _Sums:
     """One node's ranks (as they came in one event) over a period: steps, wall time and each region's seconds, a
-    place per rank; ``timed``: the places that timed a region, None for every one."""
+    place per rank; ``timed``: the places that timed a region, None for every one. Tuples, not lists: a tuple of
+    numbers is one the cyclic garbage collector stops tracking, and a coordinator holds one per node and region."""
 
     ranks: tuple[int, ...]
-    steps: list[int]
-    wall: list[float]
-    totals: dict[str, list[float]] = field(default_factory=dict)
+    steps: tuple[int, ...]
+    wall: tuple[float, ...]
+    totals: dict[str, tuple[float, ...]] = field(default_factory=dict)
     timed: dict[str, set[int] | None] = field(default_factory=dict)
 
 
@@ -136,19 +137,21 @@ class Period:
         n = len(w.ranks)
         sums = self.sums.get(w.ranks)
         if sums is None:
-            sums = self.sums[w.ranks] = _Sums(w.ranks, [0] * n, [0.0] * n)
-        sums.steps = list(map(add, sums.steps, w.steps))
-        sums.wall = list(map(add, sums.wall, w.wall))
+            sums = self.sums[w.ranks] = _Sums(w.ranks, (0,) * n, (0.0,) * n)
+        sums.steps = tuple(map(add, sums.steps, w.steps))
+        sums.wall = tuple(map(add, sums.wall, w.wall))
         for name, who, totals, _ in w.columns():
-            held = sums.totals.get(name) or [0.0] * n
+            held = sums.totals.get(name) or (0.0,) * n
             if who:
+                some = list(held)
                 for place, seconds in zip(who, totals):
-                    held[place] += seconds
+                    some[place] += seconds
+                held = tuple(some)
                 timed = sums.timed.get(name, set())
                 if timed is not None:
                     sums.timed[name] = timed | set(who)
             else:
-                held = list(map(add, held, totals))
+                held = tuple(map(add, held, totals))
                 sums.timed[name] = None
             sums.totals[name] = held
 
@@ -180,12 +183,12 @@ class Period:
 def _without(s: _Sums, ranks: set[int]) -> _Sums:
     keep = [i for i, r in enumerate(s.ranks) if r not in ranks]
     again = {old: new for new, old in enumerate(keep)}
-    kept = _Sums(tuple(s.ranks[i] for i in keep), [s.steps[i] for i in keep], [s.wall[i] for i in keep])
+    kept = _Sums(tuple(s.ranks[i] for i in keep), tuple(s.steps[i] for i in keep), tuple(s.wall[i] for i in keep))
     for name, held in s.totals.items():
         timed = s.timed[name]
         places = [i for i in keep if timed is None or i in timed]
         if places:
-            kept.totals[name] = [held[i] if i in places else 0.0 for i in keep]
+            kept.totals[name] = tuple(held[i] if i in places else 0.0 for i in keep)
             kept.timed[name] = None if len(places) == len(keep) else {again[i] for i in places}
     return kept
 
@@ -197,12 +200,12 @@ def _merged(parts: Sequence[_Sums], ranks: set[int]) -> list[_Sums]:
         for place, rank in enumerate(s.ranks):
             if rank not in ranks:
                 continue
-            one = out.setdefault(rank, _Sums((rank,), [0], [0.0]))
-            one.steps[0] += s.steps[place]
-            one.wall[0] += s.wall[place]
+            one = out.setdefault(rank, _Sums((rank,), (0,), (0.0,)))
+            one.steps = (one.steps[0] + s.steps[place],)
+            one.wall = (one.wall[0] + s.wall[place],)
             for name, held in s.totals.items():
                 timed = s.timed[name]
                 if timed is None or place in timed:
-                    one.totals[name] = [one.totals.get(name, [0.0])[0] + held[place]]
+                    one.totals[name] = (one.totals.get(name, (0.0,))[0] + held[place],)
                     one.timed[name] = None
     return [out[r] for r in sorted(out)]

@@ -59,7 +59,7 @@ class Observer:
         self._attempt(plan)
 
     def _attempt(self, plan: LaunchPlan) -> None:
-        self.where = {r: breakdown.Where(n.node_rank, n.host) for n in plan.nodes for r in n.ranks}
+        self.where = {r: where for n in plan.nodes for where in [breakdown.Where(n.node_rank, n.host)] for r in n.ranks}
         self.pending: dict[int, _Gathering] = {}
         self.done_index = 0
         self.ended: set[int] = set()
