@@ -3,6 +3,7 @@ forgiving of a process or pipe that is already gone."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -20,9 +21,13 @@ if TYPE_CHECKING:
 _SAME_CLOCK = 0.05  # a file time this close to time.time() is this node's clock (the coarse one: a tick behind)
 
 
-def rank_preexec() -> None:  # runs in the child between fork and exec: prctl was resolved before the fork
+def rank_preexec(parent: int) -> None:  # in the child between fork and exec: prctl was resolved before the fork
+    """A session of its own, and SIGKILL when ``parent`` (the agent) dies; if it died before the parent-death
+    signal was set, no signal will come: the rank ends here, before it execs (it outlived its agent otherwise)."""
     os.setsid()
     prctl.set_parent_death_signal(signal.SIGKILL)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def popen_rank(argv: list[str], env: Mapping[str, str], cwd: str | None) -> subprocess.Popen[bytes]:
@@ -36,7 +41,7 @@ def popen_rank(argv: list[str], env: Mapping[str, str], cwd: str | None) -> subp
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        preexec_fn=rank_preexec,
+        preexec_fn=functools.partial(rank_preexec, os.getpid()),
     )
 
 

@@ -69,3 +69,28 @@ def test_the_sweep_ends_a_process_that_hops_to_a_new_pid_all_the_time(tmp_path: 
             assert done.stdout.strip() == "swept", (done.stdout, done.stderr)
     finally:
         beat.unlink(missing_ok=True)  # a hopper that got away dies at its next hop
+
+
+@pytest.mark.launch
+def test_a_rank_whose_agent_died_before_its_parent_death_signal_was_set_does_not_exec() -> None:
+    """Between fork and the prctl the agent may die: no parent-death signal would ever come, so the rank ends
+    itself there (a ``sleep`` rank outlived its agent 3 of 8 times in bench_pods_scale before)."""
+    from dslaunch.agent.node_io import rank_preexec
+
+    pid = os.fork()
+    if pid == 0:  # the rank: its "agent" is a pid that is not its parent
+        try:
+            rank_preexec(os.getppid() + 1_000_000)
+        finally:
+            os._exit(0)  # reached only if the rank went on to exec
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+    pid = os.fork()
+    if pid == 0:  # its agent alive: it goes on (to its exec)
+        try:
+            rank_preexec(os.getppid())
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
