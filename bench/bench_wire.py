@@ -51,10 +51,21 @@ def messages() -> dict[str, wire.Event]:
             9876, 4, 1234, "trainer-worker-1234", 402115, 1, None, 1.7e9, False, TRACEBACK, ("x" * 100,) * 20, 4
         ),
         "TimerWindow (one rank, 4 regions)": wire.TimerWindow(1234, 9876, 18, 90, 5, 1.51, regions),
-        "Stacks (8 ranks)": wire.Stacks(
-            1234, "trainer-worker-1234", tuple((r, "collective", 90, 0.5) for r in range(8))
-        ),
+        "Stacks (8 ranks)": wire.Stacks(1234, "trainer-worker-1234", STACKS),
+        "NodeWindows (8 ranks, 4 regions: one node's window)": _node_windows(regions),
     }
+
+
+def _node_windows(regions: tuple[tuple[str, float, float], ...]) -> wire.NodeWindows:
+    """Eight ranks' windows as their agent sends them (``window_relay.node_windows``), figures to the µs."""
+    from dslaunch.observe.record import Region, Window
+    from dslaunch.observe.window_relay import node_windows
+
+    got = []
+    for r in range(8):
+        mine = tuple(Region(n, round(t + r / 1e6, 6), f) for n, t, f in regions)
+        got.append((r, Window(r, 18, 90, 5, round(1.51 + r / 1e6, 6), mine)))
+    return node_windows(1234, 18, got)
 
 
 def before(line: str) -> wire.Event | Malformed | None:
@@ -97,7 +108,8 @@ def decode_table(number: int) -> str:
         line = wire.encode(event)
         assert before(line) == event and wire.decode(line) == event, name
         old, new = _per_call(before, line, number), _per_call(wire.decode_checked, line, number)
-        other = f"{_per_call(spec, line, number):.2f}" if spec is not None else "-"
+        mirrored = spec is not None and not isinstance(spec(line), Exception)  # wire_msgspec has no NodeWindows
+        other = f"{_per_call(spec, line, number):.2f}" if spec is not None and mirrored else "-"
         rows.append(f"| {name} | {len(line)} | {old:.2f} | {new:.2f} | {old / new:.1f}x | {other} |")
     return "\n".join(rows)
 
