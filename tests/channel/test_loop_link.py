@@ -13,6 +13,7 @@ import pytest
 
 from dslaunch.channel import handshake
 from dslaunch.channel import link as link_mod
+from dslaunch.channel import loop_link as loop_link_mod
 from dslaunch.channel.event_loop import Loop
 from dslaunch.channel.link import Sealer
 from dslaunch.channel.loop_link import MAX_OUT, LinkClock, LoopLink
@@ -172,7 +173,7 @@ def test_heartbeats_go_only_when_nothing_else_was_sent(served: Served) -> None:
 def test_any_line_counts_as_a_heartbeat_and_silence_ends_the_link(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(link_mod, "SILENT", 1.0)
+    monkeypatch.setattr(loop_link_mod, "SILENT", 1.0)  # the clock reads its own binding
     _talking, talking_end = served.link(1, sealed=False)
     _silent, _silent_end = served.link(2, sealed=False)
     began = time.monotonic()
@@ -186,7 +187,7 @@ def test_any_line_counts_as_a_heartbeat_and_silence_ends_the_link(
 def test_a_silent_link_is_ended_within_silent_and_half_a_heartbeat(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(link_mod, "SILENT", 1.0)
+    monkeypatch.setattr(loop_link_mod, "SILENT", 1.0)  # the clock reads its own binding
     began = time.monotonic()
     _silent, _silent_end = served.link(1)  # held open, never written: no FIN, no reset, as a partition
     assert served.wait_for(lambda: 1 in served.ended, 5)
