@@ -61,12 +61,14 @@ def supervise(
     observer: Observer | None,
     *,
     decides_stop_step: bool = True,
+    caught: list[int] | None = None,
 ) -> Outcome:
     """One attempt over ``handles``, to its outcome; ``err``: a remote runner's stderr lane (flushed at the end);
     ``observer``: the job's, with its status line (None: nothing is watched); ``decides_stop_step``: False on a pod
-    that is not the coordinator (which answers the stop steps of every pod)."""
+    that is not the coordinator (which answers the stop steps of every pod); ``caught``: the stop signals the
+    caller held while it started the attempt (``job/attempts.stop_signals_caught``), acted on first."""
     inbox: Inbox = queue.Queue()
-    caught: list[int] = []
+    caught = caught if caught is not None else []
     sys.stdout.flush()
     out = Sink(1, budget=lanes.SINK_BUDGET)
     held = [lanes.OutputLane(out, i) for i in range(len(handles))]

@@ -128,8 +128,10 @@ def stop_summary(outcome: Outcome, plan: LaunchPlan) -> str:
     name = signal.Signals(outcome.stopped_by).name
     last = {e.rank: e for e in outcome.exits}  # a rank's last word (one exit each, in practice)
     ranks = plan.world_size
-    if plan.transport.supervises_own_node and outcome.exits:  # a Slurm task supervises its own node alone
-        ranks = plan.node(outcome.exits[0].node_rank).nproc
+    if plan.transport.supervises_own_node and outcome.exits:  # a Slurm task or a member pod: its own node alone
+        own = plan.node(plan.manual_node if plan.manual_node is not None else outcome.exits[0].node_rank)
+        ranks = own.nproc
+        last = {rank: e for rank, e in last.items() if e.node_rank == own.node_rank}
     clean = [e for e in last.values() if not e.failed]
     within = ""
     at = outcome.stop_requested_at

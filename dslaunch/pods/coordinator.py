@@ -2,7 +2,7 @@
 
 The coordinator listens for the whole job. For each attempt it waits until every other pod has joined (each a new,
 authenticated connection), tells them all to start, and then is one handle for all of them in ``job/loop.py``
-(``pods/attempt.py``): the pods' events come in on their links, and the ones the other pods need (rank exits, lost
+(``pods/attempt.py``): the pods' events come in on their links, and the ones the other pods need (failed ranks, lost
 pods) are relayed to them at once, so every pod's launcher knows the job's root cause. A pod whose connection drops
 or goes silent is lost. At the attempt's end every pod gets the job's exit code and whether another attempt follows.
 
@@ -26,7 +26,7 @@ from dslaunch.channel import admit, handshake
 from dslaunch.channel.door import Door
 from dslaunch.channel.event_loop import Loop
 from dslaunch.channel.loop_link import LinkClock, LoopLink
-from dslaunch.pods import assign, messages
+from dslaunch.pods import assign
 from dslaunch.pods.assign import Shape, Waiting
 from dslaunch.pods.attempt import AttemptPods, Pod, left_by_signal, lost_why
 from dslaunch.pods.shape import mismatch
@@ -126,20 +126,23 @@ class Coordinator:
 
     def _begin(self, pods: AttemptPods, attempt: int, hosts: list[str], standing_by: list[LoopLink]) -> None:
         pods.attach(self._held)
-        # An elastic job's pods lay the attempt out on every pod's host; a fixed job's need only ours (every host
-        # to every pod is N^2 bytes, and past a few thousand pods a line over the link's bound).
-        told = hosts if not self.shape.fixed else hosts[:1]
+        # Our host and the attempt's size: every host to every pod is N^2 bytes (5 GB at 16,384 pods), and past
+        # about 3,700 pods a line over the link's bound; the pods' events name their own hosts (member.Joined).
+        told = hosts[:1]
         for pod in pods:
-            pod.link.send({"t": "start", "attempt": attempt, "node_rank": pod.node_rank, "hosts": told})
+            pod.link.send(
+                {"t": "start", "attempt": attempt, "node_rank": pod.node_rank, "hosts": told, "nnodes": len(hosts)}
+            )
         standby = handshake.line({"t": "standby", "attempt": attempt, "nnodes": len(hosts)})
         for link in standing_by:
             link.send_raw(standby)
 
     def relay(self, event: wire.Event, source: int) -> None:
-        """Send ``event`` to every pod of the attempt but ``source`` (the node rank it concerns), from any thread."""
+        """``event`` to every pod of the attempt but ``source`` (the node rank it concerns) where it changes what
+        they do (``AttemptPods.pass_on``), from any thread."""
         current = self.current
         if current is not None:
-            self._call(current.send_all, messages.encoded(event), source)
+            self._call(current.pass_on, event, source)
 
     def finish(self, code: int, last: bool, cause: str = "") -> None:
         """End the attempt on every pod: the job's exit code, whether no attempt follows, and its cause in words;

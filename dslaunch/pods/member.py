@@ -32,12 +32,20 @@ class Joined:
     lines: Iterator[str]
     attempt: int
     node_rank: int  # this pod's in the attempt (an elastic job's coordinator assigns it)
-    hosts: tuple[str, ...]  # every node's host, by node rank (a fixed job: the coordinator's alone); its first
+    hosts: tuple[str, ...]  # the hosts the coordinator named, by node rank: its own alone since issue 54
+    nnodes: int  # the attempt's pods
 
     @property
     def host(self) -> str:
         """The coordinator's host name, as its own summaries name it."""
         return self.hosts[0]
+
+    def every_host(self, own: str) -> tuple[str, ...]:
+        """Every node's host by node rank, for an elastic attempt's layout: the coordinator's, this pod's (``own``),
+        ``podN`` for the others (their events name their own hosts)."""
+        named = self.hosts
+        count = max(self.nnodes, len(named))
+        return tuple(named[i] if i < len(named) else own if i == self.node_rank else f"pod{i}" for i in range(count))
 
 
 @dataclass(frozen=True)
@@ -95,8 +103,9 @@ def _wait_for_start(link: Link, deadline: float, stopped: list[int]) -> Joined |
         kind = message["t"]
         if kind == "start":
             waiting.started.set()
-            hosts = message["hosts"] or (link.peer,)
-            return Joined(link, lines, message["attempt"], message["node_rank"], hosts)
+            hosts = tuple(message["hosts"]) or (link.peer,)
+            nnodes = message.get("nnodes", len(hosts))
+            return Joined(link, lines, message["attempt"], message["node_rank"], hosts, nnodes)
         if kind == "standby" and waiting.deadline != float("inf"):
             waiting.deadline = float("inf")
             _say(

@@ -26,7 +26,7 @@ _CODE = Int(0, 255)
 
 # The coordinator's control messages (``{"t": KIND, ...}``): required fields, optional fields.
 FROM_COORDINATOR: dict[str, tuple[dict[str, Spec], dict[str, Spec]]] = {
-    "start": ({"attempt": _ATTEMPT, "node_rank": _NODE, "hosts": ListOf(_HOST, MAX_WORLD_SIZE)}, {}),
+    "start": ({"attempt": _ATTEMPT, "node_rank": _NODE, "hosts": ListOf(_HOST, MAX_WORLD_SIZE)}, {"nnodes": _NODE}),
     "standby": ({"attempt": _ATTEMPT, "nnodes": _NODE}, {}),
     "end": ({"code": _CODE, "last": Bool()}, {"cause": Text(1000)}),
     "refused": ({"why": Text(4096)}, {}),

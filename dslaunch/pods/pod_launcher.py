@@ -3,7 +3,7 @@ the pods' control channel that makes the launchers one job, and who numbers the 
 
 One launcher coordinates: node rank 0's in a fixed job; in an elastic one (``--nnodes MIN:MAX``, or c10d without
 a node rank) the one on the rendezvous endpoint's host that takes the port first. It waits for the other pods to
-join each attempt, relays every pod's rank exits and losses to the others, and ends the attempt on every pod
+join each attempt, relays every pod's failed ranks and losses to the others, and ends the attempt on every pod
 with one exit code. Every other launcher joins it and stops its ranks when the job stops, or when the
 coordinator is gone (docs/kubernetes.md).
 """
@@ -31,6 +31,7 @@ from dslaunch.plan import LaunchPlan
 
 if TYPE_CHECKING:
     from dslaunch.observe.session import Observer
+    from dslaunch.pods.attempt import AttemptPods
     from dslaunch.pods.coordinator import Coordinator
 
 WAIT_NOTICE = 3.0  # a coordinator still waiting for pods this long says so, once
@@ -90,8 +91,6 @@ class PodLauncher:
         return self._key
 
     def coordinate(self, plan: LaunchPlan, observer: Observer | None) -> JobResult:
-        from dslaunch.pods.member import Forwarding
-
         if self._coordinator is None:
             try:
                 self._coordinator = self._listen(plan)
@@ -99,6 +98,39 @@ class PodLauncher:
                 _say(f"dslaunch: cannot take the pods' control port {plan.pods.port}: {exc.strerror or exc}")
                 return stopped(START_FAILED, f"control port {plan.pods.port} unavailable")
         coordinator = self._coordinator
+        # From the gathering to supervise's own handlers a stop signal is held, then handed to supervise: the
+        # pods' start and the agent's fork take longer the more pods there are, and a SIGTERM there killed the
+        # coordinator outright (docs/scale.md)
+        with stop_signals_caught() as early:
+            begun = self._begin(plan, coordinator, observer)
+            if isinstance(begun, JobResult):
+                return begun
+            plan, attempt, pods, local = begun
+            outcome = supervise(plan, [local, pods] if len(pods) else [local], None, observer, caught=early)
+        if outcome.signal is not None and outcome.stopped_by is None:  # the pods stopped on our word: say why
+            name = wire.exit_code_of(-outcome.signal)[1]
+            why = f"its launcher (the coordinator) received {name}"
+            coordinator.relay(wire.NodeLost(0, plan.node(0).host, -outcome.signal, why), 0)
+        result = replace(report(outcome, plan), attempt=attempt)
+        self._results.append(result)
+        verdict = may_restart(self._results, plan.restarts, plan.no_restart_on)
+        if verdict.say:
+            _say(f"dslaunch: not restarting: {verdict.why}")
+        last = not verdict.restart
+        coordinator.finish(result.code, last, result.cause)
+        if last:
+            coordinator.close(result.code)
+        cause = restart_cause(result.code, lost=outcome.lost_node is not None, ranks=outcome.root_cause is not None)
+        # decided here, for every pod
+        return replace(result, retry=result.retry and not last, failures=(), restart_cause=cause)
+
+    def _begin(
+        self, plan: LaunchPlan, coordinator: Coordinator, observer: Observer | None
+    ) -> JobResult | tuple[LaunchPlan, int, AttemptPods, AgentHandle]:
+        """The next attempt started on the pods it takes and our own agent: its plan, number, pods and agent;
+        or how the job ends before it."""
+        from dslaunch.pods.member import Forwarding
+
         waited = self._gather(plan, coordinator)
         if waited is not None:
             return waited
@@ -125,23 +157,7 @@ class PodLauncher:
         local = Forwarding(
             self._new_agent(plan, 0, None, observer), lambda event: coordinator.relay(event, 0), to_coordinator=False
         )
-        outcome = supervise(plan, [local, pods] if len(pods) else [local], None, observer)
-        if outcome.signal is not None and outcome.stopped_by is None:  # the pods stopped on our word: say why
-            name = wire.exit_code_of(-outcome.signal)[1]
-            why = f"its launcher (the coordinator) received {name}"
-            coordinator.relay(wire.NodeLost(0, plan.node(0).host, -outcome.signal, why), 0)
-        result = replace(report(outcome, plan), attempt=attempt)
-        self._results.append(result)
-        verdict = may_restart(self._results, plan.restarts, plan.no_restart_on)
-        if verdict.say:
-            _say(f"dslaunch: not restarting: {verdict.why}")
-        last = not verdict.restart
-        coordinator.finish(result.code, last, result.cause)
-        if last:
-            coordinator.close(result.code)
-        cause = restart_cause(result.code, lost=outcome.lost_node is not None, ranks=outcome.root_cause is not None)
-        # decided here, for every pod
-        return replace(result, retry=result.retry and not last, failures=(), restart_cause=cause)
+        return plan, attempt, pods, local
 
     def _gather(self, plan: LaunchPlan, coordinator: Coordinator) -> JobResult | None:
         """Wait for the pods the next attempt needs; None once they are there, else how the job ends."""
@@ -188,7 +204,7 @@ class PodLauncher:
             _say(f"dslaunch: cannot join the job: {joined}")
             return stopped(START_FAILED, joined)
         if plan.pods.elastic:
-            plan = pods_layout(plan, joined.node_rank, joined.hosts)
+            plan = pods_layout(plan, joined.node_rank, joined.every_host(plan.node(0).host))
         plan = plan.attempt(joined.attempt)  # the job's attempt, also on a pod that joined late
         self._seen, self._node_rank = joined.attempt, joined.node_rank
         local = Forwarding(
@@ -215,7 +231,8 @@ def _report_member(outcome: Outcome, plan: LaunchPlan, cause: str) -> JobResult:
     then the coordinator's words."""
     known = outcome.root_cause or outcome.lost_node or outcome.signal is not None or outcome.hang or outcome.stopped_by
     if outcome.code == 0 or known or not cause:
-        return report(outcome, plan)
+        # the coordinator relays the failures alone (pods/attempt.py): this pod counts its own ranks' ends
+        return report(outcome, replace(plan, transport=replace(plan.transport, supervises_own_node=True)))
     _say(f"dslaunch: job failed on every pod (exit {outcome.code}): {cause}")
     return JobResult(outcome.code, cause)
 

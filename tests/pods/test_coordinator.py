@@ -11,9 +11,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
+from dslaunch import wire
 from dslaunch.channel import door as admission
 from dslaunch.channel import handshake
+from dslaunch.pods import messages
 from dslaunch.pods.assign import Shape
+from dslaunch.pods.attempt import MAX_RELAYED_FAILURES
 from dslaunch.pods.coordinator import Coordinator
 from dslaunch.pods.member import Ended, Joined, Orphaned, join
 from tests.channel.clients import SimPod
@@ -59,7 +62,9 @@ def test_the_pods_join_and_start_the_attempt_the_coordinator_names(door: tuple[C
     ], joined
 
 
-def test_an_elastic_jobs_pods_are_told_every_host() -> None:
+def test_an_elastic_jobs_pods_are_told_the_coordinators_host_and_the_attempts_size() -> None:
+    """Not every host (N^2 bytes, and a line over the link's bound past about 3,700 pods): each pod lays the attempt
+    out with the coordinator's host, its own, and ``podN`` for the others, whose events name their own hosts."""
     port = free_port_pair()
     coordinator = Coordinator(KEY, RUN, Shape(3, 3, fixed=False))
     coordinator.listen(port)
@@ -67,10 +72,38 @@ def test_an_elastic_jobs_pods_are_told_every_host() -> None:
         pods = [_join_in_thread(port, -1) for _ in (1, 2)]
         assert coordinator.gather(time.monotonic() + 10, [])
         coordinator.start(0, "pod-0", lambda hosts: None)
-        joined = [_result(p) for p in pods]
-        assert sorted(j.hosts for j in joined if isinstance(j, Joined)) == [("pod-0", "pod--1", "pod--1")] * 2
+        joined = sorted((j for j in map(_result, pods) if isinstance(j, Joined)), key=lambda j: j.node_rank)
+        assert [(j.node_rank, j.hosts, j.nnodes) for j in joined] == [(1, ("pod-0",), 3), (2, ("pod-0",), 3)]
+        assert [j.every_host("me") for j in joined] == [("pod-0", "me", "pod2"), ("pod-0", "pod1", "me")]
     finally:
         coordinator.close(0)
+
+
+def _exit(rank: int, node_rank: int, code: int, *, by_agent: bool = False) -> wire.RankExit:
+    return wire.RankExit(rank, 0, node_rank, f"pod-{node_rank}", 100 + rank, code, None, time.time(), by_agent)
+
+
+def test_the_pods_are_told_the_failures_and_losses_that_change_what_they_do(door: tuple[Coordinator, int]) -> None:
+    """A rank that exited 0 or that its agent stopped changes no pod's decision, and relaying each to every pod made
+    an attempt's end O(pods^2) lines (2 billion at 16,384 pods of 8 ranks): failed ranks (the first
+    ``MAX_RELAYED_FAILURES``) and lost pods go to every other pod, never back to their own."""
+    coordinator, port = door
+    pods = [_join_in_thread(port, r) for r in (1, 2)]
+    assert coordinator.gather(time.monotonic() + 10, [])
+    coordinator.start(0, "pod-0", lambda hosts: None)
+    joined = sorted((j for j in map(_result, pods) if isinstance(j, Joined)), key=lambda j: j.node_rank)
+    coordinator.relay(_exit(0, 0, 0), 0)  # exited 0
+    coordinator.relay(_exit(1, 0, 143, by_agent=True), 0)  # stopped by its agent
+    for n in range(MAX_RELAYED_FAILURES + 5):
+        coordinator.relay(_exit(2 + n % 2, 1, 1), 1)  # node 1's own: never back to node 1
+    coordinator.relay(wire.NodeLost(2, "pod-2", None, "gone"), 2)
+    coordinator.finish(1, True)
+    heard = {}
+    for j in joined:
+        told = [messages.from_coordinator(line, j.node_rank) for line in j.lines]
+        heard[j.node_rank] = [type(m).__name__ if not isinstance(m, dict) else m["t"] for m in told]
+    assert heard[1] == ["NodeLost", "end"], heard
+    assert heard[2] == ["RankExit"] * MAX_RELAYED_FAILURES + ["end"], heard
 
 
 def test_a_pod_with_another_secret_or_node_rank_is_told_why(door: tuple[Coordinator, int]) -> None:

@@ -201,7 +201,7 @@ def test_the_coordinator_ends_a_pods_link_for_a_bad_message_and_relays_nothing(c
 def test_a_member_ends_the_coordinators_link_for_a_bad_message_and_obeys_nothing(bad: str) -> None:
     here, there = socket.socketpair()
     link = Link(here, "the coordinator")
-    joined = Joined(link, link.lines(), 0, 1, ("pod-0", "pod-1"))
+    joined = Joined(link, link.lines(), 0, 1, ("pod-0", "pod-1"), 2)
     local = _Local()
     handle = CoordinatorLink(joined, local)  # type: ignore[arg-type]  # only stop and signal are used here
     there.sendall(bad.encode() + b"\n" + b'{"t":"stop"}\n{"t":"end","code":0,"last":true}\n')
