@@ -1,11 +1,12 @@
-"""The server's last step of the handshake, for every server of a job's control channels: the coordinator
-(``pods/coordinator.py``), node 0's Slurm task (``runners/slurm/stop_channel.py``) and a launcher that its agents
-dial back to (``runners/remote/agent_links.py``).
+"""The server's last step of the handshake, for the servers of a job's control channels: the coordinator
+(``pods/coordinator.py``) and node 0's Slurm task (``runners/slurm/stop_channel.py``).
 
 ``channel/door.py`` hands each a connection whose answer proved the job's secret (a ``handshake.Joiner``); the
 server decides whether it takes that peer, and then either :func:`welcome` (the welcome that proves the server
 holds the secret too, and the link, every line MACed under the connection's own keys) or :func:`refuse` (why,
-in words, still in the handshake: the peer's dial ends there, ``channel/dial.py``).
+in words, still in the handshake: the peer's dial ends there, ``channel/dial.py``). A server on an event loop
+(the coordinator, the launcher that its agents dial back to: ``runners/remote/agent_links.py``) sends the same
+welcome as its ``channel/loop_link.LoopLink``'s greeting instead.
 """
 
 from __future__ import annotations

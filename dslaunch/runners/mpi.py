@@ -11,7 +11,7 @@ mpirun carries nothing from the launcher to one agent, so each agent dials back
 to the launcher (``remote/agent_links.py``, the port and a secret of the job's
 exported as ``DSLAUNCH_MPI_DIAL``): a requested stop's step, agreed here from
 every node's proposal, goes to every agent on its connection, MACed as every line
-there (``channel/link.Link``; docs/stopping.md).
+there (``channel/loop_link.LoopLink``, every agent's on one thread; docs/stopping.md).
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ end, with no session per message. Their output still comes through pdsh (demux.p
 The launcher listens on a port of its own (remote/agent_links.py); each host gets a staged 0600 file with that
 port, the job's dial-back secret and its name (``agent/dialback_client.dialback_text``), and its agent proves it
 holds the secret (``channel/``: its hello first, the challenge and its answer, the launcher's welcome) before it is
-trusted; every line after that is MACed both ways (``channel/link.Link``). A link that ends (the agent died), goes
-silent (``channel/link.SILENT``) or fails a MAC ends that host's stream at once: the attempt names the node lost.
+trusted; every line after that is MACed both ways (``channel/loop_link.LoopLink``, every agent's on the listener's
+one thread). A link that ends (the agent died), goes silent (``channel/link.SILENT``) or fails a MAC ends that host's
+stream at once, from that thread (no thread per host): the attempt names the node lost.
 Hosts that need an agent later (a lost node, spares) get a pdsh of their own.
 """
 
@@ -23,7 +24,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 from dslaunch.agent import dialback_client
-from dslaunch.channel.link import Link
 from dslaunch.job.result import START_FAILED
 from dslaunch.output.lanes import ErrLane
 from dslaunch.plan import LaunchPlan
@@ -31,7 +31,7 @@ from dslaunch.runners.pdsh.demux import PdshDemux
 from dslaunch.runners.pdsh.invocation import pdsh_label, start_pdsh
 from dslaunch.runners.remote import stage
 from dslaunch.runners.remote.agent_command import agent_command
-from dslaunch.runners.remote.agent_links import AgentLinks
+from dslaunch.runners.remote.agent_links import AgentLink, AgentLinks
 from dslaunch.runners.remote.job_agents import CLOSE_WAIT
 
 JOIN_GRACE = 30.0  # beyond --ssh-connect-timeout: a cold interpreter on a loaded host, then the dial-back
@@ -56,7 +56,7 @@ class PdshGroup:
 class DialBackAgent:
     """A pdsh-started agent that lives for the job (a ``JobAgent``): the link it dialled back on, its output."""
 
-    def __init__(self, host: str, link: Link, group: PdshGroup) -> None:
+    def __init__(self, host: str, link: AgentLink, group: PdshGroup) -> None:
         self.host = host
         self.link = link
         self.group = group
@@ -66,18 +66,17 @@ class DialBackAgent:
         self._closing = False
         self._link_up = True
         self._events = self._lines()
-        threading.Thread(target=self._watch, name=f"dial {host}", daemon=True).start()
+        link.when_ended(self._link_ended)
 
     def _lines(self) -> Iterator[str]:
         queue = self.group.demux.queues[self.label]
         while (line := queue.get()) is not None:
             yield line
 
-    def _watch(self) -> None:
+    def _link_ended(self) -> None:
         """The agent sends nothing but heartbeats (remote/agent_links.py reads them): its link's end (the agent's,
-        its silence, a line that fails its MAC) is all there is."""
-        while not self.link.wait_closed(3600):
-            pass
+        its silence, a line that fails its MAC) is all there is. On the links' loop thread: ``close_host`` takes
+        the demux's lock for a moment and puts the stream's end, never waiting."""
         self._link_up = False
         if not self._closing:
             self.group.demux.close_host(self.label, START_FAILED)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,8 +20,8 @@ import pytest
 from dslaunch import wire
 from dslaunch.agent import dialback_client
 from dslaunch.agent.dialback_client import ADDR_VAR, DialBackError, connect_back
-from dslaunch.channel import door
-from dslaunch.channel.link import Link
+from dslaunch.channel import door, loop_link
+from dslaunch.channel.link import HEARTBEAT, Link
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.remote.agent_links import AgentLinks
 from tests.helpers import SCRIPTS, job_processes, wait_for_file, wait_until_gone
@@ -67,6 +68,71 @@ def test_an_agent_that_sends_anything_but_heartbeats_is_cut_off(links: AgentLink
     link.send({"t": "propose", "step": 3})  # MACed, but an agent has nothing to say
     assert list(link.lines()) == [] and link.why == "dropped"  # the launcher ended it
     assert _until(lambda: not links.joined("node1"))
+
+
+def test_an_agent_that_dials_again_replaces_its_old_link(links: AgentLinks, secret: bytes) -> None:
+    first, _host = _dial(links.port, secret)
+    assert _until(lambda: links.joined("node1"))
+    second, _host = _dial(links.port, secret)
+    assert list(first.lines()) == [] and first.why == "dropped"  # the launcher ended the old one
+    taken = links.take(["node1"], time.monotonic() + 5, lambda _h: False)
+    assert taken["node1"].send_raw(b"stop-at 2\n") and next(second.lines()) == "stop-at 2\n"
+    second.close()
+
+
+def test_agents_cost_the_launcher_no_thread_each(secret: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """200 agents dial back with the agents' own client: the launcher serves them all on the one thread the port
+    started (the thread-a-link port took 3 a pdsh agent: 600 here), each still gets its lines, and its close
+    leaves no thread behind."""
+    monkeypatch.setattr(loop_link, "SILENT", 60.0)  # these agents send no heartbeats; the test may be slow
+    before = threading.active_count()
+    links = AgentLinks(RUN, secret)
+    names = [f"node{i}" for i in range(200)]
+    dialled: list[Link] = []
+    try:
+        with_port = threading.active_count()
+        for name in names:
+            text = dialback_client.dialback_text(links.port, secret, name)
+            dialled.append(connect_back(text, RUN, ENV, 10.0)[0])
+        assert _until(lambda: all(links.joined(n) for n in names), 10)
+        with_agents = threading.active_count()
+        taken = links.take(names, time.monotonic() + 5, lambda _h: False)
+        assert all(taken[n].send_raw(f"stop-at {i}\n".encode()) for i, n in enumerate(names))
+        assert [next(link.lines()) for link in dialled] == [f"stop-at {i}\n" for i in range(len(names))]
+        assert threading.active_count() == with_agents
+    finally:
+        links.close()
+        for link in dialled:
+            link.close()
+    assert (with_port - before, with_agents - with_port) == (1, 0)
+    assert _until(lambda: threading.active_count() == before), threading.enumerate()
+    assert all(link.closed for link in taken.values())
+
+
+def test_an_agent_gone_silent_is_ended_within_silent_and_half_a_heartbeat(
+    links: AgentLinks, secret: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent whose connection stays open but says nothing (a partition, a hung host) is ended by the launcher's
+    clock within ``SILENT`` + ``HEARTBEAT`` / 2; one that sends its heartbeats stays."""
+    silent_for = 2.0
+    monkeypatch.setattr(loop_link, "SILENT", silent_for)  # where the clock reads it
+    beating = connect_back(dialback_client.dialback_text(links.port, secret, "node2"), RUN, ENV, 5.0)[0]
+    beating.start_heartbeats()
+    mute, _host = _dial(links.port, secret)  # no heartbeats
+    began = time.monotonic()
+    taken = links.take(["node1", "node2"], began + 5, lambda _h: False)
+    ended: list[float] = []
+    taken["node1"].when_ended(lambda: ended.append(time.monotonic()))
+    try:
+        assert taken["node1"].wait_closed(silent_for + 5), "the silent agent's link was not ended"
+        assert taken["node1"].why == "silent"
+        took = ended[0] - began
+        assert silent_for - 0.1 <= took <= silent_for + HEARTBEAT / 2 + 1.0, took  # 1 s: a loaded machine
+        assert not taken["node2"].closed  # dialled as long ago, and heard all along
+        assert list(mute.lines()) == [] and mute.why == "dropped"
+    finally:
+        mute.close()
+        beating.close()
 
 
 def _until(check: Callable[[], bool], timeout: float = 5.0) -> bool:
