@@ -4,6 +4,7 @@ nothing (runners/slurm/stop_channel.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import socket
@@ -15,13 +16,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dslaunch.channel import secret
+from dslaunch.channel import link as thread_link
+from dslaunch.channel import loop_link, secret
 from dslaunch.channel.dial import open_link
 from dslaunch.channel.link import Link
 from dslaunch.job import stop_gather
 from dslaunch.runners.slurm import in_step, stop_channel
 from dslaunch.runners.slurm.stop_channel import Hub, Spoke
 from dslaunch.slurmlib import layout
+from tests.channel.clients import SimPod
 from tests.plans import make_plan
 
 KEY, RUN = b"k" * 32, "run-1"
@@ -237,6 +240,47 @@ def test_a_task_without_the_key_never_joins_and_is_not_waited_for(job: tuple[Hub
         assert hub.connected == {1, 2}  # the real node 2 is still there
     finally:
         stranger.close()
+
+
+def test_many_tasks_cost_node_0_no_thread_each_and_all_get_the_largest_proposal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """300 other tasks (raw sockets speaking the real handshake and sealed lines, tests/channel/clients.py) join
+    node 0's hub: its threads do not grow with them (every connection on one event loop), every task gets the
+    largest proposal, and once closed the hub leaves no thread behind."""
+    tasks, bound = 300, 60.0
+    monkeypatch.setattr(stop_gather, "GATHER_BOUND", bound)  # decided when every node proposed, not at the bound
+    monkeypatch.setattr(stop_channel, "GATHER_BOUND", bound)
+    monkeypatch.setattr(loop_link, "SILENT", bound)  # the simulated tasks send no heartbeats
+    monkeypatch.setattr(thread_link, "SILENT", bound)
+    before = threading.active_count()
+    hub = Hub(KEY, RUN, tasks + 1, _port())
+    pods = [SimPod(KEY, RUN, n) for n in range(1, tasks + 1)]
+    try:
+        deadline = time.monotonic() + 60
+        assert all(pod.join(hub.port, deadline) for pod in pods)
+        while len(hub.connected) < tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(hub.connected) == tasks
+        grown = threading.active_count() - before
+        assert grown <= 1, f"the hub runs {grown} threads for {tasks} tasks"
+        mine = Answers()
+        hub.begin(0, mine)
+        for pod in pods:
+            pod.send(json.dumps({"t": "propose", "attempt": 0, "step": 100 + pod.node_rank % 7}).encode())
+        hub.propose(3)
+        assert mine.one(timeout=30) == 106
+        stop_at = {"t": "stop_at", "attempt": 0, "step": 106}
+        assert [json.loads(pod.message(deadline) or b"null") for pod in pods] == [stop_at] * tasks
+    finally:
+        for pod in pods:
+            if pod.sock is not None:
+                pod.sock.close()
+        hub.close()
+    deadline = time.monotonic() + 5
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() == before
 
 
 @pytest.mark.parametrize(
