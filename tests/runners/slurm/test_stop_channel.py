@@ -283,6 +283,67 @@ def test_many_tasks_cost_node_0_no_thread_each_and_all_get_the_largest_proposal(
     assert threading.active_count() == before
 
 
+def _propose(pod: SimPod, attempt: int, step: int) -> None:
+    pod.send(json.dumps({"t": "propose", "attempt": attempt, "step": step}).encode())
+
+
+def _next(pod: SimPod, deadline: float) -> object:
+    got = pod.message(deadline)
+    return None if got is None else json.loads(got)
+
+
+def test_a_task_that_reconnects_replaces_its_link_and_hears_the_step_decided_meanwhile() -> None:
+    hub = Hub(KEY, RUN, 2, _port())
+    first, again = SimPod(KEY, RUN, 1), SimPod(KEY, RUN, 1)
+    try:
+        deadline = time.monotonic() + 10
+        assert first.join(hub.port, deadline)
+        mine, later = Answers(), Answers()
+        hub.begin(0, mine)
+        _propose(first, 0, 5)
+        hub.propose(3)
+        assert mine.one() == 5 and _next(first, deadline) == {"t": "stop_at", "attempt": 0, "step": 5}
+        assert again.join(hub.port, deadline)
+        assert _next(first, deadline) is None  # node 0's task ended the old connection
+        assert _next(again, deadline) == {"t": "stop_at", "attempt": 0, "step": 5}  # decided while it was away
+        assert hub.connected == {1}
+        hub.begin(1, later)
+        _propose(again, 1, 8)  # the new connection is node 1's
+        hub.propose(2)
+        assert later.one() == 8 and _next(again, deadline) == {"t": "stop_at", "attempt": 1, "step": 8}
+    finally:
+        for pod in (first, again):
+            if pod.sock is not None:
+                pod.sock.close()
+        hub.close()
+
+
+def test_a_task_that_leaves_while_node_0_waits_for_it_is_not_waited_for() -> None:
+    hub = Hub(KEY, RUN, 3, _port())
+    pods = [SimPod(KEY, RUN, n) for n in (1, 2)]
+    try:
+        deadline = time.monotonic() + 10
+        assert all(pod.join(hub.port, deadline) for pod in pods)
+        while hub.connected != {1, 2} and time.monotonic() < deadline:
+            time.sleep(0.01)
+        mine = Answers()
+        hub.begin(0, mine)
+        started = time.monotonic()
+        _propose(pods[0], 0, 7)
+        hub.propose(3)
+        time.sleep(0.2)
+        assert mine.got.empty()  # node 2 has not proposed: waited for
+        assert pods[1].sock is not None
+        pods[1].sock.close()
+        assert mine.one() == 7 and time.monotonic() - started < stop_channel.GATHER_BOUND
+        assert _next(pods[0], deadline) == {"t": "stop_at", "attempt": 0, "step": 7}
+    finally:
+        for pod in pods:
+            if pod.sock is not None:
+                pod.sock.close()
+        hub.close()
+
+
 @pytest.mark.parametrize(
     "message",
     [
