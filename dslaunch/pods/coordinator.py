@@ -15,7 +15,6 @@ The decisions (``pods/assign.py``, ``job/state.py``) stay pure; this is their sh
 
 from __future__ import annotations
 
-import resource
 import socket
 import threading
 import time
@@ -25,6 +24,7 @@ from dslaunch import wire
 from dslaunch.channel import admit, handshake
 from dslaunch.channel.door import Door
 from dslaunch.channel.event_loop import Loop
+from dslaunch.channel.listener import more_open_files, open_server
 from dslaunch.channel.loop_link import LinkClock, LoopLink
 from dslaunch.pods import assign
 from dslaunch.pods.assign import Shape, Waiting
@@ -70,12 +70,7 @@ class Coordinator:
     def listen(self, port: int) -> None:
         """Listen on every address of this pod (raises OSError if the port is taken)."""
         more_open_files()
-        backlog = listen_backlog()
-        if socket.has_dualstack_ipv6():
-            server = socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True, backlog=backlog)
-        else:
-            server = socket.create_server(("", port), backlog=backlog)
-        self._door.open(server)
+        self._door.open(open_server(port))
         self.loop.start()
 
     def gather(self, deadline: float, stopped: list[int]) -> bool:
@@ -272,26 +267,6 @@ class Coordinator:
         if held is not None and not held.closed:
             return f"node rank {node_rank} has already joined (from {held.peer})"
         return None
-
-
-def listen_backlog() -> int:
-    """As many connections waiting to be accepted as the kernel allows (a synchronized start of thousands of pods
-    otherwise overflows it, and each pod waits out a SYN retry)."""
-    try:
-        with open("/proc/sys/net/core/somaxconn", encoding="ascii") as f:
-            return max(128, min(65535, int(f.read())))
-    except (OSError, ValueError):
-        return 4096
-
-
-def more_open_files() -> None:
-    """The soft limit on open files raised to the hard one: a socket per pod (and the door's)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
-        except (ValueError, OSError):
-            pass
 
 
 def _say(text: str) -> None:

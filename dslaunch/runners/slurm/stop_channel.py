@@ -4,9 +4,11 @@ Each srun task is its own launcher (``in_step.py``), so no launcher sees every n
 listens on the first free of ``layout.stop_channel_ports(master_port)`` (:class:`Hub`); every other task connects
 (to each in turn) at its first attempt, retrying for ``CONNECT_TIME`` while node 0's is not up yet (:class:`Spoke`),
 and keeps the connection for every attempt. The connection is the pods' (``channel/``: ``dial`` and the ``door``'s
-handshake, then a ``link.Link``: every line MACed, heartbeats, bounded lines), under the job's secret
-(``DSLAUNCH_JOB_SECRET``; ``--launcher slurm`` makes one for its step). Two messages, checked field by field,
-anything else ends the link:
+handshake, then every line MACed, heartbeats, bounded lines), under the job's secret (``DSLAUNCH_JOB_SECRET``;
+``--launcher slurm`` makes one for its step). Node 0's task serves every task's connection on one thread, as the
+pods' coordinator does (``channel/event_loop.py``, each a ``loop_link.LoopLink``): a step of thousands of tasks
+costs it one thread, not three a task. Each other task keeps its one connection on a ``link.Link`` (threads of
+its own). Two messages, checked field by field, anything else ends the link:
 
 - a task to node 0: ``{"t": "propose", "attempt": A, "step": S | null}``, its agent's proposal (``wire.StopStep``);
 - node 0 to every task: ``{"t": "stop_at", "attempt": A, "step": S}``, the job's step (``job/stop_gather.py``:
@@ -17,8 +19,9 @@ A node not connected yet is waited for, up to the bound, on both sides: node 0's
 the task sends it once connected (under load a task's first tries may come before node 0's task listens, and
 nodes that stopped apart leave one node's ranks in a collective until the grace ends). A task that cannot reach
 node 0's at all, or whose answer does not come within ``ANSWER_TIME`` (node 0 lost), answers its agent with its
-own proposal: that node decides alone, as before the channel. The threads here take
-no lock that a forked agent could inherit held (no logging, no lazy import): what went wrong is kept in ``notes``.
+own proposal: that node decides alone, as before the channel. The threads here (the hub's loop, a spoke's
+link) take no lock that a forked agent could inherit held (no lazy import, no logging but the loop's of a handler
+that raised, a bug): what went wrong is kept in ``notes``.
 """
 
 from __future__ import annotations
@@ -27,12 +30,16 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 from dslaunch.channel import admit, handshake
 from dslaunch.channel.dial import Who, dial
 from dslaunch.channel.door import Door
+from dslaunch.channel.event_loop import Loop
 from dslaunch.channel.link import Link
+from dslaunch.channel.listener import more_open_files, open_server
+from dslaunch.channel.loop_link import LinkClock, LoopLink
 from dslaunch.job.stop_gather import GATHER_BOUND, StopStepGather
 from dslaunch.wire_check import Int, Kinds, Malformed, Maybe, control
 
@@ -76,44 +83,78 @@ class _Attempt:
 
 
 class Hub:
-    """Node 0's task: gathers every node's proposal for each attempt and answers every task."""
+    """Node 0's task: gathers every node's proposal for each attempt and answers every task. Every connection is
+    served on one thread (``channel/event_loop.py``), however many tasks: the door's handshakes, each task's
+    ``LoopLink``, its lines and the gathers' bounds (loop timers); what this task's agent asks (``begin``,
+    ``propose``) is handed to that thread."""
 
     def __init__(self, key: bytes, run_id: str, nnodes: int, port: int) -> None:
         """Listens at once; raises OSError where the port cannot be bound."""
+        server = open_server(port)  # first: a port taken leaves nothing open
+        more_open_files(2 * nnodes + 256)  # a socket per task, one more while a task reconnects, and the door's
         self.key, self.run_id, self.nnodes, self.port = key, run_id, nnodes, port
         self.notes: list[str] = []
-        self._lock = threading.Lock()
-        self._links: dict[int, Link] = {}  # a node not yet connected may still come: waited for, up to the bound
+        try:
+            self.loop = Loop("stop channel")
+        except OSError:
+            server.close()
+            raise
+        self.clock = LinkClock(self.loop)
+        # the loop's own, from here on:
+        self._links: dict[int, LoopLink] = {}  # a node not yet connected may still come: waited for, up to the bound
+        self._gone: set[int] = set()  # nodes whose link ended (and that have not reconnected)
         self._gathers: dict[int, StopStepGather] = {}
         self._current: _Attempt | None = None
-        self._door = Door(key, run_id, self._admit)
-        family = socket.AF_INET6 if socket.has_dualstack_ipv6() else socket.AF_INET
-        server = socket.create_server(("", port), family=family, dualstack_ipv6=family == socket.AF_INET6)
+        self._closing = False
+        self._up_lock = threading.Lock()
+        self._up: set[int] = set()  # the nodes connected, for any thread (``connected``)
+        self._door = Door(key, run_id, self._admit, loop=self.loop, blocking=False)
         self._door.open(server)
+        self.loop.start()
 
     @property
     def connected(self) -> frozenset[int]:
-        with self._lock:
-            return frozenset(n for n, link in self._links.items() if not link.closed)
+        with self._up_lock:
+            return frozenset(self._up)
 
     def begin(self, attempt: int, answer: Answer) -> None:
-        with self._lock:
-            self._current = _Attempt(attempt, answer)
-            step = self._gathers[attempt].step if attempt in self._gathers else None
-        if step is not None:
-            self._current.deliver(step)
+        self._call(self._begin, attempt, answer)
 
     def propose(self, step: int | None) -> None:
         """This node's own proposal, for the current attempt."""
-        if self._current is not None:
-            self._current.make(step)
-            self._proposal(0, self._current.number, step)
+        self._call(self._own_proposal, step)
 
     def close(self) -> None:
+        """Stop listening, end every link, and the loop: nothing of the hub goes on running."""
         self._door.close()
-        with self._lock:
-            links = list(self._links.values())
-        for link in links:
+        self._call(self._end_links)
+        if self.loop.running:
+            self._call(self.clock.stop)
+            self.loop.stop()
+
+    def _call(self, fn: Callable[..., object], *args: object) -> None:
+        """``fn(*args)`` on the loop's thread (at once if this is it, or if the loop does not run)."""
+        if self.loop.in_loop() or not self.loop.running:
+            fn(*args)
+        else:
+            self.loop.call_soon(fn, *args)
+
+    # ---- the loop's thread -------------------------------------------------------------------------------------
+    def _begin(self, attempt: int, answer: Answer) -> None:
+        self._current = current = _Attempt(attempt, answer)
+        gather = self._gathers.get(attempt)
+        if gather is not None and gather.step is not None:
+            current.deliver(gather.step)
+
+    def _own_proposal(self, step: int | None) -> None:
+        current = self._current
+        if current is not None:
+            current.make(step)
+            self._proposal(0, current.number, step)
+
+    def _end_links(self) -> None:
+        self._closing = True  # the job is over: a link ending now decides nothing
+        for link in list(self._links.values()):
             link.close()
 
     def _admit(self, conn: socket.socket, joiner: handshake.Joiner, server_nonce: str, rest: bytes) -> None:
@@ -121,55 +162,74 @@ class Hub:
         if not 0 < node_rank < self.nnodes:
             admit.refuse(conn, f"node {node_rank} is not one of 1..{self.nnodes - 1}")
             return
-        link = admit.welcome(conn, joiner, server_nonce, rest, key=self.key, run_id=self.run_id)
-        with self._lock:
-            old, self._links[node_rank] = self._links.get(node_rank), link
-            decided = {a: g.step for a, g in self._gathers.items() if g.step is not None}
+        welcome = handshake.welcome(self.key, self.run_id, server_nonce, joiner.nonce)
+        to_task, from_task = handshake.session_keys(self.key, self.run_id, server_nonce, joiner.nonce)
+        link = LoopLink(self.clock, conn, joiner.host, (to_task, from_task), pending=rest, greeting=welcome)
+        link.on_line = partial(self._line, node_rank)
+        link.on_end = partial(self._ended, node_rank)
+        old, self._links[node_rank] = self._links.get(node_rank), link
+        self._gone.discard(node_rank)
+        with self._up_lock:
+            self._up.add(node_rank)
         if old is not None:
             old.close()  # that task reconnected: its old connection is dead
-        link.start_reader()
-        link.start_heartbeats()
-        for attempt, step in decided.items():
-            link.send({"t": "stop_at", "attempt": attempt, "step": step})
-        threading.Thread(
-            target=self._read, args=(node_rank, link), name=f"stop channel {node_rank}", daemon=True
-        ).start()
+        for attempt, gather in self._gathers.items():
+            if gather.step is not None:
+                link.send({"t": "stop_at", "attempt": attempt, "step": gather.step})  # after the welcome
+        link.start()
 
-    def _read(self, node_rank: int, link: Link) -> None:
-        for message in _checked(link, TO_NODE0, self.notes, f"node {node_rank}'s task"):
-            self._proposal(node_rank, message["attempt"], message["step"])
-        for attempt in list(self._gathers):  # a task that is gone proposes nothing more
-            self._decide(attempt)
+    def _line(self, node_rank: int, link: LoopLink, payload: bytes) -> None:
+        try:
+            message = control(payload, TO_NODE0)
+        except Malformed as exc:
+            self.notes.append(f"node {node_rank}'s task sent a malformed message ({exc}): its link ended")
+            link.refuse(str(exc))
+            return
+        self._proposal(node_rank, message["attempt"], message["step"])
+
+    def _ended(self, node_rank: int, link: LoopLink) -> None:
+        if self._links.get(node_rank) is not link:
+            return  # a link that was replaced: its task is connected again
+        self._gone.add(node_rank)
+        with self._up_lock:
+            self._up.discard(node_rank)
+        if not self._closing:  # a task that is gone proposes nothing more
+            for attempt, gather in self._gathers.items():
+                if self._may_decide(gather):
+                    self._decide(attempt)
 
     def _proposal(self, node_rank: int, attempt: int, step: int | None) -> None:
-        with self._lock:
-            gather = self._gathers.get(attempt)
-            if gather is None:
-                gather = self._gathers[attempt] = StopStepGather(frozenset(range(self.nnodes)))
-                timer = threading.Timer(GATHER_BOUND + 0.05, self._decide, args=(attempt,))
-                timer.daemon = True
-                timer.start()
-            decided, link = gather.step, self._links.get(node_rank)
-            if decided is None:
-                gather.begin(time.monotonic())
-                gather.propose(node_rank, step)
-        if decided is not None and link is not None:  # too late: the step stands
-            link.send({"t": "stop_at", "attempt": attempt, "step": decided})
+        gather = self._gathers.get(attempt)
+        if gather is None:
+            gather = self._gathers[attempt] = StopStepGather(frozenset(range(self.nnodes)))
+            self.loop.call_later(GATHER_BOUND + 0.05, self._decide, attempt)
+        if gather.step is not None:  # too late: the step stands
+            link = self._links.get(node_rank)
+            if link is not None:
+                link.send({"t": "stop_at", "attempt": attempt, "step": gather.step})
             return
-        self._decide(attempt)
+        gather.begin(time.monotonic())
+        gather.propose(node_rank, step)
+        if self._may_decide(gather):
+            self._decide(attempt)
+
+    def _may_decide(self, gather: StopStepGather) -> bool:
+        """Whether ``gather.decide`` can answer now: every node proposed or ended (as few nodes counted, not which:
+        a gather's check is as many set operations as nodes, once per proposal would be quadratic), or the bound."""
+        if gather.step is not None or gather.since is None:
+            return False
+        ended_or_proposed = len(gather.proposals) + len(self._gone)
+        return ended_or_proposed >= self.nnodes or time.monotonic() - gather.since >= GATHER_BOUND
 
     def _decide(self, attempt: int) -> None:
-        with self._lock:
-            gather = self._gathers[attempt]
-            gone = {n for n, link in self._links.items() if link.closed}
-            step = gather.decide(gone, time.monotonic())
-            links = list(self._links.values())
-            current = self._current if self._current is not None and self._current.number == attempt else None
+        step = self._gathers[attempt].decide(self._gone, time.monotonic())
         if step is None:
             return
-        for link in links:
-            link.send({"t": "stop_at", "attempt": attempt, "step": step})
-        if current is not None:
+        line = handshake.line({"t": "stop_at", "attempt": attempt, "step": step})
+        for link in self._links.values():
+            link.send_raw(line)  # a link that ended takes nothing
+        current = self._current
+        if current is not None and current.number == attempt:
             current.deliver(step)
 
 

@@ -4,6 +4,7 @@ nothing (runners/slurm/stop_channel.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import socket
@@ -15,13 +16,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dslaunch.channel import secret
+from dslaunch.channel import link as thread_link
+from dslaunch.channel import loop_link, secret
 from dslaunch.channel.dial import open_link
 from dslaunch.channel.link import Link
 from dslaunch.job import stop_gather
 from dslaunch.runners.slurm import in_step, stop_channel
 from dslaunch.runners.slurm.stop_channel import Hub, Spoke
 from dslaunch.slurmlib import layout
+from tests.channel.clients import SimPod
 from tests.plans import make_plan
 
 KEY, RUN = b"k" * 32, "run-1"
@@ -237,6 +240,108 @@ def test_a_task_without_the_key_never_joins_and_is_not_waited_for(job: tuple[Hub
         assert hub.connected == {1, 2}  # the real node 2 is still there
     finally:
         stranger.close()
+
+
+def test_many_tasks_cost_node_0_no_thread_each_and_all_get_the_largest_proposal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """300 other tasks (raw sockets speaking the real handshake and sealed lines, tests/channel/clients.py) join
+    node 0's hub: its threads do not grow with them (every connection on one event loop), every task gets the
+    largest proposal, and once closed the hub leaves no thread behind."""
+    tasks, bound = 300, 60.0
+    monkeypatch.setattr(stop_gather, "GATHER_BOUND", bound)  # decided when every node proposed, not at the bound
+    monkeypatch.setattr(stop_channel, "GATHER_BOUND", bound)
+    monkeypatch.setattr(loop_link, "SILENT", bound)  # the simulated tasks send no heartbeats
+    monkeypatch.setattr(thread_link, "SILENT", bound)
+    before = threading.active_count()
+    hub = Hub(KEY, RUN, tasks + 1, _port())
+    pods = [SimPod(KEY, RUN, n) for n in range(1, tasks + 1)]
+    try:
+        deadline = time.monotonic() + 60
+        assert all(pod.join(hub.port, deadline) for pod in pods)
+        while len(hub.connected) < tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(hub.connected) == tasks
+        grown = threading.active_count() - before
+        assert grown <= 1, f"the hub runs {grown} threads for {tasks} tasks"
+        mine = Answers()
+        hub.begin(0, mine)
+        for pod in pods:
+            pod.send(json.dumps({"t": "propose", "attempt": 0, "step": 100 + pod.node_rank % 7}).encode())
+        hub.propose(3)
+        assert mine.one(timeout=30) == 106
+        stop_at = {"t": "stop_at", "attempt": 0, "step": 106}
+        assert [json.loads(pod.message(deadline) or b"null") for pod in pods] == [stop_at] * tasks
+    finally:
+        for pod in pods:
+            if pod.sock is not None:
+                pod.sock.close()
+        hub.close()
+    deadline = time.monotonic() + 5
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() == before
+
+
+def _propose(pod: SimPod, attempt: int, step: int) -> None:
+    pod.send(json.dumps({"t": "propose", "attempt": attempt, "step": step}).encode())
+
+
+def _next(pod: SimPod, deadline: float) -> object:
+    got = pod.message(deadline)
+    return None if got is None else json.loads(got)
+
+
+def test_a_task_that_reconnects_replaces_its_link_and_hears_the_step_decided_meanwhile() -> None:
+    hub = Hub(KEY, RUN, 2, _port())
+    first, again = SimPod(KEY, RUN, 1), SimPod(KEY, RUN, 1)
+    try:
+        deadline = time.monotonic() + 10
+        assert first.join(hub.port, deadline)
+        mine, later = Answers(), Answers()
+        hub.begin(0, mine)
+        _propose(first, 0, 5)
+        hub.propose(3)
+        assert mine.one() == 5 and _next(first, deadline) == {"t": "stop_at", "attempt": 0, "step": 5}
+        assert again.join(hub.port, deadline)
+        assert _next(first, deadline) is None  # node 0's task ended the old connection
+        assert _next(again, deadline) == {"t": "stop_at", "attempt": 0, "step": 5}  # decided while it was away
+        assert hub.connected == {1}
+        hub.begin(1, later)
+        _propose(again, 1, 8)  # the new connection is node 1's
+        hub.propose(2)
+        assert later.one() == 8 and _next(again, deadline) == {"t": "stop_at", "attempt": 1, "step": 8}
+    finally:
+        for pod in (first, again):
+            if pod.sock is not None:
+                pod.sock.close()
+        hub.close()
+
+
+def test_a_task_that_leaves_while_node_0_waits_for_it_is_not_waited_for() -> None:
+    hub = Hub(KEY, RUN, 3, _port())
+    pods = [SimPod(KEY, RUN, n) for n in (1, 2)]
+    try:
+        deadline = time.monotonic() + 10
+        assert all(pod.join(hub.port, deadline) for pod in pods)
+        while hub.connected != {1, 2} and time.monotonic() < deadline:
+            time.sleep(0.01)
+        mine = Answers()
+        hub.begin(0, mine)
+        started = time.monotonic()
+        _propose(pods[0], 0, 7)
+        hub.propose(3)
+        time.sleep(0.2)
+        assert mine.got.empty()  # node 2 has not proposed: waited for
+        assert pods[1].sock is not None
+        pods[1].sock.close()
+        assert mine.one() == 7 and time.monotonic() - started < stop_channel.GATHER_BOUND
+        assert _next(pods[0], deadline) == {"t": "stop_at", "attempt": 0, "step": 7}
+    finally:
+        for pod in pods:
+            if pod.sock is not None:
+                pod.sock.close()
+        hub.close()
 
 
 @pytest.mark.parametrize(
