@@ -45,8 +45,10 @@ class StopStepGather:
         bound; else None."""
         if self.since is None or self.step is not None or not self.proposals:
             return None  # no node has proposed: none waits for an answer
-        waiting = self.expected.difference(self.proposals, ended)
-        if waiting and now - self.since < GATHER_BOUND:
+        early = now - self.since < GATHER_BOUND
+        if early and len(self.proposals) + len(ended) < len(self.expected):
+            return None  # some node cannot have proposed or ended yet: O(1), not a set difference per proposal
+        if early and self.expected.difference(self.proposals, ended):
             return None
         self.step = job_step(self.proposals.values())
         return self.step

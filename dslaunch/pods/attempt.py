@@ -25,9 +25,10 @@ from dslaunch.pods import messages
 from dslaunch.wire_check import Malformed
 
 Relay = Callable[[wire.Event, int], None]  # an event to every pod of the attempt but one node rank's
-# Failed ranks relayed to every pod in one attempt: enough for each pod's root cause (job/state.py orders failures,
-# a rank that failed on its own before one whose peer went away); past it, a job-wide failure (every rank's NCCL
-# timeout) would cost N x 8 x (N - 1) sealed lines (2 billion at 16,384 pods). docs/scale.md.
+# Failed ranks and lost pods relayed to every pod in one attempt: enough for each pod's root cause (job/state.py
+# orders failures, a rank that failed on its own before one whose peer went away); past it, a job-wide failure
+# (every rank's NCCL timeout, thousands of pods cut off) would cost N x 8 x (N - 1) sealed lines (2 billion at
+# 16,384 pods). docs/scale.md.
 MAX_RELAYED_FAILURES = 32
 
 
@@ -82,13 +83,14 @@ class AttemptPods:
 
     def pass_on(self, event: wire.Event, source: int) -> None:
         """``event`` of node ``source`` to every other pod, if it changes what they do: a lost pod, and a rank that
-        failed on its own (the attempt's first ``MAX_RELAYED_FAILURES``). A rank that exited 0 or that its agent
-        stopped changes no pod's decision (``JobState._on_exit``), and relaying every one made an attempt's end
-        O(pods^2): each pod's summary counts its own ranks' exits, the coordinator's the job's."""
-        if isinstance(event, wire.RankExit):
-            if not event.failed or event.by_agent or self._failures_relayed >= MAX_RELAYED_FAILURES:
-                return
-            self._failures_relayed += 1
+        failed on its own (the attempt's first ``MAX_RELAYED_FAILURES`` of the two). A rank that exited 0 or that
+        its agent stopped changes no pod's decision (``JobState._on_exit``), and relaying every one made an
+        attempt's end O(pods^2): each pod's summary counts its own ranks' exits, the coordinator's the job's."""
+        if isinstance(event, wire.RankExit) and (not event.failed or event.by_agent):
+            return
+        if self._failures_relayed >= MAX_RELAYED_FAILURES:
+            return  # the job stops on the first: thousands of pods lost at once cost no O(pods^2) storm either
+        self._failures_relayed += 1
         self.send_all(messages.encoded(event), source)
 
     def send_all(self, data: bytes, source: int = -1) -> None:
