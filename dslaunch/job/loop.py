@@ -116,16 +116,19 @@ def supervise(
 def _pump(index: int, handle: AgentHandle, inbox: Inbox, lane: lanes.OutputLane, console: RemoteConsole | None) -> None:
     try:
         for line in handle.lines():
-            event = wire.decode(line)
-            if event is None:
-                if console is None:
-                    lane.put(line)
-                else:
-                    console.put(lane, line)
-            else:
-                if console is not None and isinstance(event, wire.RankExit) and event.failed:
-                    console.flush_out(lane)
-                inbox.put((index, event))
+            if isinstance(line, str):
+                event = wire.decode(line)
+                if event is None:
+                    if console is None:
+                        lane.put(line)
+                    else:
+                        console.put(lane, line)
+                    continue
+            else:  # decoded and checked by its handle
+                event = line
+            if console is not None and isinstance(event, wire.RankExit) and event.failed:
+                console.flush_out(lane)
+            inbox.put((index, event))
     finally:
         lane.close()
         inbox.put((index, None))

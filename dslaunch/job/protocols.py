@@ -16,6 +16,7 @@ from dslaunch.plan import LaunchPlan
 
 if TYPE_CHECKING:
     from dslaunch.observe.session import Observer
+    from dslaunch.wire import Event
 
 # By node rank: a command's (exit status, None where the node gave no answer; stdout; stderr) on that node.
 NodeAnswers = dict[int, tuple[int | None, str, str]]
@@ -65,9 +66,10 @@ class AgentHandle(Protocol):
         node's: ``runners/mpi.MpiJob``)."""
         return (self.node_rank,)
 
-    def lines(self) -> Iterator[str]:
+    def lines(self) -> Iterator[str | Event]:
         """The agent's stream until it closes, in whole lines (newlines kept): an event line alone,
-        output lines one or more at a time (``wire.split_events``)."""
+        output lines one or more at a time (``wire.split_events``); or an event its handle has decoded and checked
+        already (``pods/attempt.py``: 131,072 ranks' events at 16,384 pods, each encoded again and decoded again)."""
 
     def stop(self) -> None:
         """Ask the agent to tear its node down (idempotent)."""

@@ -15,7 +15,7 @@ import threading
 from dslaunch import wire
 from dslaunch.output.collapse import DEFAULT, STACKS_PAUSE, Collapsed, Collapser, Limits, is_flood, prefix_of
 from dslaunch.output.prefix import output_prefix
-from dslaunch.plan import LaunchPlan
+from dslaunch.plan import LaunchPlan, NodePlan
 
 _LONGEST_PREFIX = 300  # a host name is at most 253 characters
 
@@ -24,8 +24,9 @@ class LineCollapse:
     """Thread-safe: whole lines (``str``, each ending with a newline) in, what prints now out."""
 
     def __init__(self, plan: LaunchPlan, limits: Limits = DEFAULT) -> None:
+        shown = _shown(plan)
         self.sources = {
-            output_prefix(plan, node, i): (rank, node.host) for node in plan.nodes for i, rank in enumerate(node.ranks)
+            output_prefix(plan, node, i): (rank, node.host) for node in shown for i, rank in enumerate(node.ranks)
         }
         self.with_host = len(plan.nodes) > 1
         self.core: Collapser[str] = Collapser(limits)
@@ -103,3 +104,12 @@ def without_flush_lines(text: str) -> str:
     if wire.FLUSH_LINE not in text:
         return text
     return "".join(line for line in text.splitlines(keepends=True) if line.rstrip("\n") != wire.FLUSH_LINE)
+
+
+def _shown(plan: LaunchPlan) -> tuple[NodePlan, ...]:
+    """The nodes whose lines this launcher's console shows: a pod's launcher its own alone (each pod writes its
+    own console: 131,072 prefixes an attempt at 16,384 pods of 8 ranks were made for nothing)."""
+    if not plan.transport.console_per_node:
+        return plan.nodes
+    own = plan.manual_node or 0
+    return tuple(node for node in plan.nodes if node.node_rank == own)

@@ -104,7 +104,7 @@ class AttemptPods:
             pod.link.close()
 
     # ---- supervise's reader thread -----------------------------------------------------------------------------
-    def lines(self) -> Iterator[str]:
+    def lines(self) -> Iterator[str | wire.Event]:
         try:
             while self._left:
                 index, payload = self._inbox.get()
@@ -114,7 +114,8 @@ class AttemptPods:
         finally:
             self._ended.set()
 
-    def _take(self, pod: Pod, payload: bytes | None) -> list[str]:
+    def _take(self, pod: Pod, payload: bytes | None) -> list[wire.Event]:
+        """What a pod's line (None: its link's end) means for the job: the events checked, none encoded again."""
         if payload is None:
             return self._lost(pod, lost_why(pod.link.why, "its launcher", pod.link.detail))
         line = payload.decode("utf-8", "replace") + "\n"
@@ -131,16 +132,16 @@ class AttemptPods:
             self._over(pod)
             left = left_by_signal(event, pod.failed_rank or self._asked_to_stop, pod.host)
             if left is None:
-                return [line]
+                return [event]
             self.relay(left, pod.node_rank)
-            return [wire.encode(left), line]
-        return [wire.encode(event)]  # one of messages.POD_EVENTS, re-encoded from what was checked
+            return [left, event]
+        return [event]  # one of messages.POD_EVENTS, as checked
 
-    def _lost(self, pod: Pod, why: str) -> list[str]:
+    def _lost(self, pod: Pod, why: str) -> list[wire.Event]:
         self._over(pod)
         lost = wire.NodeLost(pod.node_rank, pod.host, None, why)
         self.relay(lost, pod.node_rank)
-        return [wire.encode(lost)]
+        return [lost]
 
     def _over(self, pod: Pod) -> None:
         pod.over = True

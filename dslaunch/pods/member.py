@@ -240,11 +240,11 @@ class Forwarding(AgentHandle):
         self.asked_to_stop = False
         self.failed_rank = False
 
-    def lines(self) -> Iterator[str]:
+    def lines(self) -> Iterator[str | wire.Event]:
         from dslaunch.pods.attempt import left_by_signal
 
         for line in self.agent.lines():
-            event = wire.decode(line)
+            event = wire.decode(line) if isinstance(line, str) else line
             if isinstance(event, wire.RankExit):
                 self.failed_rank |= event.failed and not event.by_agent
                 self.send(event)
