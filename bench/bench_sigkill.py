@@ -52,14 +52,14 @@ def _carrying(run_id: str) -> list[int]:
     return found
 
 
-def _where(runner: str, cluster: SshCluster) -> list[str]:
-    if runner == "local":
+def _where(runner: str, cluster: SshCluster | None) -> list[str]:
+    if runner == "local" or cluster is None:
         return ["--nproc-per-node", "2", "--master-port", "0"]
     hosts = cluster.hostfile(["node1", "node2"], 2, name=f"hosts-{uuid.uuid4().hex[:6]}")
     return ["--hostfile", str(hosts), "--launcher", runner, "--ssh-config", str(cluster.config)]
 
 
-def one_round(runner: str, cluster: SshCluster) -> float | None:
+def one_round(runner: str, cluster: SshCluster | None) -> float | None:
     """Seconds from the SIGKILL to nothing left; None when something was left at ``LIMIT``."""
     run_id = f"bsk{runner}{uuid.uuid4().hex[:8]}"
     world = 2 if runner == "local" else 4
@@ -100,7 +100,7 @@ def main() -> None:
     times: dict[str, list[float]] = {r: [] for r in runners}
     left = dict.fromkeys(runners, 0)
     loads = []
-    cluster = start_cluster()
+    cluster = start_cluster() if set(runners) - {"local"} else None
     try:
         for _ in range(args.rounds):
             for runner in runners:
@@ -111,7 +111,8 @@ def main() -> None:
                 else:
                     times[runner].append(took)
     finally:
-        cluster.stop()
+        if cluster is not None:
+            cluster.stop()
     lines = [
         f"{args.rounds} rounds per runner, interleaved; load average {min(loads):.0f}-{max(loads):.0f} on "
         f"{os.cpu_count()} cores (`python -m bench.bench_sigkill --rounds {args.rounds}`)",

@@ -196,3 +196,28 @@ def test_the_formula_reader_takes_arithmetic_only() -> None:
         evaluate("__import__('os').getpid()", {"job_id": 1})
     with pytest.raises(ValueError, match="not arithmetic"):
         evaluate("job_id ** 2", {"job_id": 1})
+
+
+KUBERNETES = ROOT / "docs" / "kubernetes.md"
+
+
+def _figure(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def test_the_doors_bounds_and_the_relay_budget_are_the_codes() -> None:
+    """docs/kubernetes.md said 256 pending and 64 proven connections for two rounds after the code had 4,096 and
+    32,768: the figures it gives are read back and compared."""
+    from dslaunch.channel import door
+    from dslaunch.pods import attempt
+
+    text = _read(KUBERNETES)
+    pending = re.search(
+        r"At most ([\d,]+) connections that have not sent a valid hello wait \(`channel/door.py::MAX_PENDING`", text
+    )
+    proven = re.search(r"into the ([\d,]+) that owe an answer \(`MAX_PROVEN`", text)
+    relayed = re.search(r"\(the first ([\d,]+) of\nan attempt, `pods/attempt.py::MAX_RELAYED_FAILURES`", text)
+    assert pending and proven and relayed, "docs/kubernetes.md no longer states the door's bounds and the relay budget"
+    assert _figure(pending[1]) == door.MAX_PENDING
+    assert _figure(proven[1]) == door.MAX_PROVEN
+    assert _figure(relayed[1]) == attempt.MAX_RELAYED_FAILURES
