@@ -73,6 +73,8 @@ class Client:
         self.started: dict[int, float] = {}
         self.standby: dict[int, float] = {}
         self.lost: dict[tuple[int, int], float] = {}  # (attempt, node rank) -> when it was heard lost
+        self.lost_late = 0  # losses read with a later line: the kernel's time is that line's (docs/scale.md)
+        self.more_in_read = False
         self.relays = 0
         self.stop_at: tuple[int, float] | None = None
         self.gave_up = ""
@@ -227,12 +229,38 @@ class Client:
 
     def _read(self, now: float) -> None:
         assert self.sock is not None
+        if self.state == RUNNING and self.role == "pod" and not self.silent:
+            try:
+                waiting = self.sock.recv(_RECV, socket.MSG_PEEK)
+            except BlockingIOError:
+                return
+            except OSError:
+                waiting = b""
+            if waiting.count(b"\n") > 1:  # lines this loop was slow to read: each its own arrival time
+                self._read_apart(waiting, now)
+                return
         try:
             data, ancillary, _flags, _addr = self.sock.recvmsg(_RECV, _ANCILLARY)
         except BlockingIOError:
             return
         except OSError:
             data, ancillary = b"", []
+        self._take(data, ancillary, now)
+
+    def _read_apart(self, waiting: bytes, now: float) -> None:
+        """Read what waits one line at a time: a read's arrival time is that of its last bytes, so a line read
+        with the next (a heartbeat up to 1 s later) took the later one's time (``lost_late``)."""
+        assert self.sock is not None
+        start = 0
+        while self.state == RUNNING and (cut := waiting.find(b"\n", start)) >= 0:
+            try:
+                data, ancillary, _flags, _addr = self.sock.recvmsg(cut + 1 - start, _ANCILLARY)
+            except OSError:
+                return
+            start = cut + 1
+            self._take(data, ancillary, now)
+
+    def _take(self, data: bytes, ancillary: list[tuple[int, int, bytes]], now: float) -> None:
         arrived = now
         for _level, kind, stamp in ancillary:  # when the last of these bytes reached the socket (kernel's clock)
             if kind == _SO_TIMESTAMPNS and len(stamp) >= 16:
@@ -324,6 +352,7 @@ class Client:
                 self._ended(now, "forged")
                 return
             if payload != HB:
+                self.more_in_read = buf.find(b"\n", pos) >= 0  # ``now`` is then a later line's arrival
                 self._message(payload, now)
         if self.state not in (JOINED, RUNNING):
             return
@@ -435,6 +464,7 @@ class Client:
         if b'"ev":"lost"' in payload[: len(_MARK) + 12]:  # a rank's exit is only counted
             obj = json.loads(payload[len(_MARK) :])
             self.lost.setdefault((self.attempt, obj["node_rank"]), now)
+            self.lost_late += self.more_in_read  # its time is a later line's (a heartbeat's, up to 1 s on)
 
     def _control(self, payload: bytes, now: float) -> None:
         try:

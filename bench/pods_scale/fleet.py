@@ -68,8 +68,10 @@ class Fleet:
                     total[name] = total.get(name, 0) + value
         return total
 
-    def act(self, op: str, idx: Iterable[int]) -> None:
-        self.call(op, idx=list(idx))
+    def act(self, op: str, idx: Iterable[int]) -> float | None:
+        """Tell the pods of ``idx`` to ``op``; when the last of them did it (monotonic), None if none is ours."""
+        done = [t for t in self.call(op, idx=list(idx)) if isinstance(t, float)]
+        return max(done) if done else None
 
     def close(self) -> None:
         for conn in self.conns:

@@ -160,7 +160,7 @@ def _lose(sim: Sim, how: str, name: str, wait: float) -> tuple[float, float] | N
     others = [p for p in sim.live() if p != victim]
     cpu0 = _cpu(sim)
     t0 = time.monotonic()
-    sim.fleet.act(how, [victim])
+    t0 = sim.fleet.act(how, [victim]) or t0  # from when its worker did it (a busy worker is behind the ask)
 
     def told() -> list[float]:
         got = sim.fleet.query("lost", (attempt, node))
@@ -287,7 +287,7 @@ def standby(sim: Sim, wait: float) -> None:
     started = sim.fleet.query("started", 0)
     victim = next(p for p in pods if started.get(p) is not None)
     t0 = time.monotonic()
-    sim.fleet.act("drop", [victim])
+    t0 = sim.fleet.act("drop", [victim]) or t0
     sim.gone.add(victim)
     next_attempt(sim, t0, "standby")
 

@@ -100,8 +100,10 @@ class Worker:
             for client in self.clients.values():
                 client.start(now, cmd.get("spread", 0.0) * ((client.idx * 0.618034) % 1.0))
         elif op in ("drop", "silence", "revive"):
-            for client in (self.clients[i] for i in cmd["idx"] if i in self.clients):
+            mine = [self.clients[i] for i in cmd["idx"] if i in self.clients]
+            for client in mine:
                 client.drop() if op == "drop" else client.go_silent() if op == "silence" else client.revive(now)
+            reply = now if mine else None  # when it was done: this worker may be seconds behind the ask
         elif op == "propose":
             self.cfg["proposing"] = True
             for client in self.clients.values():
@@ -142,6 +144,7 @@ class Worker:
             "ends": ends,
             "coordinator_lost": sum(len(c.coordinator_lost) for c in cs),
             "lost_heard": Counter(n for c in cs for _a, n in c.lost),
+            "lost_read_late": sum(c.lost_late for c in cs),
             "relays": sum(c.relays for c in cs),
             "tries": sum(c.tries for c in cs),
         }

@@ -126,8 +126,8 @@ def _pump(index: int, handle: AgentHandle, inbox: Inbox, lane: lanes.OutputLane,
                     continue
             else:  # decoded and checked by its handle
                 event = line
-            if console is not None and isinstance(event, wire.RankExit) and event.failed:
-                console.flush_out(lane)
+            if console is not None and isinstance(event, wire.RankExit) and event.failed and not event.by_agent:
+                console.flush_out(lane)  # not for each rank a teardown stops: 131,072 at 16,384 pods
             inbox.put((index, event))
     finally:
         lane.close()
@@ -152,15 +152,19 @@ def _drive(
     say: Saying,
     console: RemoteConsole | None,
 ) -> Outcome:
+    next_tick = 0.0
     while True:
         while caught:
             _execute(state.on_signal(caught.pop(0), time.monotonic()), handles, say, console)
-        outcome = _execute(state.tick(time.monotonic()), handles, say, console)
+        now = time.monotonic()
+        outcome = _execute(state.tick(now), handles, say, console)
         if outcome is not None:  # every stream has closed
             break
-        if console is not None:
-            console.tick(time.monotonic())
-        observer.tick(time.monotonic())
+        if now >= next_tick:  # the console's windows and the observer, every POLL (not at each of a storm's events)
+            next_tick = now + POLL
+            if console is not None:
+                console.tick(now)
+            observer.tick(now)
         if state.stopping and out.stalled(STALL):
             out.abandon()  # let the reader threads drain the agents' streams
         try:
