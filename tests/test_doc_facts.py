@@ -216,7 +216,7 @@ def test_the_doors_bounds_and_the_relay_budget_are_the_codes() -> None:
         r"At most ([\d,]+) connections that have not sent a valid hello wait \(`channel/door.py::MAX_PENDING`", text
     )
     proven = re.search(r"into the ([\d,]+) that owe an answer \(`MAX_PROVEN`", text)
-    relayed = re.search(r"\(the first ([\d,]+) of\nan attempt, `pods/attempt.py::MAX_RELAYED_FAILURES`", text)
+    relayed = re.search(r"\(the first ([\d,]+) of\s+an attempt, `pods/attempt.py::MAX_RELAYED_FAILURES`", text)
     assert pending and proven and relayed, "docs/kubernetes.md no longer states the door's bounds and the relay budget"
     assert _figure(pending[1]) == door.MAX_PENDING
     assert _figure(proven[1]) == door.MAX_PROVEN

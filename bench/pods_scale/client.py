@@ -73,8 +73,6 @@ class Client:
         self.started: dict[int, float] = {}
         self.standby: dict[int, float] = {}
         self.lost: dict[tuple[int, int], float] = {}  # (attempt, node rank) -> when it was heard lost
-        self.lost_late = 0  # losses read with a later line: the kernel's time is that line's (docs/scale.md)
-        self.more_in_read = False
         self.relays = 0
         self.stop_at: tuple[int, float] | None = None
         self.gave_up = ""
@@ -249,7 +247,7 @@ class Client:
 
     def _read_apart(self, waiting: bytes, now: float) -> None:
         """Read what waits one line at a time: a read's arrival time is that of its last bytes, so a line read
-        with the next (a heartbeat up to 1 s later) took the later one's time (``lost_late``)."""
+        with the next (a heartbeat up to 1 s later) took the later one's time."""
         assert self.sock is not None
         start = 0
         while self.state == RUNNING and (cut := waiting.find(b"\n", start)) >= 0:
@@ -352,7 +350,6 @@ class Client:
                 self._ended(now, "forged")
                 return
             if payload != HB:
-                self.more_in_read = buf.find(b"\n", pos) >= 0  # ``now`` is then a later line's arrival
                 self._message(payload, now)
         if self.state not in (JOINED, RUNNING):
             return
@@ -464,7 +461,6 @@ class Client:
         if b'"ev":"lost"' in payload[: len(_MARK) + 12]:  # a rank's exit is only counted
             obj = json.loads(payload[len(_MARK) :])
             self.lost.setdefault((self.attempt, obj["node_rank"]), now)
-            self.lost_late += self.more_in_read  # its time is a later line's (a heartbeat's, up to 1 s on)
 
     def _control(self, payload: bytes, now: float) -> None:
         try:

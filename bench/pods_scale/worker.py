@@ -144,7 +144,6 @@ class Worker:
             "ends": ends,
             "coordinator_lost": sum(len(c.coordinator_lost) for c in cs),
             "lost_heard": Counter(n for c in cs for _a, n in c.lost),
-            "lost_read_late": sum(c.lost_late for c in cs),
             "relays": sum(c.relays for c in cs),
             "tries": sum(c.tries for c in cs),
         }
