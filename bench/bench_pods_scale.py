@@ -51,6 +51,7 @@ from bench.pods_scale import channels, scenarios
 from bench.pods_scale.coordinator import Coordinator, Job, free_port_pair, load_average
 from bench.pods_scale.fleet import Fleet
 from bench.pods_scale.worker import raise_nofile
+from dslaunch.channel.link import server_silent
 
 ROOT = Path(__file__).resolve().parents[1]
 POD_SCENARIOS = ("join", "quiet", "drop", "silent", "restart", "stop")
@@ -67,6 +68,7 @@ def _sim(job: Job, folder: Path, args: argparse.Namespace, members: list[tuple[i
     cfg: dict[str, Any] = {"address": job.address, "key": SECRET.encode(), "run_id": job.run_id, "shape": job.shape()}
     cfg.update(ranks_per_pod=job.ranks, max_restarts=job.max_restarts, check=args.check, join_timeout=job.join_timeout)
     cfg["step_time"] = args.step_time
+    cfg["silent"] = server_silent(job.pods)  # how long a pod waits for the coordinator (pods/member.join)
     workers = args.workers or max(2, -(-len(members) // 4096))
     fleet = Fleet(workers, cfg)
     fleet.add("pod", args.pod_dialect, members)

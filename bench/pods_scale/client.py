@@ -67,6 +67,7 @@ class Client:
         self.wait = dialect.retry[0]
         self.last_heard = 0.0
         self.silent = False
+        self.fetched: list[tuple[bytes, list[tuple[int, int, bytes]]]] | None = None  # read, not yet acted on
         self.stopping: int | None = None  # the requested stop's signal, once asked
         # what the benchmark reads (worker.py's queries)
         self.joined_at: list[float] = []
@@ -122,6 +123,13 @@ class Client:
         self.deadline = now + after + self.loop.cfg["join_timeout"]
         self.loop.at(now + after, self, "try", self.gen)
 
+    def fetch(self, mask: int) -> None:
+        """A worker's first pass over its ready sockets: what waits is read before any pod acts on its lines, so
+        that a line is not left unread while the worker sends (TCP merges an unread line with the next one to come,
+        arrival time included: a line read seconds late took the time of the one after it)."""
+        if mask & 1 and self.state != CONNECTING and self.sock is not None:
+            self.fetched = self._reads()
+
     def ready(self, mask: int, now: float) -> None:
         if self.state == CONNECTING:
             self._connected(now)
@@ -129,7 +137,9 @@ class Client:
         if mask & 2 and self.out:
             self._flush()
         if mask & 1 and self.sock is not None:
-            self._read(now)
+            got, self.fetched = (self.fetched if self.fetched is not None else self._reads()), None
+            for data, ancillary in got:
+                self._take(data, ancillary, now)
 
     def timer(self, kind: str, gen: int, now: float) -> None:
         if gen != self.gen:
@@ -225,38 +235,39 @@ class Client:
         seal = self.seal
         self._send(b"".join(seal.seal(p) if seal is not None else p + b"\n" for p in payloads))
 
-    def _read(self, now: float) -> None:
+    def _reads(self) -> list[tuple[bytes, list[tuple[int, int, bytes]]]]:
+        """What waits in the socket, each read with the kernel's arrival time (``_take`` acts on them)."""
         assert self.sock is not None
         if self.state == RUNNING and self.role == "pod" and not self.silent:
             try:
                 waiting = self.sock.recv(_RECV, socket.MSG_PEEK)
             except BlockingIOError:
-                return
+                return []
             except OSError:
                 waiting = b""
             if waiting.count(b"\n") > 1:  # lines this loop was slow to read: each its own arrival time
-                self._read_apart(waiting, now)
-                return
+                return self._read_apart(waiting)
         try:
             data, ancillary, _flags, _addr = self.sock.recvmsg(_RECV, _ANCILLARY)
         except BlockingIOError:
-            return
+            return []
         except OSError:
             data, ancillary = b"", []
-        self._take(data, ancillary, now)
+        return [(data, ancillary)]
 
-    def _read_apart(self, waiting: bytes, now: float) -> None:
+    def _read_apart(self, waiting: bytes) -> list[tuple[bytes, list[tuple[int, int, bytes]]]]:
         """Read what waits one line at a time: a read's arrival time is that of its last bytes, so a line read
         with the next (a heartbeat up to 1 s later) took the later one's time."""
         assert self.sock is not None
-        start = 0
-        while self.state == RUNNING and (cut := waiting.find(b"\n", start)) >= 0:
+        start, got = 0, []
+        while (cut := waiting.find(b"\n", start)) >= 0:
             try:
                 data, ancillary, _flags, _addr = self.sock.recvmsg(cut + 1 - start, _ANCILLARY)
             except OSError:
-                return
+                break
             start = cut + 1
-            self._take(data, ancillary, now)
+            got.append((data, ancillary))
+        return got
 
     def _take(self, data: bytes, ancillary: list[tuple[int, int, bytes]], now: float) -> None:
         arrived = now
@@ -358,9 +369,11 @@ class Client:
             self._ended(now, "oversized")
 
     def check_silence(self, now: float) -> None:
-        """Nothing heard for ``SILENT``: the link ends, as a real link's read times out. Bytes waiting unread in
-        the socket count as heard: a real pod reads on a thread of its own, this loop may be behind."""
-        if self.unseal is None or self.state not in (JOINED, RUNNING) or now - self.last_heard <= SILENT:
+        """Nothing heard for ``link.server_silent`` (``SILENT`` up to 8,192 pods): the link ends, as a real link's
+        read times out. Bytes waiting unread in the socket count as heard: a real pod reads on a thread of its own,
+        this loop may be behind."""
+        silent = self.loop.cfg.get("silent", SILENT)
+        if self.unseal is None or self.state not in (JOINED, RUNNING) or now - self.last_heard <= silent:
             return
         assert self.sock is not None
         try:

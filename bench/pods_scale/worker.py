@@ -73,11 +73,16 @@ class Worker:
             now = time.monotonic()
             self.offset = time.time() - now
             wait = min(next_sweep, self.timers[0][0] if self.timers else next_sweep) - now
-            for key, mask in self.sel.select(max(0.0, min(wait, 0.05))):
+            ready = self.sel.select(max(0.0, min(wait, 0.05)))
+            for key, mask in ready:  # every ready pod's lines read first, each with its arrival time (Client.fetch)
+                if key.data is not None:
+                    key.data.fetch(mask)
+            for key, mask in ready:
                 if key.data is None:
                     self._command(self.conn.recv())
                 else:
                     key.data.ready(mask, time.monotonic())
+                    key.data.fetched = None  # a pod dropped meanwhile: what it read is gone with it
             now = time.monotonic()
             while self.timers and self.timers[0][0] <= now:
                 _when, _seq, client, kind, gen = heapq.heappop(self.timers)

@@ -24,6 +24,7 @@ from dslaunch import wire
 from dslaunch.channel import admit, handshake
 from dslaunch.channel.door import Door
 from dslaunch.channel.event_loop import Loop
+from dslaunch.channel.link import server_beat
 from dslaunch.channel.listener import more_open_files, open_server
 from dslaunch.channel.loop_link import LinkClock, LoopLink
 from dslaunch.pods import assign
@@ -34,6 +35,7 @@ from dslaunch.pods.shape import mismatch
 __all__ = ["Coordinator", "left_by_signal", "lost_why"]
 
 END_DRAIN = 2.0  # how long the coordinator waits for the pods to take the end of an attempt
+PACE = 0.005  # the loop looks at its sockets at most every 5 ms: 16,384 pods' heartbeats in 200 turns a second
 MAX_HELD = 16  # lines a pod may send before its attempt starts (none is expected); more: it is refused
 
 
@@ -49,8 +51,8 @@ class Coordinator:
         self.current: AttemptPods | None = None
         self.attempt = 0  # the attempt running, or last run
         self.seen = -1  # the latest attempt a joining pod took part in (a recreated coordinator goes on from it)
-        self.loop = Loop("pods coordinator")
-        self.clock = LinkClock(self.loop)
+        self.loop = Loop("pods coordinator", pace=PACE)
+        self.clock = LinkClock(self.loop, beat=server_beat(shape.nnodes_max))
         self._holders: dict[int, LoopLink] = {}  # a fixed job's node ranks: the link of the pod that joined as it
         self._held: dict[LoopLink, list[bytes]] = {}  # lines pods sent before their attempt started (the loop's)
         self._joins = 0
@@ -216,7 +218,8 @@ class Coordinator:
             if why is None:
                 welcome = handshake.welcome(self.key, self.run_id, server_nonce, joiner.nonce)
                 to_pod, from_pod = handshake.session_keys(self.key, self.run_id, server_nonce, joiner.nonce)
-                link = LoopLink(self.clock, conn, joiner.host, (to_pod, from_pod), pending=rest, greeting=welcome)
+                keys = (to_pod, from_pod)
+                link = LoopLink(self.clock, conn, joiner.host, keys, pending=rest, greeting=welcome, long_lines=True)
                 link.on_line = self._before_start
                 link.on_end = self._gone
                 self._joins += 1

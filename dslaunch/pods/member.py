@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from dslaunch import wire
 from dslaunch.channel.dial import dial
-from dslaunch.channel.link import Link
+from dslaunch.channel.link import Link, server_silent
 from dslaunch.job.protocols import AgentHandle
 from dslaunch.pods import messages
 from dslaunch.wire_check import Malformed
@@ -71,11 +71,14 @@ def join(
     deadline: float,
     stopped: list[int],
     shape: Mapping[str, str] | None = None,
+    pods: int = 1,
 ) -> Joined | Ended | Orphaned | str:
     """This pod (``me``: node rank, host, last attempt taken part in; ``shape``: what it was given that every pod
-    must agree on, pods/shape.py) in the coordinator's next attempt, or why not."""
+    must agree on, pods/shape.py) in the coordinator's next attempt, or why not. ``pods``: the job's pods at most,
+    which sets how often the coordinator beats (``link.server_silent``)."""
     got = dial([address], (key, run_id, me, shape), deadline, stopped=lambda: bool(stopped))
     if isinstance(got, Link):
+        got.allow_silence(server_silent(pods))
         return _wait_for_start(got, deadline, stopped)
     if stopped:
         return "stopped by a signal while joining"

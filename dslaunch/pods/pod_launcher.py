@@ -189,13 +189,21 @@ class PodLauncher:
         key = self.job_key(plan)
         with stop_signals_caught() as caught:
             given, timeout = of_plan(plan), plan.pods.join_timeout
+            pods = plan.pods.nnodes_max or len(plan.nodes)  # as the coordinator's Shape counts them
             joined = join(
-                address, key, plan.run_id, me, deadline=time.monotonic() + timeout, stopped=caught, shape=given
+                address,
+                key,
+                plan.run_id,
+                me,
+                deadline=time.monotonic() + timeout,
+                stopped=caught,
+                shape=given,
+                pods=pods,
             )
             while isinstance(joined, Orphaned) and not caught:  # a standby keeps standing by for the job
                 _say(f"dslaunch: {joined.why}; joining again (up to {timeout:g} s)")
                 deadline = time.monotonic() + timeout
-                joined = join(address, key, plan.run_id, me, deadline=deadline, stopped=caught, shape=given)
+                joined = join(address, key, plan.run_id, me, deadline=deadline, stopped=caught, shape=given, pods=pods)
         if caught or isinstance(joined, Orphaned):
             return stopped(128 + caught[0], "stopped while joining the job")
         if isinstance(joined, Ended):

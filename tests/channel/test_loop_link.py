@@ -38,10 +38,20 @@ class Served:
         assert done.wait(5), "the loop is blocked"
         return got[0]
 
-    def link(self, n: int, *, sealed: bool = True) -> tuple[LoopLink, socket.socket]:
-        """Link ``n``'s coordinator end, served, and the raw socket of its pod end."""
-        here, there = socket.socketpair()
-        link = LoopLink(self.clock, here, f"pod-{n}", (KEYS[0], KEYS[1]) if sealed else None)
+    def link(
+        self,
+        n: int,
+        *,
+        sealed: bool = True,
+        tcp: bool = False,
+        long_lines: bool = False,
+        clock: LinkClock | None = None,
+    ) -> tuple[LoopLink, socket.socket]:
+        """Link ``n``'s coordinator end, served, and the raw socket of its pod end (``tcp``: over loopback TCP, as
+        the pods' links; else a socket pair)."""
+        here, there = _tcp_pair() if tcp else socket.socketpair()
+        keys = (KEYS[0], KEYS[1]) if sealed else None
+        link = LoopLink(clock or self.clock, here, f"pod-{n}", keys, long_lines=long_lines)
         self.heard[n] = []
         link.on_line = lambda _link, payload: self.heard[n].append(payload)
         link.on_end = lambda done: self.ended.__setitem__(n, done.why)
@@ -55,6 +65,13 @@ class Served:
                 return False
             time.sleep(0.01)
         return True
+
+
+def _tcp_pair() -> tuple[socket.socket, socket.socket]:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        there = socket.create_connection(server.getsockname())
+        here, _addr = server.accept()
+    return here, there
 
 
 @pytest.fixture
@@ -218,3 +235,64 @@ def test_a_line_waiting_unread_is_no_silence_when_the_loop_is_behind(served: Ser
 
     served.run(clock_looks)
     assert 1 not in served.ended and served.heard[1] == [b'{"t":"late"}']
+
+
+def test_a_lone_heartbeat_waits_for_the_next_line_on_a_link_of_long_lines(served: Served) -> None:
+    """Linux: a link whose peer sends nothing shorter than a heartbeat is woken for two heartbeats, or one event, never
+    for one heartbeat (half the reads of a quiet coordinator); a link of any lines reads each at once."""
+    paired, paired_end = served.link(1, tcp=True, long_lines=True)
+    each, each_end = served.link(2, tcp=True)
+    began = paired.last_heard
+    pod_seal = Sealer(KEYS[1])
+    for end in (paired_end, each_end):
+        end.sendall(Sealer(KEYS[1]).seal(b'{"t":"hb"}'))
+    assert served.wait_for(lambda: each.last_heard > began, 2)
+    time.sleep(0.3)
+    assert paired.last_heard == began  # the lone heartbeat waits in the socket
+    pod_seal.seal(b'{"t":"hb"}')  # the pod's count past the heartbeat it sent
+    paired_end.sendall(pod_seal.seal(b'{"t":"exit","rank":3}'))
+    assert served.wait_for(lambda: served.heard[1] == [b'{"t":"exit","rank":3}'], 2), served.heard[1]
+    assert paired.last_heard > began and not served.ended
+
+
+def test_a_silent_link_of_long_lines_is_dated_by_when_its_last_heartbeat_came(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its last heartbeat waits unread (one, under the low-water mark): the clock reads it when the link seems silent
+    and takes the kernel's arrival time, not the read's, so the silence is noticed SILENT after the beat came."""
+    monkeypatch.setattr(loop_link_mod, "SILENT", 1.0)  # the clock reads its own binding
+    _link, pod = served.link(1, tcp=True, long_lines=True)
+    time.sleep(0.5)
+    pod.sendall(Sealer(KEYS[1]).seal(b'{"t":"hb"}'))
+    sent = time.monotonic()
+    assert served.wait_for(lambda: 1 in served.ended, 5)
+    took = time.monotonic() - sent
+    assert served.ended[1] == "silent" and 1.0 <= took <= 1.0 + link_mod.HEARTBEAT / 2 + 0.3, took
+
+
+def test_a_clock_of_a_slower_beat_sends_fewer_heartbeats(served: Served) -> None:
+    """A server with more than ``BEAT_SHARE`` peers beats less often (``link.server_beat``); its silence bound for
+    them is unchanged."""
+    slow = LinkClock(served.loop, beat=link_mod.server_beat(2 * link_mod.BEAT_SHARE))
+    _fast, fast_end = served.link(1, sealed=False)
+    _slow, slow_end = served.link(2, sealed=False, clock=slow)
+    heard: dict[str, list[bytes]] = {}
+    readers = [
+        threading.Thread(target=lambda k=k, s=s: heard.__setitem__(k, _read_lines(s, 4.4)))
+        for k, s in (("fast", fast_end), ("slow", slow_end))
+    ]
+    for t in readers:
+        t.start()
+    for t in readers:
+        t.join()
+    served.run(slow.stop)
+    assert 3 <= len(heard["fast"]) <= 5 and 1 <= len(heard["slow"]) <= 2, heard
+
+
+@pytest.mark.parametrize(
+    ("peers", "beat", "silent"), [(1, 1.0, 4.0), (8192, 1.0, 4.0), (12288, 1.5, 6.0), (16384, 2.0, 8.0)]
+)
+def test_a_server_beats_slower_past_its_share_of_peers_and_they_wait_as_many_beats(
+    peers: int, beat: float, silent: float
+) -> None:
+    assert (link_mod.server_beat(peers), link_mod.server_silent(peers)) == (beat, silent)

@@ -233,3 +233,33 @@ def test_500_pods_join_at_once_on_one_connection_each_with_no_thread_per_pod() -
         assert isinstance(lost, wire.NodeLost) and lost.node_rank == 8, got[:1]
     finally:
         coordinator.close(0)
+
+
+def test_past_8192_pods_the_coordinator_beats_slower_and_its_pods_wait_as_many_beats() -> None:
+    """At 16,384 pods the coordinator sends an idle pod a heartbeat every 2 s (``link.server_beat``: its sends were
+    most of its quiet CPU) and a pod waits 8 s, 4 of its beats, as it waits 4 s for one each second up to 8,192;
+    the coordinator still takes 4 s of a pod's silence as a loss."""
+    port = free_port_pair()
+    coordinator = Coordinator(KEY, RUN, Shape(2, 16384, fixed=False, last_call=0.1))
+    coordinator.listen(port)
+    try:
+        pool = ThreadPoolExecutor(1)
+        pod = pool.submit(
+            join,
+            ("127.0.0.1", port),
+            KEY,
+            RUN,
+            (-1, "pod-1", -1),
+            deadline=time.monotonic() + 15,
+            stopped=[],
+            pods=16384,
+        )
+        pool.shutdown(wait=False)
+        assert coordinator.gather(time.monotonic() + 10, [])
+        coordinator.start(0, "pod-0", lambda hosts: None)
+        joined = _result(pod)
+        assert isinstance(joined, Joined), joined
+        assert coordinator.clock.beat == 2.0 and joined.link.sock.gettimeout() == 8.0
+        joined.link.close()
+    finally:
+        coordinator.close(0)
