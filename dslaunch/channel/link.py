@@ -24,7 +24,7 @@ from typing import Any
 
 HEARTBEAT = 1.0
 SILENT = 4.0  # detection of a silent loss within 5 s (docs/kubernetes.md)
-BEAT_SHARE = 8192  # the links a server beats to every HEARTBEAT; past it, its beats slow down in proportion
+BEAT_SHARE = 4096  # a server's heartbeats a second at most: past as many links, its beats slow down in proportion
 MAX_LINE = 64 * 1024  # the agents cut rank output at 64 KiB, and events are smaller
 _HB = b'{"t":"hb"}\n'
 TAG = 33  # a tab and 32 hex digits: each line's MAC, with keys
@@ -32,15 +32,16 @@ TAG = 33  # a tab and 32 hex digits: each line's MAC, with keys
 
 def server_beat(peers: int) -> float:
     """How often a server with ``peers`` links sends a heartbeat on an idle one: every ``HEARTBEAT`` up to
-    ``BEAT_SHARE`` links, then slower in proportion (each sealed send is a system call and the receiving socket's
-    TCP work: past 8,192 peers they were most of a quiet coordinator's CPU, docs/scale.md). Its peers still beat
-    every ``HEARTBEAT``, and the server still takes ``SILENT`` of silence as a loss."""
+    ``BEAT_SHARE`` links, then slower in proportion, so that it sends at most ``BEAT_SHARE`` a second (each is a
+    sealed send, a system call and, on loopback, the receiving socket's TCP work: at 16,384 pods they were most of a
+    quiet coordinator's CPU, docs/scale.md). Its peers still beat every ``HEARTBEAT``, and it still takes
+    ``SILENT`` of a peer's silence as a loss."""
     return HEARTBEAT * max(1.0, peers / BEAT_SHARE)
 
 
 def server_silent(peers: int) -> float:
     """How long the peers of a server with ``peers`` links wait for a line from it: as many of its beats as
-    ``SILENT`` is of ``HEARTBEAT`` (4 s up to 8,192 peers, 8 s at 16,384)."""
+    ``SILENT`` is of ``HEARTBEAT`` (4 s up to 4,096 peers, 16 s at 16,384)."""
     return SILENT * server_beat(peers) / HEARTBEAT
 
 
@@ -96,6 +97,7 @@ class Link:
         self._closed = threading.Event()
         self._buf = pending
         self.last_sent = time.monotonic()
+        self.silence = SILENT  # how long the other side may say nothing (``allow_silence``)
         sock.settimeout(SILENT)
 
     @property
@@ -185,6 +187,7 @@ class Link:
     def allow_silence(self, seconds: float) -> None:
         """Wait ``seconds``, not ``SILENT``, for the other side's next line (``server_silent``: a server with many
         peers beats less often)."""
+        self.silence = seconds
         self.sock.settimeout(seconds)
 
     def wait_closed(self, timeout: float) -> bool:

@@ -103,7 +103,7 @@ class LinkClock:
                     link.end("silent")
                     continue
             if link.last_sent < beat_before:
-                link.send_raw(_HB)
+                link.beat(now)
 
 
 class LoopLink:
@@ -169,7 +169,15 @@ class LoopLink:
             seal = self._out_seal.seal
             one = data.find(b"\n") == len(data) - 1
             data = seal(data[:-1]) if one else b"".join(map(seal, data.split(b"\n")[:-1]))
-        self.last_sent = time.monotonic()
+        return self._write(data, time.monotonic())
+
+    def beat(self, now: float) -> None:
+        """A heartbeat (``now``: the caller's clock)."""
+        if not self.closed:
+            self._write(_HB if self._out_seal is None else self._out_seal.seal(_HB_PAYLOAD), now)
+
+    def _write(self, data: bytes, now: float) -> bool:
+        self.last_sent = now
         if self._out:
             self._out += data
             if len(self._out) > MAX_OUT:

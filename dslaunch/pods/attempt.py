@@ -200,14 +200,15 @@ def left_by_signal(done: wire.Done, explained: bool, host: str) -> wire.NodeLost
     return wire.NodeLost(done.node_rank, host, -signum, f"its launcher received {name}")
 
 
-def lost_why(how: str, who: str, detail: str = "") -> str:
-    """Words for how a link ended (``Link.why``, ``LoopLink.why``; ``detail``: with "malformed", what was wrong)."""
+def lost_why(how: str, who: str, detail: str = "", silence: float = SILENT) -> str:
+    """Words for how a link ended (``Link.why``, ``LoopLink.why``; ``detail``: with "malformed", what was wrong;
+    ``silence``: how long ``who`` could say nothing)."""
     if how == "malformed":
         return f"{who} sent a malformed message ({detail})"
     if how == "forged":
         return f"a message on {who}'s connection failed its MAC (altered, replayed, reordered or injected?)"
     if how == "silent":
-        return f"nothing heard from {who} for {SILENT:g} s (powered off or cut off from the network?)"
+        return f"nothing heard from {who} for {silence:g} s (powered off or cut off from the network?)"
     if how == "oversized":
         return f"{who} sent a message over the size limit"
     if how == "stalled":

@@ -200,7 +200,7 @@ class CoordinatorLink(AgentHandle):
                     return
             from dslaunch.pods.attempt import lost_why
 
-            why = lost_why(self.link.why, "the coordinator", self.link.detail)
+            why = lost_why(self.link.why, "the coordinator", self.link.detail, self.link.silence)
             yield wire.encode(wire.NodeLost(0, self.host, None, why))
         finally:
             self._ended.set()
