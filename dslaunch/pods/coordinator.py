@@ -35,7 +35,10 @@ from dslaunch.pods.shape import mismatch
 __all__ = ["Coordinator", "left_by_signal", "lost_why"]
 
 END_DRAIN = 2.0  # how long the coordinator waits for the pods to take the end of an attempt
-PACE = 0.005  # the loop looks at its sockets at most every 5 ms: 16,384 pods' heartbeats in 200 turns a second
+# Past PACE_FROM pods the loop looks at its sockets at most every PACE s: a turn serves what came meanwhile (16,384
+# pods' heartbeats in 200 turns a second, the join's handshakes in full turns: 1.1-1.3 tries a pod, not 2); below,
+# each line is served at once (a standby's takeover is a chain of round trips).
+PACE, PACE_FROM = 0.005, 1024
 MAX_HELD = 16  # lines a pod may send before its attempt starts (none is expected); more: it is refused
 
 
@@ -51,7 +54,7 @@ class Coordinator:
         self.current: AttemptPods | None = None
         self.attempt = 0  # the attempt running, or last run
         self.seen = -1  # the latest attempt a joining pod took part in (a recreated coordinator goes on from it)
-        self.loop = Loop("pods coordinator", pace=PACE)
+        self.loop = Loop("pods coordinator", pace=PACE if shape.nnodes_max > PACE_FROM else 0.0)
         self.clock = LinkClock(self.loop, beat=server_beat(shape.nnodes_max))
         self._holders: dict[int, LoopLink] = {}  # a fixed job's node ranks: the link of the pod that joined as it
         self._held: dict[LoopLink, list[bytes]] = {}  # lines pods sent before their attempt started (the loop's)
