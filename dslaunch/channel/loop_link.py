@@ -55,7 +55,8 @@ def _since_last_data(sock: socket.socket) -> float | None:
         return None
     if len(info) < 56:
         return None
-    return _LAST_DATA_RECV.unpack_from(info, 52)[0] / 1000.0
+    milliseconds: int = _LAST_DATA_RECV.unpack_from(info, 52)[0]
+    return milliseconds / 1000.0
 
 
 class LinkClock:
