@@ -131,14 +131,14 @@ class Client:
             self.fetched = self._reads()
 
     def ready(self, mask: int, now: float) -> None:
+        fetched, self.fetched = self.fetched, None  # a pod dropped since its fetch: what it read is gone with it
         if self.state == CONNECTING:
             self._connected(now)
             return
         if mask & 2 and self.out:
             self._flush()
         if mask & 1 and self.sock is not None:
-            got, self.fetched = (self.fetched if self.fetched is not None else self._reads()), None
-            for data, ancillary in got:
+            for data, ancillary in fetched if fetched is not None else self._reads():
                 self._take(data, ancillary, now)
 
     def timer(self, kind: str, gen: int, now: float) -> None:
@@ -369,7 +369,7 @@ class Client:
             self._ended(now, "oversized")
 
     def check_silence(self, now: float) -> None:
-        """Nothing heard for ``link.server_silent`` (``SILENT`` up to 8,192 pods): the link ends, as a real link's
+        """Nothing heard for ``link.server_silent`` (``SILENT`` up to 4,096 pods): the link ends, as a real link's
         read times out. Bytes waiting unread in the socket count as heard: a real pod reads on a thread of its own,
         this loop may be behind."""
         silent = self.loop.cfg.get("silent", SILENT)

@@ -82,7 +82,6 @@ class Worker:
                     self._command(self.conn.recv())
                 else:
                     key.data.ready(mask, time.monotonic())
-                    key.data.fetched = None  # a pod dropped meanwhile: what it read is gone with it
             now = time.monotonic()
             while self.timers and self.timers[0][0] <= now:
                 _when, _seq, client, kind, gen = heapq.heappop(self.timers)

@@ -6,25 +6,21 @@ are the benchmark's (docs/scale.md): here only that each is reached, and agrees.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from dslaunch.channel.link import SILENT
+from tests.bench.running import run_bench
 
 pytestmark = [pytest.mark.launch]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_simulator_runs_every_scenario_against_a_real_coordinator(tmp_path: Path) -> None:
     results = tmp_path / "results.json"
     args = ["--pods", "16", "--runs", "1", "--settle", "0.5", "--quiet-window", "1", "--check", "--fresh"]
     args += ["--slurm-tasks", "32", "--dial-agents", "32", "--flood", "64", "--results", str(results)]
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.bench_pods_scale", *args], cwd=ROOT, capture_output=True, text=True, timeout=150
-    )
+    done = run_bench("bench_pods_scale", *args, timeout=150)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     saved = json.loads(results.read_text())
     (pods,) = saved["pods"]["16"]

@@ -6,24 +6,16 @@ tests/agent/test_sweep.py's."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.bench.running import run_bench
+
 pytestmark = [pytest.mark.launch]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_sigkilled_launcher_leaves_nothing() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.bench_sigkill", "--rounds", "1", "--runners", "local"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_bench("bench_sigkill", "--rounds", "1", "--runners", "local", timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = dict(re.findall(r"^\| (local|ssh|pdsh) \|(.*)$", done.stdout, re.MULTILINE))
     assert sorted(rows) == ["local"], done.stdout
