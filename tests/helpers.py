@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -70,3 +71,9 @@ def wait_for_file(path: str, timeout: float) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def threads_since(before: set[threading.Thread]) -> list[threading.Thread]:
+    """Threads alive now that were not alive at ``before`` (``set(threading.enumerate())``): a count would be fooled
+    by a thread of an earlier test in this worker ending meanwhile."""
+    return [t for t in threading.enumerate() if t not in before]

@@ -24,7 +24,7 @@ from dslaunch.channel import door, loop_link
 from dslaunch.channel.link import HEARTBEAT, Link
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.remote.agent_links import AgentLinks
-from tests.helpers import SCRIPTS, job_processes, wait_for_file, wait_until_gone
+from tests.helpers import SCRIPTS, job_processes, threads_since, wait_for_file, wait_until_gone
 from tests.plans import make_plan
 from tests.pods.pods import Flood
 from tests.runners.remote.relay import Relay
@@ -85,27 +85,27 @@ def test_agents_cost_the_launcher_no_thread_each(secret: bytes, monkeypatch: pyt
     started (the thread-a-link port took 3 a pdsh agent: 600 here), each still gets its lines, and its close
     leaves no thread behind."""
     monkeypatch.setattr(loop_link, "SILENT", 60.0)  # these agents send no heartbeats; the test may be slow
-    before = threading.active_count()
+    before = set(threading.enumerate())
     links = AgentLinks(RUN, secret)
     names = [f"node{i}" for i in range(200)]
     dialled: list[Link] = []
     try:
-        with_port = threading.active_count()
+        with_port = set(threading.enumerate())
         for name in names:
             text = dialback_client.dialback_text(links.port, secret, name)
             dialled.append(connect_back(text, RUN, ENV, 10.0)[0])
         assert _until(lambda: all(links.joined(n) for n in names), 10)
-        with_agents = threading.active_count()
+        with_agents = set(threading.enumerate())
         taken = links.take(names, time.monotonic() + 5, lambda _h: False)
         assert all(taken[n].send_raw(f"stop-at {i}\n".encode()) for i, n in enumerate(names))
         assert [next(link.lines()) for link in dialled] == [f"stop-at {i}\n" for i in range(len(names))]
-        assert threading.active_count() == with_agents
+        assert threads_since(with_agents) == []
     finally:
         links.close()
         for link in dialled:
             link.close()
-    assert (with_port - before, with_agents - with_port) == (1, 0)
-    assert _until(lambda: threading.active_count() == before), threading.enumerate()
+    assert (len(with_port - before), len(with_agents - with_port)) == (1, 0)
+    assert _until(lambda: not threads_since(before)), threads_since(before)
     assert all(link.closed for link in taken.values())
 
 

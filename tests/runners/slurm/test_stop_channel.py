@@ -25,6 +25,7 @@ from dslaunch.runners.slurm import in_step, stop_channel
 from dslaunch.runners.slurm.stop_channel import Hub, Spoke
 from dslaunch.slurmlib import layout
 from tests.channel.clients import SimPod
+from tests.helpers import threads_since
 from tests.plans import make_plan
 
 KEY, RUN = b"k" * 32, "run-1"
@@ -253,7 +254,7 @@ def test_many_tasks_cost_node_0_no_thread_each_and_all_get_the_largest_proposal(
     monkeypatch.setattr(stop_channel, "GATHER_BOUND", bound)
     monkeypatch.setattr(loop_link, "SILENT", bound)  # the simulated tasks send no heartbeats
     monkeypatch.setattr(thread_link, "SILENT", bound)
-    before = threading.active_count()
+    before = set(threading.enumerate())
     hub = Hub(KEY, RUN, tasks + 1, _port())
     pods = [SimPod(KEY, RUN, n) for n in range(1, tasks + 1)]
     try:
@@ -262,8 +263,8 @@ def test_many_tasks_cost_node_0_no_thread_each_and_all_get_the_largest_proposal(
         while len(hub.connected) < tasks and time.monotonic() < deadline:
             time.sleep(0.01)
         assert len(hub.connected) == tasks
-        grown = threading.active_count() - before
-        assert grown <= 1, f"the hub runs {grown} threads for {tasks} tasks"
+        grown = threads_since(before)
+        assert len(grown) <= 1, f"the hub runs {grown} for {tasks} tasks"
         mine = Answers()
         hub.begin(0, mine)
         for pod in pods:
@@ -278,9 +279,9 @@ def test_many_tasks_cost_node_0_no_thread_each_and_all_get_the_largest_proposal(
                 pod.sock.close()
         hub.close()
     deadline = time.monotonic() + 5
-    while threading.active_count() > before and time.monotonic() < deadline:
+    while threads_since(before) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert threading.active_count() == before
+    assert threads_since(before) == []
 
 
 def _propose(pod: SimPod, attempt: int, step: int) -> None:
