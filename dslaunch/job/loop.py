@@ -109,6 +109,7 @@ def supervise(
             owner.release(STALL)
         if console is not None:
             console.detach()
+        out.close()  # its writer ends once everything is out: an attempt's sink costs no thread for good
         for s, h in previous.items():
             signal.signal(s, h)
 

@@ -183,6 +183,8 @@ class ErrLane:
         if not text:
             return
         with self.lock:
+            if self.lane is not None and self.lane.sink.dead and not self.lane.sink.retired:
+                return  # a write to a stderr given up on is still stuck: dropped, as the given-up sink would
             if self.lane is None or self.lane.sink.dead:  # a stderr given up on gets a new chance
                 if self.lane is None:
                     atexit.register(self.flush, STALL)  # at exit: until written, or stalled that long

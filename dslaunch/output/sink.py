@@ -6,8 +6,11 @@ writes block, never the agent's handling of exits and signals), and memory stays
 ``budget``. The writer writes whole lines; on a terminal it also writes each stream's latest
 ``\\r`` state (a progress bar), replaced by a newer one while the writer is still busy.
 A reader that stopped (``stalled``) can be given up on with ``abandon``; from then on
-everything is dropped. On a terminal it may keep the status line below everything it writes (``status_line``,
-``output/status_line.py``), erased before each batch and drawn again after it; a rank's live progress bar takes
+everything is dropped. The writer thread runs while the sink is in use: it ends once the sink is dead, or
+``close``d with nothing left to write (a later ``put`` starts another), so a sink made and dropped costs no thread
+for good (``write_within`` keeps one sink per descriptor for the launcher's own lines). On a terminal it may keep
+the status line below everything it writes (``status_line``, ``output/status_line.py``), erased before each batch
+and drawn again after it; a rank's live progress bar takes
 that line while it lasts.
 """
 
@@ -47,15 +50,38 @@ class Sink:
         self.progress = time.monotonic()
         self.want_wake = False
         self._dangling: object = None  # the stream whose bar the cursor sits after (terminal)
-        self._thread: threading.Thread | None = None
+        self._started = False  # start() was called: from then on a writer runs while there is something to write
+        self._writer = False  # a writer thread runs now
+        self._closed = False  # close() was called: the writer ends once idle
         self.status_line: StatusLine | None = None  # the line this sink draws below its output (live: a terminal)
         self._drawn = b""  # the status line on the screen now, the cursor after it
         self._line_open = False  # the output written last ended without a newline
 
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=f"dslaunch-sink-{self.fd}", daemon=True)
-            self._thread.start()
+        with self._cond:
+            self._started = True
+            self._spawn()
+
+    def close(self) -> None:
+        """Nothing more is expected: the writer ends once everything queued is written (a later put starts one)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    @property
+    def retired(self) -> bool:
+        """Dead, and no write of its own is stuck on the reader any more: a new sink on its descriptor may take over."""
+        with self._cond:
+            return self.dead and not self._writer
+
+    def _spawn(self) -> None:  # with self._cond held
+        waiting = self._items or self._urgent or self._bars
+        if self._started and not self._writer and (waiting or not self._ending()):
+            self._writer = True
+            threading.Thread(target=self._run, name=f"dslaunch-sink-{self.fd}", daemon=True).start()
+
+    def _ending(self) -> bool:  # with self._cond held, nothing queued
+        return self.dead or (self._closed and self.status_line is None and not self._drawn)
 
     @property
     def full(self) -> bool:
@@ -83,6 +109,7 @@ class Sink:
                 self._bars.pop(key, None)
             else:
                 self._bars[key] = bar
+            self._spawn()
             self._cond.notify_all()
 
     def put_wait(self, key: object, data: bytes) -> None:
@@ -97,6 +124,7 @@ class Sink:
         with self._cond:
             if not self.dead:
                 self._urgent.append(data)
+                self._spawn()
                 self._cond.notify_all()
 
     def abandon(self) -> None:
@@ -160,6 +188,9 @@ class Sink:
         while True:
             with self._cond:
                 while not (self._items or self._urgent or self._bars):
+                    if self._ending():
+                        self._writer = False
+                        return
                     if self.status_line is None and not self._drawn:
                         self._cond.wait()
                     elif self._status_stale():
@@ -236,9 +267,24 @@ class Sink:
                     n = 0
 
 
+_OWN: dict[int, Sink] = {}  # write_within's sink on each descriptor
+_OWN_LOCK = threading.Lock()
+os.register_at_fork(after_in_child=_OWN.clear)  # a forked child has none of the parent's writer threads
+
+
 def write_within(fd: int, data: bytes, timeout: float) -> bool:
-    """Write ``data`` to ``fd`` unless that takes longer than ``timeout`` (a reader that stopped reading)."""
-    sink = Sink(fd)
+    """Write ``data`` to ``fd`` unless that takes longer than ``timeout`` (a reader that stopped reading).
+
+    One sink (one writer thread, while it writes) serves every call on ``fd``; once a reader was given up on,
+    further lines are dropped at once until the write stuck on it returns, then tried again."""
+    with _OWN_LOCK:
+        sink = _OWN.get(fd)
+        if sink is None or sink.retired:
+            sink = _OWN[fd] = Sink(fd)
+            sink.start()
+            sink.close()  # its writer ends whenever it has written everything
+    if sink.dead:
+        return False
     sink.put(None, [data])
     sink.wait_idle(timeout)
     return not sink.dead

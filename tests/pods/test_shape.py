@@ -4,6 +4,7 @@ fixed job's wait ended at once."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -12,6 +13,7 @@ from dslaunch.pods import shape
 from dslaunch.pods.assign import Shape
 from dslaunch.pods.coordinator import Coordinator
 from dslaunch.pods.member import Joined, join
+from tests.helpers import threads_since
 from tests.plans import plan_of
 from tests.pods.pods import free_port_pair
 
@@ -120,5 +122,28 @@ def test_an_elastic_job_refuses_a_pod_of_another_shape_and_goes_on_waiting_for_o
         assert isinstance(got, str) and "ranks per pod: '1' on this pod" in got, got
         assert coordinator.mismatch == ""  # the job may still start with pods that match
         assert not coordinator.gather(time.monotonic() + 0.5, []) and coordinator.lacking() == "pods: 1 of at least 2"
+    finally:
+        coordinator.close(255)
+
+
+def test_pods_refused_by_the_hundred_cost_the_coordinator_no_thread_each() -> None:
+    """Each refusal is said on the coordinator's stderr: one writer serves them all (a thread a line grew without
+    bound under a stream of misfits), and none is left once they are said."""
+    port = free_port_pair()
+    coordinator = Coordinator(KEY, RUN, Shape(2, 3, fixed=False), agreed=_pod(0))
+    coordinator.listen(port)
+    try:
+        with_coordinator = set(threading.enumerate())
+        other = _pod(1, PET_NPROC_PER_NODE="1")
+        for _ in range(100):
+            got = join(
+                ("127.0.0.1", port), KEY, RUN, (-1, "h", -1), deadline=time.monotonic() + 10, stopped=[], shape=other
+            )
+            assert isinstance(got, str) and "ranks per pod" in got, got
+        assert len(threads_since(with_coordinator)) <= 1, threads_since(with_coordinator)
+        deadline = time.monotonic() + 5
+        while threads_since(with_coordinator) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert threads_since(with_coordinator) == []
     finally:
         coordinator.close(255)
