@@ -56,6 +56,7 @@ from dslaunch.channel.link import server_silent
 ROOT = Path(__file__).resolve().parents[1]
 POD_SCENARIOS = ("join", "quiet", "drop", "silent", "restart", "stop")
 ALL = (*POD_SCENARIOS, "standby", "realjoin", "slurm", "dialback")
+EXTRA = ("churn",)  # only when named: minutes at 16,384 pods
 REAL_JOIN_MAX = 2048  # threads of real clients in one process: past this, the check itself is the bottleneck
 SECRET = "bench-pods-scale-secret"
 
@@ -155,6 +156,30 @@ def run_standby(pods: int, args: argparse.Namespace, folder: Path) -> dict[str, 
     return {k: v for k, v in sim.figures.items() if k.startswith("standby")} | {"standby_notes": sim.notes}
 
 
+def run_churn(pods: int, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    job = Job(
+        pods,
+        args.ranks,
+        free_port_pair(),
+        f"podscale{uuid.uuid4().hex[:8]}",
+        SECRET,
+        elastic=True,
+        max_restarts=args.churn_cycles + 1,
+        join_timeout=args.join_timeout,
+    )
+    members = [(n, args.host_format.format(n), -1) for n in range(1, pods + 1)]  # one more than the job runs
+    sim = _sim(job, folder, args, members)
+    try:
+        scenarios.start_members(sim)
+        scenarios.churn(sim, args.churn_cycles, args.join_wait)
+    except scenarios.Abort as exc:
+        sim.notes.append(f"aborted: {exc}")
+    finally:
+        sim.fleet.close()
+        sim.coordinator.kill()
+    return {k: v for k, v in sim.figures.items() if k.startswith("churn")} | {"churn_notes": sim.notes}
+
+
 def run_real_join(pods: int, args: argparse.Namespace) -> dict[str, Any]:
     """The real client (pods/member.join, a thread a pod) at the same size and start: who joins, who gives up."""
     argv = [sys.executable, "-m", "bench.pods_scale.real_join", str(pods), str(args.join_wait)]
@@ -220,6 +245,8 @@ def table(results: dict[str, Any]) -> str:
             f"{_median(runs, 'connected_s', ' s')}, a step agreed by all in {_median(runs, 'agreed_s', ' s')}; "
             f"the hub's threads {_median(runs, 'threads_peak')} ({len(runs)} runs)"
         )
+    for size, runs in sorted(results.get("churn", {}).items(), key=lambda kv: int(kv[0])):
+        lines.append(_churn_line(int(size), runs))
     for size, runs in sorted(results.get("dialback", {}).items(), key=lambda kv: int(kv[0])):
         lines.append(
             f"- the dial-back, {int(size):,} agents under a flood of {_median(runs, 'flood')}: joined "
@@ -227,6 +254,22 @@ def table(results: dict[str, Any]) -> str:
             f"{_median(runs, 'threads_peak')} ({len(runs)} runs)"
         )
     return "\n\n".join(lines)
+
+
+def _churn_line(size: int, runs: list[dict[str, Any]]) -> str:
+    """Churn at ``size`` pods: the swaps and the coordinator after the first and the last of them (each run's)."""
+    ends = [
+        f"{r['churn_first'][0]:.0f} -> {r['churn_last'][0]:.0f} MB, threads {r['churn_first'][1]} -> "
+        f"{r['churn_last'][1]}, open files {r['churn_first'][2]:,} -> {r['churn_last'][2]:,}"
+        for r in runs
+        if r.get("churn_first") and r.get("churn_last")
+    ]
+    return (
+        f"- churn, an elastic job of {size:,} pods and one standby: {_median(runs, 'churn_swaps')} running "
+        f"pods lost in turn, the standby running in their place in {_median(runs, 'churn_swap_s', ' s')} (slowest "
+        f"{_median(runs, 'churn_swap_max_s', ' s')}), the lost pod recreated as the next standby; the coordinator "
+        f"after the first swap and after the last: {'; '.join(ends) or 'not reached'} ({len(runs)} runs)"
+    )
 
 
 # ---- the run ----------------------------------------------------------------------------------------------------
@@ -249,7 +292,8 @@ def _parser() -> argparse.ArgumentParser:
     add = parser.add_argument
     add("--pods", default="256,1024", help="pod counts (the coordinator is one of them), comma-separated")
     add("--runs", type=int, default=3)
-    add("--scenarios", default=",".join(ALL), help=f"of {','.join(ALL)}")
+    add("--scenarios", default=",".join(ALL), help=f"of {','.join(ALL + EXTRA)}")
+    add("--churn-cycles", type=int, default=20, help="churn: running pods lost, a standby swapped in each time")
     add("--ranks", type=int, default=8, help="ranks per pod")
     add("--workers", type=int, default=0, help="simulator processes (default: one per 4,096 pods, 2 at least)")
     add("--join-wait", type=float, default=60.0, help="how long the benchmark waits for every pod to run")
@@ -287,6 +331,8 @@ def _one_run(args: argparse.Namespace, wanted: set[str], folder: Path, results: 
             got = run_fixed(size, args, folder, wanted)
         if "standby" in wanted:
             got |= run_standby(size, args, folder)
+        if "churn" in wanted:
+            _keep(results, "churn", size, run_churn(size, args, folder), path)
         if "realjoin" in wanted and size <= REAL_JOIN_MAX:
             got |= run_real_join(size, args)
         if got:

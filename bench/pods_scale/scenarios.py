@@ -316,3 +316,54 @@ def soak(sim: Sim, seconds: float, busy: int = 2) -> None:
         soak_cpu_pct=round(100 * share, 1),
         soak_threads=after[0].threads if after[0] else None,
     )
+
+
+def _ran_again(sim: Sim, pods: list[int], attempt: int) -> list[float]:
+    got = sim.fleet.query("started", attempt)
+    return [got[p] for p in pods if got.get(p) is not None]
+
+
+def _swap(sim: Sim, pods: list[int], attempt: int, wait: float) -> float | str:
+    """Lose a pod running ``attempt``; once the next runs on every other pod, recreate it as the standby: the
+    seconds until the next attempt ran everywhere, or what happened instead."""
+    started = sim.fleet.query("started", attempt)
+    victim = next(p for p in pods if started.get(p) is not None)
+    others = [p for p in pods if p != victim]
+    t0 = sim.fleet.act("drop", [victim]) or time.monotonic()
+    if not sim.wait(lambda: len(_ran_again(sim, others, attempt + 1)) == len(others), wait):
+        return f"{len(_ran_again(sim, others, attempt + 1))} of {len(others)} ran again within {wait:g} s"
+    took = max(_ran_again(sim, others, attempt + 1)) - t0
+    sim.fleet.act("revive", [victim])
+    if not sim.wait(lambda: sim.fleet.query("standing_by").get(victim) is not None, wait):
+        return f"the recreated pod did not stand by within {wait:g} s"
+    return took
+
+
+def churn(sim: Sim, cycles: int, wait: float) -> None:
+    """A long job's churn in minutes: an elastic job with one standby loses a running pod ``cycles`` times; each
+    time the next attempt runs on every pod (the standby among them) and the lost pod, recreated, stands by for the
+    next. How long each swap took, and the coordinator's memory, threads and open files after each: flat, or a
+    leak by the attempt."""
+    pods = sim.live()
+    if not sim.wait(lambda: _started(sim, 0, pods)[0] == len(pods) - 1 and _standbys(sim, pods) == 1, wait):
+        sim.notes.append(f"churn: the first attempt did not run with one standby within {wait:g} s")
+        return
+    swaps: list[float] = []
+    after: list[tuple[float, int, int]] = []  # RSS (MB), threads, open files
+    for cycle in range(cycles):
+        took = _swap(sim, pods, cycle, wait)
+        if isinstance(took, str):
+            sim.notes.append(f"churn: swap {cycle + 1}: {took}")
+            break
+        swaps.append(took)
+        used = usage(sim.coordinator.pid)
+        if used is None:
+            raise Abort(f"the coordinator exited: {sim.coordinator.tail(600)}")
+        after.append((used.rss_mb, used.threads, len(os.listdir(f"/proc/{sim.coordinator.pid}/fd"))))
+    sim.figures.update(
+        churn_swaps=len(swaps),
+        churn_swap_s=round(sorted(swaps)[len(swaps) // 2], 3) if swaps else None,
+        churn_swap_max_s=round(max(swaps), 3) if swaps else None,
+        churn_first=after[0] if after else None,
+        churn_last=after[-1] if after else None,
+    )

@@ -128,6 +128,7 @@ class Worker:
             "joined": lambda c: c.joined_at[0] if c.joined_at else None,
             "started": lambda c: c.started.get(arg),
             "standby": lambda c: c.standby.get(arg),
+            "standing_by": lambda c: min(c.standby.values()) if c.standby and c.state != RUNNING else None,
             "lost": lambda c: c.lost.get(tuple(arg)),
             "stop_at": lambda c: c.stop_at,
             "node": lambda c: c.node,

@@ -39,3 +39,17 @@ def test_the_simulator_runs_every_scenario_against_a_real_coordinator(tmp_path: 
     (dial,) = saved["dialback"]["32"]
     assert dial["joined"] == 32 and dial["listener_joined"] == 32 and dial["flood_connections"] >= 64, dial
     assert "| 16 |" in done.stdout
+
+
+def test_churn_swaps_standbys_in_and_the_coordinator_stays_flat(tmp_path: Path) -> None:
+    """Running pods lost in turn, a standby in place each time: the coordinator's threads and open files after the
+    last swap are those after the first (a thread a launcher line grew them by about four a swap: output/sink.py)."""
+    results = tmp_path / "results.json"
+    args = ["--pods", "16", "--runs", "1", "--scenarios", "churn", "--churn-cycles", "8", "--fresh"]
+    done = run_bench("bench_pods_scale", *args, "--results", str(results), timeout=150)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (churn,) = json.loads(results.read_text())["churn"]["16"]
+    assert churn["churn_notes"] == [] and churn["churn_swaps"] == 8, churn
+    (_rss0, threads0, files0), (_rss, threads, files) = churn["churn_first"], churn["churn_last"]
+    assert threads <= threads0 + 1 and files <= files0 + 1, churn  # one writer or connection may be on its way out
+    assert "running pods lost in turn" in done.stdout
