@@ -269,7 +269,16 @@ class Sink:
 
 _OWN: dict[int, Sink] = {}  # write_within's sink on each descriptor
 _OWN_LOCK = threading.Lock()
-os.register_at_fork(after_in_child=_OWN.clear)  # a forked child has none of the parent's writer threads
+
+
+def _forked() -> None:
+    """A forked child has none of the parent's writer threads, and the lock may have been held by one of them."""
+    global _OWN_LOCK
+    _OWN_LOCK = threading.Lock()
+    _OWN.clear()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def write_within(fd: int, data: bytes, timeout: float) -> bool:

@@ -6,6 +6,9 @@ import os
 import threading
 import time
 
+import pytest
+
+from dslaunch.output import sink as sink_module
 from dslaunch.output.sink import Sink, write_within
 from tests.helpers import threads_since
 
@@ -84,6 +87,31 @@ def test_a_reader_that_stopped_costs_one_stuck_thread_however_many_lines_follow(
         assert write_within(w, b"back\n", 5.0)
         assert _drain(r).endswith(b"back\n")
         assert _until(lambda: not threads_since(before))
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+@pytest.mark.launch
+def test_a_child_forked_while_a_line_was_being_said_says_its_own() -> None:
+    """The fork comes while another thread holds write_within's lock (here: this one): the child gets a lock and a
+    writer of its own, where it would wait for ever on the parent's."""
+    r, w = os.pipe()
+    try:
+        assert write_within(w, b"parent\n", 5.0)
+        with sink_module._OWN_LOCK:
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child
+                os._exit(0 if write_within(w, b"child\n", 5.0) else 1)
+        deadline = time.monotonic() + 10
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if done[0] == 0:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung on the parent's lock")
+        assert os.waitstatus_to_exitcode(done[1]) == 0
+        assert _drain(r) == b"parent\nchild\n"
     finally:
         os.close(r)
         os.close(w)
