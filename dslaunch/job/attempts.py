@@ -71,7 +71,7 @@ class HostPool:
             _say(f"dslaunch: cannot start: {exc.message}")
             return stopped(START_FAILED, "not started: the mesh does not fit the hosts left")
         if count and hosts != self.previous:
-            _say(f"dslaunch: attempt {count + 1} runs on {', '.join(hosts)} ({laid.world_size} ranks)")
+            _say(f"dslaunch: attempt {count + 1} runs on {elastic.named(hosts)} ({laid.world_size} ranks)")
         self.previous = hosts
         return laid.attempt(count)
 
@@ -167,7 +167,7 @@ def attempts_summary(results: list[JobResult], limit: int, hosts: list[tuple[str
     for index, result in enumerate(results):
         number = _number(result, index)
         what = "succeeded" if not result.failed else result.cause or "failed"
-        where = "" if hosts is None else f" on {', '.join(hosts[index])}" if hosts[index] else " (not started)"
+        where = "" if hosts is None else f" on {elastic.named(hosts[index])}" if hosts[index] else " (not started)"
         lines.append(f"  attempt {number}{where}: exit {result.code}: {what}")
     return "\n".join(lines)
 

@@ -40,9 +40,7 @@ def layout(plan: LaunchPlan, hosts: Sequence[str], master_addr: str) -> LaunchPl
         try:
             resolve(parse_spec(mesh), world)
         except MeshConfigError as exc:
-            raise MeshConfigError(
-                f"{exc.message} (on {len(nodes)} node(s), {world} ranks: {', '.join(hosts)})"
-            ) from None
+            raise MeshConfigError(f"{exc.message} (on {len(nodes)} node(s), {world} ranks: {named(hosts)})") from None
     return replace(plan, nodes=nodes, master_addr=master_addr)
 
 
@@ -74,7 +72,7 @@ def shortfall(elastic: Elastic, quarantine: Quarantine, hosts: Sequence[str]) ->
     """Why an attempt cannot start on ``hosts``, fewer than ``nnodes_min``: each missing host and why."""
     need = elastic.nnodes_min
     asked = f"--nnodes {need}:{elastic.nnodes_max}" if need != elastic.nnodes_max else f"{need} node(s)"
-    usable = ", ".join(hosts) or "none"
+    usable = named(hosts) or "none"
     lines = [f"dslaunch: cannot start: the job needs {asked} and only {len(hosts)} host(s) are usable ({usable})"]
     lines += [f"  {host}: {why}" for host, why in quarantine.items()]
     what = "spare host is" if need == elastic.nnodes_max else "host above the minimum is"
@@ -82,5 +80,11 @@ def shortfall(elastic: Elastic, quarantine: Quarantine, hosts: Sequence[str]) ->
     return "\n".join(lines)
 
 
-def hosts_text(plan: LaunchPlan) -> str:
-    return ", ".join(n.host for n in plan.nodes)
+SHOWN_HOSTS = 16  # hosts named in one line of the launcher's; the rest counted (16,384 pods: a 300 KB line each)
+
+
+def named(hosts: Sequence[str], shown: int = SHOWN_HOSTS) -> str:
+    """``hosts`` (or node ranks) for one line: all of them, or the first ``shown`` and how many more."""
+    if len(hosts) <= shown:
+        return ", ".join(hosts)
+    return f"{', '.join(hosts[:shown])} and {len(hosts) - shown:,} more"

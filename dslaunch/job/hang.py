@@ -108,7 +108,9 @@ def summary(hang: Hang, plan: LaunchPlan, code: int) -> list[str]:
         f"[{hang.why}]; stopped {_stopped(hang.ranks, plan.world_size)} (exit {code})"
     ]
     if hang.unreported:
-        lines.append(f"dslaunch: no stacks report from node(s) {', '.join(map(str, hang.unreported))}")
+        unreported = ", ".join(map(str, hang.unreported[:16]))
+        more = f" and {len(hang.unreported) - 16:,} more" if len(hang.unreported) > 16 else ""
+        lines.append(f"dslaunch: no stacks report from node(s) {unreported}{more}")
     if hang.traces:
         shown = ", ".join(f"{host}:{path}" for host, path in hang.traces[:4])
         more = f" and {len(hang.traces) - 4} more like them" if len(hang.traces) > 4 else ""

@@ -27,6 +27,7 @@ from dslaunch.channel.event_loop import Loop
 from dslaunch.channel.link import server_beat
 from dslaunch.channel.listener import more_open_files, open_server
 from dslaunch.channel.loop_link import LinkClock, LoopLink
+from dslaunch.job.elastic import named
 from dslaunch.pods import assign
 from dslaunch.pods.assign import Shape, Waiting
 from dslaunch.pods.attempt import AttemptPods, Pod, left_by_signal, lost_why
@@ -100,7 +101,7 @@ class Coordinator:
         with self._cond:
             waiting = self._waiting()
         if self.shape.fixed:
-            return f"node(s) {', '.join(map(str, sorted(assign.missing(self.shape, waiting))))}"
+            return f"node(s) {named([str(n) for n in sorted(assign.missing(self.shape, waiting))])}"
         return f"pods: {1 + len(waiting)} of at least {self.shape.nnodes_min}"
 
     def start(self, attempt: int, host: str, check: Callable[[list[str]], object]) -> tuple[AttemptPods, list[str]]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from dslaunch import wire
 from dslaunch.job.attempts import stop_signals_caught
-from dslaunch.job.elastic import pods_layout
+from dslaunch.job.elastic import named, pods_layout
 from dslaunch.job.loop import report, supervise
 from dslaunch.job.protocols import AgentHandle
 from dslaunch.job.restart_policy import may_restart, may_start
@@ -151,7 +151,7 @@ class PodLauncher:
         for pod in pods:  # each pod speaks for its own ranks only (pods/messages.py)
             pod.ranks = frozenset(plan.node(pod.node_rank).ranks)
         if attempt and plan.pods.elastic:
-            where = ", ".join(hosts)
+            where = named(hosts)
             _say(f"dslaunch: attempt {attempt + 1} runs on {len(hosts)} pods ({plan.world_size} ranks): {where}")
         self._seen, self._node_rank = attempt, 0
         local = Forwarding(

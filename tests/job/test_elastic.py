@@ -218,3 +218,17 @@ def test_bad_node_ranges_are_refused(hostfile: str, args: list[str], needle: str
 def test_a_range_without_a_hostfile_says_what_to_use() -> None:
     code, err = cli_error(["--nnodes", "1:4", "x.py"], env={"DSLAUNCH_HOSTFILE": None})
     assert code == 2 and "give --rdzv-endpoint HOST[:PORT]" in err and "-H HOSTFILE" in err, err
+
+
+@pytest.mark.parametrize(
+    ("count", "expected"),
+    [
+        (0, ""),
+        (1, "h0"),
+        (16, ", ".join(f"h{i}" for i in range(16))),
+        (17, ", ".join(f"h{i}" for i in range(16)) + " and 1 more"),
+        (16384, ", ".join(f"h{i}" for i in range(16)) + " and 16,368 more"),
+    ],
+)
+def test_a_line_names_at_most_16_hosts_and_counts_the_rest(count: int, expected: str) -> None:
+    assert elastic.named([f"h{i}" for i in range(count)]) == expected
