@@ -267,7 +267,8 @@ def _churn_line(size: int, runs: list[dict[str, Any]]) -> str:
     return (
         f"- churn, an elastic job of {size:,} pods and one standby: {_median(runs, 'churn_swaps')} running "
         f"pods lost in turn, the standby running in their place in {_median(runs, 'churn_swap_s', ' s')} (slowest "
-        f"{_median(runs, 'churn_swap_max_s', ' s')}), the lost pod recreated as the next standby; the coordinator "
+        f"{_median(runs, 'churn_swap_max_s', ' s')}; tries a pod {_median(runs, 'churn_tries')}, at most "
+        f"{_median(runs, 'churn_tries_max')}), the lost pod recreated as the next standby; the coordinator "
         f"after the first swap and after the last: {'; '.join(ends) or 'not reached'} ({len(runs)} runs)"
     )
 

@@ -349,6 +349,7 @@ def churn(sim: Sim, cycles: int, wait: float) -> None:
         sim.notes.append(f"churn: the first attempt did not run with one standby within {wait:g} s")
         return
     swaps: list[float] = []
+    tries: list[float] = []  # connections a pod made for each swap's attempt
     after: list[tuple[float, int, int]] = []  # RSS (MB), threads, open files
     for cycle in range(cycles):
         took = _swap(sim, pods, cycle, wait)
@@ -356,6 +357,7 @@ def churn(sim: Sim, cycles: int, wait: float) -> None:
             sim.notes.append(f"churn: swap {cycle + 1}: {took}")
             break
         swaps.append(took)
+        tries.append(round(sim.fleet.summary()["tries"] / len(pods), 3))
         used = usage(sim.coordinator.pid)
         if used is None:
             raise Abort(f"the coordinator exited: {sim.coordinator.tail(600)}")
@@ -364,6 +366,10 @@ def churn(sim: Sim, cycles: int, wait: float) -> None:
         churn_swaps=len(swaps),
         churn_swap_s=round(sorted(swaps)[len(swaps) // 2], 3) if swaps else None,
         churn_swap_max_s=round(max(swaps), 3) if swaps else None,
+        churn_each_s=[round(t, 3) for t in swaps],
+        churn_tries=sorted(tries)[len(tries) // 2] if tries else None,
+        churn_tries_max=max(tries) if tries else None,
+        churn_tries_each=tries,
         churn_first=after[0] if after else None,
         churn_last=after[-1] if after else None,
     )
