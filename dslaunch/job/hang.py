@@ -12,6 +12,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from dslaunch import wire
+from dslaunch.job.elastic import named
 from dslaunch.plan import LaunchPlan
 
 HANG_EXIT = 124  # as coreutils' timeout
@@ -108,9 +109,7 @@ def summary(hang: Hang, plan: LaunchPlan, code: int) -> list[str]:
         f"[{hang.why}]; stopped {_stopped(hang.ranks, plan.world_size)} (exit {code})"
     ]
     if hang.unreported:
-        unreported = ", ".join(map(str, hang.unreported[:16]))
-        more = f" and {len(hang.unreported) - 16:,} more" if len(hang.unreported) > 16 else ""
-        lines.append(f"dslaunch: no stacks report from node(s) {unreported}{more}")
+        lines.append(f"dslaunch: no stacks report from node(s) {named([str(n) for n in hang.unreported])}")
     if hang.traces:
         shown = ", ".join(f"{host}:{path}" for host, path in hang.traces[:4])
         more = f" and {len(hang.traces) - 4} more like them" if len(hang.traces) > 4 else ""
