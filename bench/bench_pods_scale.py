@@ -76,9 +76,18 @@ def _sim(job: Job, folder: Path, args: argparse.Namespace, members: list[tuple[i
     return scenarios.Sim(job, folder, fleet, coordinator, [m[0] for m in members], args.max_threads, args.spread)
 
 
-def _job(pods: int, args: argparse.Namespace, *, elastic: bool = False) -> Job:
+def _job(pods: int, args: argparse.Namespace, *, elastic: bool = False, max_restarts: int = 10) -> Job:
     run_id = f"podscale{uuid.uuid4().hex[:8]}"
-    return Job(pods, args.ranks, free_port_pair(), run_id, SECRET, elastic=elastic, join_timeout=args.join_timeout)
+    return Job(
+        pods,
+        args.ranks,
+        free_port_pair(),
+        run_id,
+        SECRET,
+        elastic=elastic,
+        max_restarts=max_restarts,
+        join_timeout=args.join_timeout,
+    )
 
 
 def run_fixed(pods: int, args: argparse.Namespace, folder: Path, wanted: set[str]) -> dict[str, Any]:
@@ -141,43 +150,38 @@ def _end(sim: scenarios.Sim) -> None:
     sim.coordinator.kill()
 
 
-def run_standby(pods: int, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
-    job = _job(pods, args, elastic=True)
+def _with_standby(
+    pods: int,
+    args: argparse.Namespace,
+    folder: Path,
+    name: str,
+    scenario: Callable[[scenarios.Sim], None],
+    *,
+    max_restarts: int = 10,
+) -> dict[str, Any]:
+    """An elastic job of ``pods`` pods and one standby, ``scenario`` on it: the figures and notes named ``name``."""
+    job = _job(pods, args, elastic=True, max_restarts=max_restarts)
     members = [(n, args.host_format.format(n), -1) for n in range(1, pods + 1)]  # one more than the job runs
     sim = _sim(job, folder, args, members)
     try:
         scenarios.start_members(sim)
-        scenarios.standby(sim, args.join_wait)
+        scenario(sim)
     except scenarios.Abort as exc:
         sim.notes.append(f"aborted: {exc}")
     finally:
-        sim.fleet.close()
-        sim.coordinator.kill()
-    return {k: v for k, v in sim.figures.items() if k.startswith("standby")} | {"standby_notes": sim.notes}
+        _end(sim)
+    return {k: v for k, v in sim.figures.items() if k.startswith(name)} | {f"{name}_notes": sim.notes}
+
+
+def run_standby(pods: int, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    return _with_standby(pods, args, folder, "standby", lambda sim: scenarios.standby(sim, args.join_wait))
 
 
 def run_churn(pods: int, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
-    job = Job(
-        pods,
-        args.ranks,
-        free_port_pair(),
-        f"podscale{uuid.uuid4().hex[:8]}",
-        SECRET,
-        elastic=True,
-        max_restarts=args.churn_cycles + 1,
-        join_timeout=args.join_timeout,
-    )
-    members = [(n, args.host_format.format(n), -1) for n in range(1, pods + 1)]  # one more than the job runs
-    sim = _sim(job, folder, args, members)
-    try:
-        scenarios.start_members(sim)
+    def churn(sim: scenarios.Sim) -> None:
         scenarios.churn(sim, args.churn_cycles, args.join_wait)
-    except scenarios.Abort as exc:
-        sim.notes.append(f"aborted: {exc}")
-    finally:
-        sim.fleet.close()
-        sim.coordinator.kill()
-    return {k: v for k, v in sim.figures.items() if k.startswith("churn")} | {"churn_notes": sim.notes}
+
+    return _with_standby(pods, args, folder, "churn", churn, max_restarts=args.churn_cycles + 1)
 
 
 def run_real_join(pods: int, args: argparse.Namespace) -> dict[str, Any]:
