@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import psutil
@@ -62,6 +62,16 @@ def wait_until_gone(run_id: str, timeout: float) -> list[psutil.Process]:
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.1)
+
+
+def until(check: Callable[[], object], timeout: float = 5.0, poll: float = 0.01) -> bool:
+    """Whether ``check()`` came true within ``timeout`` seconds, looked at every ``poll``."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll)
+    return True
 
 
 def wait_for_file(path: str, timeout: float) -> bool:

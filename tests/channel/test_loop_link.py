@@ -17,6 +17,7 @@ from dslaunch.channel import loop_link as loop_link_mod
 from dslaunch.channel.event_loop import Loop
 from dslaunch.channel.link import Sealer
 from dslaunch.channel.loop_link import MAX_OUT, LinkClock, LoopLink
+from tests.helpers import until
 
 KEYS = handshake.session_keys(b"job-secret", "run-3", "a" * 32, "b" * 32)  # (to the pod, to the coordinator)
 
@@ -59,12 +60,7 @@ class Served:
         return link, there
 
     def wait_for(self, what: Callable[[], bool], timeout: float = 5.0) -> bool:
-        deadline = time.monotonic() + timeout
-        while not what():
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.01)
-        return True
+        return until(what, timeout)
 
 
 def _tcp_pair() -> tuple[socket.socket, socket.socket]:

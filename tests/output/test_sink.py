@@ -5,18 +5,12 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterator
+
+import pytest
 
 from dslaunch.output.sink import Sink, write_within
-from tests.helpers import threads_since
-
-
-def _until(check, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
+from tests.helpers import threads_since, until
 
 
 def _drain(fd: int) -> bytes:
@@ -32,55 +26,53 @@ def _drain(fd: int) -> bytes:
         chunks.append(chunk)
 
 
-def test_many_lines_said_leave_no_writer_thread_and_all_arrive_in_order() -> None:
+@pytest.fixture
+def pipe() -> Iterator[tuple[int, int]]:
     r, w = os.pipe()
+    yield r, w
+    os.close(r)
+    os.close(w)
+
+
+def test_many_lines_said_leave_no_writer_thread_and_all_arrive_in_order(pipe: tuple[int, int]) -> None:
+    r, w = pipe
     before = set(threading.enumerate())
-    try:
-        lines = [f"line {i}\n".encode() for i in range(200)]
-        assert all(write_within(w, line, 5.0) for line in lines)
-        assert _drain(r) == b"".join(lines)
-        assert _until(lambda: not threads_since(before)), threads_since(before)  # a thread a line, before
-    finally:
-        os.close(r)
-        os.close(w)
+    lines = [f"line {i}\n".encode() for i in range(200)]
+    assert all(write_within(w, line, 5.0) for line in lines)
+    assert _drain(r) == b"".join(lines)
+    assert until(lambda: not threads_since(before)), threads_since(before)  # a thread a line, before
 
 
-def test_a_closed_sink_writes_everything_then_ends_its_writer_and_a_later_put_starts_one() -> None:
-    r, w = os.pipe()
+def test_a_closed_sink_writes_everything_then_ends_its_writer_and_a_later_put_starts_one(pipe: tuple[int, int]) -> None:
+    r, w = pipe
     before = set(threading.enumerate())
-    try:
-        sink = Sink(w)
-        sink.put("a", [b"first\n"])
-        sink.start()
-        sink.close()
-        assert _until(lambda: not threads_since(before))
-        sink.put("a", [b"second\n"])
-        sink.wait_idle(5.0)
-        assert _drain(r) == b"first\nsecond\n"
-        assert _until(lambda: not threads_since(before))
-    finally:
-        os.close(r)
-        os.close(w)
+    sink = Sink(w)
+    sink.put("a", [b"first\n"])
+    sink.start()
+    sink.close()
+    assert until(lambda: not threads_since(before))
+    sink.put("a", [b"second\n"])
+    sink.wait_idle(5.0)
+    assert _drain(r) == b"first\nsecond\n"
+    assert until(lambda: not threads_since(before))
 
 
-def test_a_line_to_a_reader_that_stopped_is_given_up_and_its_writer_ends_when_the_reader_is_back() -> None:
-    r, w = os.pipe()
+def test_a_line_to_a_reader_that_stopped_is_given_up_and_its_writer_ends_when_the_reader_is_back(
+    pipe: tuple[int, int],
+) -> None:
+    r, w = pipe
     before = set(threading.enumerate())
-    try:
-        filler = b"x" * (1 << 20)  # more than the pipe holds: the write blocks
-        started = time.monotonic()
-        assert not write_within(w, filler, 0.3)
-        assert time.monotonic() - started < 2.0
-        assert len(threads_since(before)) == 1  # its write is still blocked
-        os.set_blocking(r, False)
+    filler = b"x" * (1 << 20)  # more than the pipe holds: the write blocks
+    started = time.monotonic()
+    assert not write_within(w, filler, 0.3)
+    assert time.monotonic() - started < 2.0
+    assert len(threads_since(before)) == 1  # its write is still blocked
+    os.set_blocking(r, False)
 
-        def reader_back() -> bool:  # the blocked write returns, and the writer sees it was given up on
-            _drain(r)
-            return not threads_since(before)
+    def reader_back() -> bool:  # the blocked write returns, and the writer sees it was given up on
+        _drain(r)
+        return not threads_since(before)
 
-        assert _until(reader_back), threads_since(before)
-        assert write_within(w, b"back\n", 5.0)
-        assert _drain(r).endswith(b"back\n")
-    finally:
-        os.close(r)
-        os.close(w)
+    assert until(reader_back), threads_since(before)
+    assert write_within(w, b"back\n", 5.0)
+    assert _drain(r).endswith(b"back\n")

@@ -13,7 +13,7 @@ from dslaunch.pods import shape
 from dslaunch.pods.assign import Shape
 from dslaunch.pods.coordinator import Coordinator
 from dslaunch.pods.member import Joined, join
-from tests.helpers import threads_since
+from tests.helpers import threads_since, until
 from tests.plans import plan_of
 from tests.pods.pods import free_port_pair
 
@@ -140,9 +140,6 @@ def test_pods_refused_by_the_hundred_cost_the_coordinator_no_thread_each() -> No
                 ("127.0.0.1", port), KEY, RUN, (-1, "h", -1), deadline=time.monotonic() + 10, stopped=[], shape=other
             )
             assert isinstance(got, str) and "ranks per pod" in got, got
-        deadline = time.monotonic() + 5
-        while threads_since(with_coordinator) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert threads_since(with_coordinator) == []
+        assert until(lambda: not threads_since(with_coordinator)), threads_since(with_coordinator)
     finally:
         coordinator.close(255)

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +24,7 @@ from dslaunch.channel import door, loop_link
 from dslaunch.channel.link import HEARTBEAT, Link
 from dslaunch.plan import LaunchPlan
 from dslaunch.runners.remote.agent_links import AgentLinks
-from tests.helpers import SCRIPTS, job_processes, threads_since, wait_for_file, wait_until_gone
+from tests.helpers import SCRIPTS, job_processes, threads_since, until, wait_for_file, wait_until_gone
 from tests.plans import make_plan
 from tests.pods.pods import Flood
 from tests.runners.remote.relay import Relay
@@ -64,15 +64,15 @@ def test_only_an_agent_that_holds_the_jobs_secret_takes_its_hosts_place(links: A
 
 def test_an_agent_that_sends_anything_but_heartbeats_is_cut_off(links: AgentLinks, secret: bytes) -> None:
     link, _host = _dial(links.port, secret)
-    assert _until(lambda: links.joined("node1"))  # the launcher keeps it once its welcome is out
+    assert until(lambda: links.joined("node1"))  # the launcher keeps it once its welcome is out
     link.send({"t": "propose", "step": 3})  # MACed, but an agent has nothing to say
     assert list(link.lines()) == [] and link.why == "dropped"  # the launcher ended it
-    assert _until(lambda: not links.joined("node1"))
+    assert until(lambda: not links.joined("node1"))
 
 
 def test_an_agent_that_dials_again_replaces_its_old_link(links: AgentLinks, secret: bytes) -> None:
     first, _host = _dial(links.port, secret)
-    assert _until(lambda: links.joined("node1"))
+    assert until(lambda: links.joined("node1"))
     second, _host = _dial(links.port, secret)
     assert list(first.lines()) == [] and first.why == "dropped"  # the launcher ended the old one
     taken = links.take(["node1"], time.monotonic() + 5, lambda _h: False)
@@ -94,7 +94,7 @@ def test_agents_cost_the_launcher_no_thread_each(secret: bytes, monkeypatch: pyt
         for name in names:
             text = dialback_client.dialback_text(links.port, secret, name)
             dialled.append(connect_back(text, RUN, ENV, 10.0)[0])
-        assert _until(lambda: all(links.joined(n) for n in names), 10)
+        assert until(lambda: all(links.joined(n) for n in names), 10)
         with_agents = set(threading.enumerate())
         taken = links.take(names, time.monotonic() + 5, lambda _h: False)
         assert all(taken[n].send_raw(f"stop-at {i}\n".encode()) for i, n in enumerate(names))
@@ -105,7 +105,7 @@ def test_agents_cost_the_launcher_no_thread_each(secret: bytes, monkeypatch: pyt
         for link in dialled:
             link.close()
     assert (len(with_port - before), len(with_agents - with_port)) == (1, 0)
-    assert _until(lambda: not threads_since(before)), threads_since(before)
+    assert until(lambda: not threads_since(before)), threads_since(before)
     assert all(link.closed for link in taken.values())
 
 
@@ -133,13 +133,6 @@ def test_an_agent_gone_silent_is_ended_within_silent_and_half_a_heartbeat(
     finally:
         mute.close()
         beating.close()
-
-
-def _until(check: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not check() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return check()
 
 
 def test_a_flood_of_idle_connections_without_the_secret_does_not_keep_an_agent_out(

@@ -25,7 +25,7 @@ from dslaunch.runners.slurm import in_step, stop_channel
 from dslaunch.runners.slurm.stop_channel import Hub, Spoke
 from dslaunch.slurmlib import layout
 from tests.channel.clients import SimPod
-from tests.helpers import threads_since
+from tests.helpers import threads_since, until
 from tests.plans import make_plan
 
 KEY, RUN = b"k" * 32, "run-1"
@@ -278,10 +278,7 @@ def test_many_tasks_cost_node_0_no_thread_each_and_all_get_the_largest_proposal(
             if pod.sock is not None:
                 pod.sock.close()
         hub.close()
-    deadline = time.monotonic() + 5
-    while threads_since(before) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert threads_since(before) == []
+    assert until(lambda: not threads_since(before)), threads_since(before)
 
 
 def _propose(pod: SimPod, attempt: int, step: int) -> None:

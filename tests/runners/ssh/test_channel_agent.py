@@ -17,7 +17,7 @@ from dslaunch.runners.remote.agent_command import agent_command
 from dslaunch.runners.ssh.channel_agent import SshJobAgent
 from dslaunch.runners.ssh.paramiko_conn import connect
 from testbeds.ssh_cluster import SshCluster
-from tests.helpers import job_processes
+from tests.helpers import job_processes, until
 from tests.plans import make_plan
 
 pytestmark = [pytest.mark.launch, pytest.mark.cluster]
@@ -32,15 +32,6 @@ def _agents(run_id: str) -> list[int]:
     return found
 
 
-def _until(check: object, timeout: float = 20) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return True
-        time.sleep(0.05)
-    return False
-
-
 @pytest.mark.parametrize("how", ["abort", "close"])
 def test_an_agent_runs_while_its_channel_is_open_and_ends_with_it(ssh_cluster: SshCluster, how: str) -> None:
     run_id = "sshchan-" + uuid.uuid4().hex[:8]
@@ -48,7 +39,7 @@ def test_an_agent_runs_while_its_channel_is_open_and_ends_with_it(ssh_cluster: S
     conn = connect("node1", str(ssh_cluster.config), None, False, 10)
     agent = SshJobAgent("node1", conn, agent_command(plan, 0, for_job=True, host="node1"), ErrLane())
     try:
-        assert _until(lambda: len(_agents(run_id)) == 1), "the agent did not start"
+        assert until(lambda: len(_agents(run_id)) == 1, 20), "the agent did not start"
         time.sleep(0.5)
         assert agent.status() is None and agent.usable()  # waiting for its first attempt
         if how == "abort":
@@ -57,6 +48,6 @@ def test_an_agent_runs_while_its_channel_is_open_and_ends_with_it(ssh_cluster: S
         else:
             agent.close()  # EOF on its stdin: it exits, status 0 (no attempt ran)
             assert agent.status() == 0
-        assert _until(lambda: _agents(run_id) == []), "the agent outlived its connection"
+        assert until(lambda: _agents(run_id) == [], 20), "the agent outlived its connection"
     finally:
         conn.close()
