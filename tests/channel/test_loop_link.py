@@ -120,6 +120,10 @@ def test_a_peer_that_stops_reading_is_ended_and_the_others_get_everything(served
     assert served.wait_for(lambda: received == [sends, sends], 30), received
     assert 2 not in served.ended and 3 not in served.ended
     for _link, sock in readers:
+        sock.shutdown(socket.SHUT_RDWR)  # the readers' recv returns, rather than failing on a socket closed under it
+    for t in threads:
+        t.join(5)
+    for _link, sock in readers:
         sock.close()
     stuck_end.close()
 
